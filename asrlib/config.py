@@ -1,0 +1,155 @@
+"""Recipe configuration: YAML files checked against typed dataclasses.
+
+An unknown key or a value of the wrong type is an :class:`AsrError` that names the file, the key and lists the
+valid keys, so a typo in a recipe config never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from asrlib.io_utils import AsrError
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "digits"
+    size: float = 1.0          # scales the default utterance counts (3000/300/300)
+    seed: int = 0
+    noise_fraction: float = 0.3
+    sample_rate: int = 16000
+    min_duration: float = 0.3   # shorter audio is excluded (listed in excluded.txt)
+    max_duration: float = 30.0  # longer audio is excluded (memory budget)
+
+
+@dataclass
+class FeatureConfig:
+    num_mel_bins: int = 80
+    nj: int = 2
+    dither: float = 0.0
+
+
+@dataclass
+class LangConfig:
+    grammar: str = "digit_loop"   # digit_loop | arpa
+    arpa: Optional[str] = None    # path to an ARPA LM when grammar == arpa
+    ngram_order: int = 3
+
+
+@dataclass
+class ModelConfig:
+    num_layers: int = 2
+    hidden_size: int = 256
+    proj_size: int = 128          # 0 = no recurrent projection
+    peephole: bool = True
+    bidirectional: bool = False
+    stack: int = 3                # frames stacked (and subsampled) at the input
+    dropout: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    batch_seconds: float = 60.0   # total audio per minibatch
+    optimizer: str = "adam"       # adam | sgd
+    lr: float = 2e-3
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    scheduler: str = "warmup_cosine"  # warmup_cosine | constant
+    warmup_steps: int = 100
+    grad_clip: float = 5.0
+    checkpoint_every: int = 100   # steps; a checkpoint is also written at each epoch end
+    seed: int = 42
+    num_threads: int = 2
+    spec_augment: bool = True
+    log_every: int = 10
+    kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never)
+
+
+@dataclass
+class DecodeConfig:
+    beam: float = 12.0
+    max_active: int = 3000
+    acoustic_scale: float = 1.0
+    blank_penalty: float = 0.0
+    num_threads: int = 1
+
+
+@dataclass
+class RecipeConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    lang: LangConfig = field(default_factory=LangConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+def _check_type(value: Any, tp: Any) -> Any:
+    """Return ``value`` converted to ``tp`` when lossless (int → float), else raise TypeError."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _check_type(value, args[0])
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is str and isinstance(value, str):
+        return value
+    if origin in (list, List) and isinstance(value, list):
+        return value
+    raise TypeError(f"expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
+
+
+def _build(cls, values: Dict[str, Any], where: str):
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise AsrError(f"{where}: expected a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, val in values.items():
+        if key not in fields:
+            raise AsrError(f"{where}: unknown key '{key}'. Valid keys: {', '.join(sorted(fields))}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, val, f"{where}.{key}")
+            continue
+        try:
+            kwargs[key] = _check_type(val, tp)
+        except TypeError as e:
+            raise AsrError(f"{where}.{key}: wrong type: {e}") from None
+    return cls(**kwargs)
+
+
+def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> RecipeConfig:
+    """Load a recipe YAML; ``overrides`` are ``section.key=value`` strings (value parsed as YAML)."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"config file {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise AsrError(f"{path}: not valid YAML: {e}") from None
+    for ov in overrides or []:
+        if "=" not in ov or "." not in ov.split("=", 1)[0]:
+            raise AsrError(f"override '{ov}' must look like section.key=value")
+        dotted, val = ov.split("=", 1)
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = yaml.safe_load(val)
+    return _build(RecipeConfig, raw, str(path))
+
+
+def config_to_dict(cfg) -> Dict[str, Any]:
+    return dataclasses.asdict(cfg)

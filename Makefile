@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make run` (install what is missing, run the default recipe end to end) and
+# `make test` (same install, then the test suite). Both are idempotent.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := espeak-ng flite sox
+RECIPE ?= recipes/digits
+
+.PHONY: run test install system-packages bench clean-recipe
+
+run: install
+	@start=$$(date +%s); $(RECIPE)/run.sh; echo "recipe wall time: $$(( $$(date +%s) - start )) s"
+
+test: install
+	$(PY) -m pytest -q tests
+
+install: system-packages $(STAMP)
+
+# Debian packages for the synthetic corpus (TTS) and audio tools; installed only when a command is missing.
+system-packages:
+	@missing=""; for c in espeak-ng flite sox; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+# The virtual environment with pinned requirements (torch pinned to the CPU build 2.13.0).
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@start=$$(date +%s); \
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt && \
+	echo "python packages installed in $$(( $$(date +%s) - start )) s"
+	@touch $@
+
+bench: install
+	for b in bench/*.py; do $(PY) $$b --quick || exit 1; done
+
+clean-recipe:
+	rm -rf $(RECIPE)/data $(RECIPE)/exp

@@ -1,0 +1,158 @@
+"""LSTM acoustic models: LSTM with recurrent projection (LSTMP) and optional peephole connections.
+
+Two implementations of one layer:
+- without peepholes, ``torch.nn.LSTM`` (with ``proj_size``) — the fused CPU/GPU kernels;
+- with peepholes, an explicit cell (Sak et al. 2014, as in Kaldi's LSTMP): diagonal cell-to-gate weights on the
+  input and forget gates (from c_{t-1}) and on the output gate (from c_t); the projected output r_t = W_rm · m_t
+  feeds the recurrence. The input transform for all frames is one matrix product; only the recurrent part loops.
+
+The acoustic model stacks ``stack`` consecutive 10 ms frames (so the network runs at 30 ms for stack=3), then
+LSTM layers, then a linear layer to the CTC tokens (index 0 = blank), returning log-probabilities.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from asrlib.config import ModelConfig
+
+
+class LstmpLayer(nn.Module):
+    """One unidirectional LSTM layer with optional projection (proj_size > 0) and optional peepholes.
+
+    Parameter names follow ``torch.nn.LSTM`` (weight_ih, weight_hh, bias_ih, bias_hh, weight_hr; gate order i, f, g, o)
+    so weights can be copied between the two implementations.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, proj_size: int = 0, peephole: bool = False):
+        super().__init__()
+        self.input_size, self.hidden_size, self.proj_size = input_size, hidden_size, proj_size
+        self.peephole = peephole
+        out = proj_size if proj_size > 0 else hidden_size
+        self.output_size = out
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, out))
+        self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
+        self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
+        self.weight_hr = nn.Parameter(torch.empty(proj_size, hidden_size)) if proj_size > 0 else None
+        if peephole:
+            self.w_ci = nn.Parameter(torch.empty(hidden_size))
+            self.w_cf = nn.Parameter(torch.empty(hidden_size))
+            self.w_co = nn.Parameter(torch.empty(hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -std, std)
+
+    def forward(self, x: torch.Tensor, state: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+                ) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """x: (N, T, input_size) → (N, T, output_size), (r_T, c_T)."""
+        n, t_len, _ = x.shape
+        if state is None:
+            r = x.new_zeros(n, self.output_size)
+            c = x.new_zeros(n, self.hidden_size)
+        else:
+            r, c = state
+        gates_x = torch.nn.functional.linear(x, self.weight_ih, self.bias_ih + self.bias_hh)
+        outs: List[torch.Tensor] = []
+        h = self.hidden_size
+        for t in range(t_len):
+            g = gates_x[:, t] + torch.nn.functional.linear(r, self.weight_hh)
+            gi, gf, gg, go = g.split(h, dim=1)
+            if self.peephole:
+                gi = gi + self.w_ci * c
+                gf = gf + self.w_cf * c
+            c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gg)
+            if self.peephole:
+                go = go + self.w_co * c
+            m = torch.sigmoid(go) * torch.tanh(c)
+            r = torch.nn.functional.linear(m, self.weight_hr) if self.weight_hr is not None else m
+            outs.append(r)
+        return torch.stack(outs, dim=1), (r, c)
+
+
+class _TorchLstmLayer(nn.Module):
+    """A ``torch.nn.LSTM`` layer (fused kernel) used when peepholes are off."""
+
+    def __init__(self, input_size: int, hidden_size: int, proj_size: int, bidirectional: bool):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size, hidden_size, num_layers=1, batch_first=True, proj_size=proj_size,
+                            bidirectional=bidirectional)
+        self.output_size = (proj_size or hidden_size) * (2 if bidirectional else 1)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        y, _ = self.lstm(packed)
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
+        return y
+
+
+class _PeepholeLayer(nn.Module):
+    """An LstmpLayer, optionally bidirectional (the backward direction runs on per-utterance reversed input)."""
+
+    def __init__(self, input_size: int, hidden_size: int, proj_size: int, bidirectional: bool):
+        super().__init__()
+        self.fwd = LstmpLayer(input_size, hidden_size, proj_size, peephole=True)
+        self.bwd = LstmpLayer(input_size, hidden_size, proj_size, peephole=True) if bidirectional else None
+        self.output_size = self.fwd.output_size * (2 if bidirectional else 1)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        y, _ = self.fwd(x)
+        if self.bwd is None:
+            return y
+        rev = _reverse_padded(x, lengths)
+        yb, _ = self.bwd(rev)
+        return torch.cat([y, _reverse_padded(yb, lengths)], dim=-1)
+
+
+def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    t = x.shape[1]
+    idx = torch.arange(t).unsqueeze(0).expand(x.shape[0], t)
+    rev = (lengths.unsqueeze(1) - 1 - idx).clamp(min=0)
+    rev = torch.where(idx < lengths.unsqueeze(1), rev, idx)
+    return x.gather(1, rev.unsqueeze(-1).expand_as(x))
+
+
+class StackedLstmAcousticModel(nn.Module):
+    """Frame stacking (×stack, also the subsampling), LSTM(P) layers, linear output, log-softmax."""
+
+    def __init__(self, feat_dim: int, vocab_size: int, cfg: ModelConfig):
+        super().__init__()
+        self.feat_dim, self.vocab_size, self.stack = feat_dim, vocab_size, cfg.stack
+        self.cfg = cfg
+        layer_cls = _PeepholeLayer if cfg.peephole else _TorchLstmLayer
+        layers = []
+        in_dim = feat_dim * cfg.stack
+        for _ in range(cfg.num_layers):
+            layer = layer_cls(in_dim, cfg.hidden_size, cfg.proj_size, cfg.bidirectional)
+            layers.append(layer)
+            in_dim = layer.output_size
+        self.layers = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.output = nn.Linear(in_dim, vocab_size)
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.div(lengths, self.stack, rounding_mode="floor")
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """feats: (N, T, D) normalised features; lengths: (N,) → log-probs (N, T//stack, V), output lengths."""
+        n, t, d = feats.shape
+        t_out = t // self.stack
+        x = feats[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
+        out_lens = self.output_lengths(lengths).clamp(min=1)
+        for layer in self.layers:
+            x = self.dropout(layer(x, out_lens))
+        return self.output(x).log_softmax(dim=-1), out_lens
+
+
+def build_model(feat_dim: int, vocab_size: int, cfg: ModelConfig) -> StackedLstmAcousticModel:
+    return StackedLstmAcousticModel(feat_dim, vocab_size, cfg)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,57 @@
+"""A trained acoustic model as one self-contained file: weights, model config, feature dim, vocabulary and CMVN."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from asrlib.config import ModelConfig
+from asrlib.io_utils import AsrError
+from asrlib.models.lstm import StackedLstmAcousticModel, build_model
+from asrlib.train.checkpoint import save_checkpoint
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class SavedModel:
+    model: StackedLstmAcousticModel
+    cmvn_mean: np.ndarray
+    cmvn_inv_std: np.ndarray
+
+    def normalise(self, feats: np.ndarray) -> np.ndarray:
+        return ((feats - self.cmvn_mean) * self.cmvn_inv_std).astype(np.float32)
+
+    @torch.no_grad()
+    def log_probs(self, feats: np.ndarray) -> np.ndarray:
+        """Raw (un-normalised) fbank (T, D) → CTC log-probs (T // stack, V) as float32."""
+        x = torch.from_numpy(self.normalise(feats)).unsqueeze(0)
+        logp, _ = self.model(x, torch.tensor([x.shape[1]]))
+        return logp[0].numpy()
+
+
+def save_model(path: Path, model: StackedLstmAcousticModel, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
+               info: Optional[dict] = None) -> None:
+    save_checkpoint(Path(path), {
+        "format_version": FORMAT_VERSION, "model": model.state_dict(),
+        "model_config": dataclasses.asdict(model.cfg), "feat_dim": model.feat_dim, "vocab_size": model.vocab_size,
+        "cmvn_mean": np.asarray(cmvn_mean, np.float32), "cmvn_inv_std": np.asarray(cmvn_inv_std, np.float32),
+        "info": info or {}})
+
+
+def load_model(path: Path) -> SavedModel:
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"model file {path} does not exist (has the train stage finished?)")
+    st = torch.load(path, map_location="cpu", weights_only=False)
+    if st.get("format_version") != FORMAT_VERSION:
+        raise AsrError(f"{path}: model format version {st.get('format_version')} is not supported "
+                       f"(this asrlib reads version {FORMAT_VERSION}); retrain or use a matching asrlib")
+    model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
+    model.load_state_dict(st["model"])
+    model.eval()
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"])

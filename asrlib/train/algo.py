@@ -1,0 +1,49 @@
+"""The seam where a (distributed) training algorithm plugs into the trainer.
+
+The trainer calls, in order, for each step: ``shard_batches`` once per epoch, then per batch ``after_backward``
+(e.g. gradient all-reduce) and ``after_step`` (e.g. periodic model averaging, BMUF block update); the algorithm's
+own state is saved in every checkpoint through ``state_dict``/``load_state_dict``. ``LocalAlgo`` is the
+single-process algorithm: it does nothing at those points.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import torch
+
+
+class TrainAlgo:
+    name = "base"
+    rank = 0
+    world_size = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Called once after the model/optimizer exist (and after a checkpoint was loaded)."""
+
+    def shard_batches(self, batches: Sequence[List[str]], epoch: int) -> List[List[str]]:
+        """This learner's batches for the epoch (deterministic in seed, epoch and rank)."""
+        return list(batches)
+
+    def after_backward(self, model: torch.nn.Module) -> None:
+        """Gradients are ready and not yet applied."""
+
+    def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """The optimizer has applied this learner's update; ``step`` counts completed steps."""
+
+    def reduce_metric(self, total: float, count: float) -> tuple:
+        """Sum a (total, count) metric over learners (identity for one learner)."""
+        return total, count
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        pass
+
+
+class LocalAlgo(TrainAlgo):
+    name = "local"

@@ -1,0 +1,36 @@
+"""Checkpoints that make resume exact: model, optimizer, scheduler, progress, RNG states and the algorithm's state."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from asrlib.io_utils import atomic_path
+
+
+def rng_state() -> Dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
+    """Write atomically: a checkpoint file either is complete or does not exist."""
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Optional[Path]:
+    p = Path(ckpt_dir) / "latest.pt"
+    return p if p.is_file() else None

@@ -1,0 +1,163 @@
+"""Training data: features from a Kaldi feats.scp, CMVN, transcripts mapped to CTC token ids, length buckets.
+
+Batches are a pure function of (seed, epoch, shard): the sampler holds no hidden iterator state, so a resumed run
+regenerates exactly the batches an uninterrupted run would have seen and skips the ones already done.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from asrlib.features.cmvn import Cmvn, load_cmvn
+from asrlib.io_utils import AsrError, read_table, write_table
+from asrlib.kaldi_io import MatrixReader
+
+log = logging.getLogger(__name__)
+
+
+def read_lexicon_first_pron(lexicon_txt: Path) -> Dict[str, List[str]]:
+    """word → phones of its first pronunciation in ``lexicon.txt``."""
+    lex: Dict[str, List[str]] = {}
+    for word, prons in read_table(lexicon_txt):
+        lex.setdefault(word, prons.split())
+    return lex
+
+
+def read_token_ids(tokens_txt: Path) -> Dict[str, int]:
+    return {tok: int(i) for tok, i in read_table(tokens_txt)}
+
+
+def text_to_token_ids(words: Sequence[str], lexicon: Dict[str, List[str]], tokens: Dict[str, int]) -> List[int]:
+    ids: List[int] = []
+    for w in words:
+        if w not in lexicon:
+            raise KeyError(w)
+        ids.extend(tokens[p] for p in lexicon[w])
+    return ids
+
+
+def ctc_min_frames(ids: Sequence[int]) -> int:
+    """Fewest output frames that can carry ``ids`` under CTC (one blank between repeated tokens)."""
+    return len(ids) + sum(1 for a, b in zip(ids, ids[1:]) if a == b)
+
+
+@dataclass
+class Utterance:
+    utt: str
+    num_frames: int
+    token_ids: List[int]
+
+
+class CtcDataset:
+    """Utterances with features, normalised by global CMVN, and CTC targets.
+
+    Utterances with no features, an OOV word or a transcript too long for the network's output frames are excluded
+    and listed (with the reason) in ``excluded_path`` — never dropped silently.
+    """
+
+    def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
+                 excluded_path: Optional[Path] = None, max_frames: int = 3000):
+        self.reader = MatrixReader(feats_scp)
+        self.cmvn: Cmvn = load_cmvn(cmvn_scp)
+        lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
+        tokens = read_token_ids(Path(lang_dir) / "tokens.txt")
+        num_frames = self._num_frames(Path(feats_scp))
+        self.utts: List[Utterance] = []
+        excluded: List[Tuple[str, str]] = []
+        for utt, trans in read_table(text):
+            if utt not in num_frames:
+                excluded.append((utt, "no features (excluded at the feature stage or missing from feats.scp)"))
+                continue
+            words = trans.split()
+            if not words:
+                excluded.append((utt, "empty transcript"))
+                continue
+            try:
+                ids = text_to_token_ids(words, lexicon, tokens)
+            except KeyError as e:
+                excluded.append((utt, f"OOV word {e.args[0]} (not in {lang_dir}/lexicon.txt)"))
+                continue
+            n = num_frames[utt]
+            if n > max_frames:
+                excluded.append((utt, f"too long: {n} frames > max {max_frames} (memory budget)"))
+                continue
+            if ctc_min_frames(ids) > n // stack:
+                excluded.append((utt, f"CTC infeasible: {ctc_min_frames(ids)} tokens need more than the "
+                                      f"{n // stack} output frames"))
+                continue
+            self.utts.append(Utterance(utt, n, ids))
+        if excluded_path is not None:
+            write_table(excluded_path, excluded)
+        if excluded:
+            log.warning("excluded %d of %d utterances of %s (see %s)", len(excluded), len(excluded) + len(self.utts),
+                        text, excluded_path)
+        if not self.utts:
+            raise AsrError(f"no usable utterance in {text} with {feats_scp}; see {excluded_path}")
+        self.by_id = {u.utt: u for u in self.utts}
+
+    def _num_frames(self, feats_scp: Path) -> Dict[str, int]:
+        u2n = feats_scp.parent / "utt2num_frames"
+        if u2n.is_file():
+            return {k: int(v) for k, v in read_table(u2n)}
+        return {k: self.reader[k].shape[0] for k, _ in read_table(feats_scp)}
+
+    def features(self, utt: str) -> np.ndarray:
+        return self.cmvn.apply(np.asarray(self.reader[utt], dtype=np.float32))
+
+    def total_frames(self) -> int:
+        return sum(u.num_frames for u in self.utts)
+
+
+def make_batches(utts: Sequence[Utterance], max_frames_per_batch: int, seed: int, epoch: int) -> List[List[str]]:
+    """Length-bucketed batches (sorted by length, packed up to a padded-frame budget), in a seeded random order."""
+    order = sorted(utts, key=lambda u: (u.num_frames, u.utt))
+    batches: List[List[str]] = []
+    cur: List[str] = []
+    cur_max = 0
+    for u in order:
+        new_max = max(cur_max, u.num_frames)
+        if cur and new_max * (len(cur) + 1) > max_frames_per_batch:
+            batches.append(cur)
+            cur, new_max = [], u.num_frames
+        cur.append(u.utt)
+        cur_max = new_max
+    if cur:
+        batches.append(cur)
+    random.Random(seed * 100003 + epoch).shuffle(batches)
+    return batches
+
+
+def collate(ds: CtcDataset, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
+    feats = [ds.features(u) for u in utt_ids]
+    lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    x = torch.zeros(len(feats), int(lens.max()), feats[0].shape[1])
+    for i, f in enumerate(feats):
+        x[i, : f.shape[0]] = torch.from_numpy(f)
+    targets = [torch.tensor(ds.by_id[u].token_ids, dtype=torch.long) for u in utt_ids]
+    return {"feats": x, "feat_lens": lens, "targets": torch.cat(targets),
+            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
+
+
+def spec_augment(x: torch.Tensor, lens: torch.Tensor, num_freq_masks: int = 2, max_f: int = 10,
+                 num_time_masks: int = 2, max_t_frac: float = 0.05) -> torch.Tensor:
+    """Frequency and time masking (zeros after CMVN = the mean). Uses the global torch RNG (checkpointed)."""
+    x = x.clone()
+    n, _, d = x.shape
+    for i in range(n):
+        for _ in range(num_freq_masks):
+            f = int(torch.randint(0, max_f + 1, (1,)))
+            f0 = int(torch.randint(0, max(1, d - f), (1,)))
+            x[i, :, f0:f0 + f] = 0
+        t_len = int(lens[i])
+        max_t = max(1, int(t_len * max_t_frac))
+        for _ in range(num_time_masks):
+            t = int(torch.randint(0, max_t + 1, (1,)))
+            t0 = int(torch.randint(0, max(1, t_len - t), (1,)))
+            x[i, t0:t0 + t] = 0
+    return x

@@ -1,0 +1,205 @@
+"""The training loop (CTC), with exact resume, progress bars, TensorBoard, a plain-text log and a loss plot.
+
+A distributed algorithm plugs in as one :class:`~asrlib.train.algo.TrainAlgo` object; the loop itself is shared.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from asrlib.config import RecipeConfig, TrainConfig
+from asrlib.io_utils import atomic_open, mark_done
+from asrlib.train.algo import LocalAlgo, TrainAlgo
+from asrlib.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from asrlib.train.data import CtcDataset, collate, make_batches, spec_augment
+from asrlib.train.plot import plot_losses
+
+log = logging.getLogger(__name__)
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
+
+
+def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int):
+    if cfg.scheduler == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    if cfg.scheduler == "warmup_cosine":
+        warm = max(1, cfg.warmup_steps)
+
+        def f(s: int) -> float:
+            if s < warm:
+                return (s + 1) / warm
+            frac = min(1.0, (s - warm) / max(1, total_steps - warm))
+            return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac))
+        return torch.optim.lr_scheduler.LambdaLR(opt, f)
+    raise ValueError(f"train.scheduler must be warmup_cosine or constant, not {cfg.scheduler!r}")
+
+
+def ctc_loss(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> tuple:
+    """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
+    logp, out_lens = model(batch["feats"], batch["feat_lens"])
+    total = F.ctc_loss(logp.transpose(0, 1), batch["targets"], out_lens, batch["target_lens"], blank=0,
+                       reduction="sum", zero_infinity=True)
+    frames = int(out_lens.sum())
+    return total / frames, float(total.detach()), frames
+
+
+class Trainer:
+    def __init__(self, cfg: RecipeConfig, model: torch.nn.Module, train_ds: CtcDataset,
+                 dev_ds: Optional[CtcDataset], exp_dir: Path, algo: Optional[TrainAlgo] = None,
+                 extra_state: Optional[dict] = None):
+        self.cfg, self.tcfg = cfg, cfg.train
+        self.model, self.train_ds, self.dev_ds = model, train_ds, dev_ds
+        self.exp_dir = Path(exp_dir)
+        self.ckpt_dir = self.exp_dir / "checkpoints"
+        self.algo = algo or LocalAlgo()
+        self.extra_state = extra_state or {}
+        self.max_frames = int(self.tcfg.batch_seconds * 100)
+        self.optimizer = make_optimizer(model.parameters(), self.tcfg)
+        n_batches = len(self._epoch_batches(0))
+        self.total_steps = n_batches * self.tcfg.epochs
+        self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
+        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.metrics: List[dict] = []
+
+    # ------------------------------------------------------------------ state
+    def _epoch_batches(self, epoch: int) -> List[List[str]]:
+        batches = make_batches(self.train_ds.utts, self.max_frames, self.tcfg.seed, epoch)
+        return self.algo.shard_batches(batches, epoch)
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "step": self.step, "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch, "rng": rng_state(), "algo": self.algo.state_dict(),
+                "metrics": self.metrics, "config": dataclasses.asdict(self.cfg), **self.extra_state}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.model.load_state_dict(st["model"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
+        self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
+        self.metrics = st["metrics"]
+        self.algo.load_state_dict(st["algo"])
+        set_rng_state(st["rng"])
+
+    def save(self, name: str = "latest.pt") -> None:
+        if not self.algo.is_main:
+            return
+        st = self.state_dict()
+        save_checkpoint(self.ckpt_dir / name, st)
+        if name != "latest.pt":
+            save_checkpoint(self.ckpt_dir / "latest.pt", st)
+
+    def try_resume(self) -> bool:
+        ck = latest_checkpoint(self.ckpt_dir)
+        if ck is None:
+            return False
+        self.load_state_dict(load_checkpoint(ck))
+        log.info("resumed from %s: epoch %d, batch %d, step %d", ck, self.epoch, self.batch_in_epoch, self.step)
+        return True
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self, utt_ids: List[str]) -> tuple:
+        batch = collate(self.train_ds, utt_ids)
+        if self.tcfg.spec_augment:
+            batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
+        self.model.train()
+        loss, total, frames = ctc_loss(self.model, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.algo.after_backward(self.model)
+        if self.tcfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tcfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.algo.after_step(self.model, self.optimizer, self.step)
+        return total, frames, int(batch["feat_lens"].sum())
+
+    @torch.no_grad()
+    def dev_loss(self) -> Optional[float]:
+        if self.dev_ds is None:
+            return None
+        self.model.eval()
+        total, frames = 0.0, 0
+        for utt_ids in make_batches(self.dev_ds.utts, self.max_frames, 0, 0):
+            _, t, f = ctc_loss(self.model, collate(self.dev_ds, utt_ids))
+            total, frames = total + t, frames + f
+        total, frames = self.algo.reduce_metric(total, frames)
+        return total / max(frames, 1)
+
+    def fit(self) -> dict:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.try_resume()
+        self.algo.setup(self.model, self.optimizer)
+        main = self.algo.is_main
+        tb = SummaryWriter(str(self.exp_dir / "tensorboard"), purge_step=self.step) if main else None
+        while self.epoch < self.tcfg.epochs:
+            batches = self._epoch_batches(self.epoch)
+            bar = tqdm(total=len(batches), initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}",
+                       disable=not main, unit="batch", dynamic_ncols=True, mininterval=2.0)
+            run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
+            while self.batch_in_epoch < len(batches):
+                total, frames, nin = self.train_step(batches[self.batch_in_epoch])
+                self.batch_in_epoch += 1
+                run_total, run_frames, in_frames = run_total + total, run_frames + frames, in_frames + nin
+                bar.update(1)
+                if self.step % self.tcfg.log_every == 0:
+                    self._log_train(tb, run_total / run_frames, in_frames / (time.time() - t0))
+                    run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
+                    bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.3f}")
+                if self.step % self.tcfg.checkpoint_every == 0:
+                    self.save()
+                if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps:
+                    log.warning("kill_after_steps=%d reached: SIGKILL (testing aid)", self.step)
+                    os.kill(os.getpid(), signal.SIGKILL)
+            bar.close()
+            dev = self.dev_loss()
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev})
+            if tb is not None and dev is not None:
+                tb.add_scalar("dev/ctc_loss", dev, self.step)
+            log.info("epoch %d done: step %d, dev CTC loss per frame %s", self.epoch, self.step,
+                     f"{dev:.4f}" if dev is not None else "n/a")
+            self.save(f"epoch-{self.epoch}.pt")
+            if main:
+                plot_losses(self.metrics, self.exp_dir / "loss.png")
+        if tb is not None:
+            tb.close()
+        return self.finish()
+
+    def _log_train(self, tb, loss: float, frames_per_s: float) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.metrics.append({"kind": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "lr": lr,
+                             "frames_per_s": frames_per_s})
+        if tb is not None:
+            tb.add_scalar("train/ctc_loss", loss, self.step)
+            tb.add_scalar("train/lr", lr, self.step)
+            tb.add_scalar("train/input_frames_per_s", frames_per_s, self.step)
+        log.info("step %d epoch %d loss %.4f lr %.2e %.0f frames/s", self.step, self.epoch + 1, loss, lr,
+                 frames_per_s)
+
+    def finish(self) -> dict:
+        dev = [m["loss"] for m in self.metrics if m["kind"] == "dev"]
+        summary = {"steps": self.step, "epochs": self.epoch, "final_dev_loss": dev[-1] if dev else None}
+        if self.algo.is_main:
+            with atomic_open(self.exp_dir / "metrics.json") as f:
+                json.dump(self.metrics, f)
+        return summary

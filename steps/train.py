@@ -1,0 +1,67 @@
+"""Train the LSTM acoustic model with CTC (resumable: rerun continues exactly from the last checkpoint).
+
+    python -m steps.train --config recipes/digits/config.yaml --feats-dir data/fbank --data-dir data \
+        --lang-dir data/lang --exp-dir exp/lstm_ctc
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.config import load_config
+from asrlib.io_utils import is_done, mark_done
+from asrlib.models.lstm import build_model, count_parameters
+from asrlib.models.saved import save_model
+from asrlib.train.data import CtcDataset, read_token_ids
+from asrlib.train.trainer import Trainer
+
+log = logging.getLogger("train")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    p.add_argument("--data-dir", type=Path, required=True, help="holds train/ and dev/ Kaldi data dirs")
+    p.add_argument("--feats-dir", type=Path, required=True, help="holds train/ and dev/ feats.scp; train/cmvn.scp")
+    p.add_argument("--lang-dir", type=Path, required=True)
+    p.add_argument("--exp-dir", type=Path, required=True)
+    p.add_argument("--train-set", default="train")
+    p.add_argument("--dev-set", default="dev")
+    a = p.parse_args(argv)
+    cfg = load_config(a.config, a.overrides)
+    done = a.exp_dir / ".train.done"
+    if is_done(done):
+        print(f"train: {a.exp_dir} already trained ({done}); skipping")
+        return 0
+    a.exp_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(a.exp_dir / "log" / "train.log")
+    torch.set_num_threads(cfg.train.num_threads)
+    torch.manual_seed(cfg.train.seed)
+    cmvn = a.feats_dir / a.train_set / "cmvn.scp"
+    stack = cfg.model.stack
+
+    def dataset(name: str) -> CtcDataset:
+        return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
+                          excluded_path=a.exp_dir / f"excluded_{name}.txt")
+
+    train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
+    vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
+    feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
+    model = build_model(feat_dim, vocab, cfg.model)
+    log.info("model: %d parameters; %d train utts (%.0f s), %d dev utts", count_parameters(model),
+             len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir)
+    summary = trainer.fit()
+    save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
+               info={"lang_dir": str(a.lang_dir), **summary})
+    mark_done(done, summary)
+    log.info("training done: %s", summary)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

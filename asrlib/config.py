@@ -53,6 +53,12 @@ class ModelConfig:
 
 
 @dataclass
+class DistConfig:
+    algo: str = "local"           # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring
+    period: int = 1               # K (ma) / tau (bmuf): local steps between synchronisations
+
+
+@dataclass
 class TrainConfig:
     epochs: int = 10
     batch_seconds: float = 60.0   # total audio per minibatch
@@ -69,6 +75,7 @@ class TrainConfig:
     spec_augment: bool = True
     log_every: int = 10
     kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never)
+    dist: DistConfig = field(default_factory=DistConfig)
 
 
 @dataclass

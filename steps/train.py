@@ -16,6 +16,7 @@ from asrlib.config import load_config
 from asrlib.io_utils import is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
+from asrlib.train.algo import make_algo
 from asrlib.train.data import CtcDataset, read_token_ids
 from asrlib.train.trainer import Trainer
 
@@ -54,7 +55,7 @@ def main(argv=None):
     model = build_model(feat_dim, vocab, cfg.model)
     log.info("model: %d parameters; %d train utts (%.0f s), %d dev utts", count_parameters(model),
              len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
-    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=make_algo(cfg.train.dist))
     summary = trainer.fit()
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
                info={"lang_dir": str(a.lang_dir), **summary})

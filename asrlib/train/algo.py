@@ -47,3 +47,12 @@ class TrainAlgo:
 
 class LocalAlgo(TrainAlgo):
     name = "local"
+
+
+def make_algo(cfg) -> TrainAlgo:
+    """The algorithm named by ``train.dist.algo`` (``local`` = one process, no communication)."""
+    if cfg.algo == "local":
+        return LocalAlgo()
+    from asrlib.dist import make_dist_algo  # torch.distributed algorithms live in asrlib/dist/
+
+    return make_dist_algo(cfg)

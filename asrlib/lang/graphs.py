@@ -1,0 +1,257 @@
+"""Decoding graphs for CTC: T (CTC topology), L (lexicon), G (grammar) and TLG = T ∘ min(det(L ∘ G)).
+
+Label conventions (the kaldi-decoder / sherpa-onnx / icefall convention):
+
+- ``tokens.txt`` ids: ``<blk>`` = 0, phones 1..P. ``N = P + 1`` tokens = the acoustic model's output dimension.
+- L's input side uses the phone ids of ``tokens.txt``; its disambiguation symbols ``#k`` (k = 0..K) get ids
+  ``N + k`` (listed in ``disambig.txt``). ``#0`` passes G's back-off symbol through L; ``#1..#K`` end
+  pronunciations that are homophones or prefixes of other pronunciations (Kaldi's ``add_lex_disambig.pl`` rule).
+- T's input labels are token id + 1 (so 0 stays epsilon and blank is 1: ``DecodableCtc`` scores input label ``i``
+  with column ``i - 1``); its disambiguation self-loops have input ``N + k + 1`` and output ``N + k``.
+- Output labels of L, G and TLG are the word ids of ``words.txt``.
+
+After T ∘ LG is determinized and minimized the disambiguation input labels are mapped to epsilon, so TLG's input
+labels are 0 (epsilon) or 1..N (tokens).
+"""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import kaldifst
+
+from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
+from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
+
+log = logging.getLogger(__name__)
+
+GRAMMARS = ("digit_loop", "arpa")
+
+
+# ---------------------------------------------------------------- helpers
+def write_fst(fst: kaldifst.StdVectorFst, path: PathLike) -> None:
+    """Write ``fst`` in OpenFst binary format, atomically."""
+    with atomic_path(path) as tmp:
+        if not fst.write(str(tmp)):
+            raise AsrError(f"could not write FST to {path}")
+
+
+def read_fst(path: PathLike) -> kaldifst.StdVectorFst:
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"{path} does not exist; run steps.prepare_lang first")
+    return kaldifst.StdVectorFst.read(str(path))
+
+
+def _relabel_input(fst: kaldifst.StdVectorFst, mapping: Dict[int, int]) -> kaldifst.StdVectorFst:
+    """Copy of ``fst`` with input labels replaced through ``mapping`` (labels not in it are kept)."""
+    out = kaldifst.StdVectorFst()
+    n = fst.num_states
+    for _ in range(n):
+        out.add_state()
+    if n == 0:
+        return out
+    out.start = fst.start
+    for s in kaldifst.StateIterator(fst):
+        out.set_final(s, fst.final(s))
+        for arc in kaldifst.ArcIterator(fst, s):
+            out.add_arc(s, kaldifst.StdArc(mapping.get(arc.ilabel, arc.ilabel), arc.olabel, arc.weight,
+                                           arc.nextstate))
+    return out
+
+
+# ---------------------------------------------------------------- lexicon disambiguation
+def add_disambig(lexicon: Dict[str, List[List[str]]]) -> Tuple[List[Tuple[str, List[str], int]], int]:
+    """Kaldi's ``add_lex_disambig.pl`` rule: a pronunciation that is a homophone of another, or a proper prefix
+    of another, ends with its own ``#k`` (k >= 1, counted per phone sequence).
+
+    Returns ``([(word, pron, k or 0), ...], max_k)``; ``#0`` is always reserved for the grammar's back-off.
+    """
+    entries = [(w, p) for w in sorted(lexicon) for p in lexicon[w]]
+    count: Dict[Tuple[str, ...], int] = {}
+    prefixes = set()
+    for _, p in entries:
+        count[tuple(p)] = count.get(tuple(p), 0) + 1
+        for i in range(1, len(p)):
+            prefixes.add(tuple(p[:i]))
+    last: Dict[Tuple[str, ...], int] = {}
+    out, max_k = [], 0
+    for w, p in entries:
+        key = tuple(p)
+        k = 0
+        if key in prefixes or count[key] > 1:
+            k = last.get(key, 0) + 1
+            last[key] = k
+            max_k = max(max_k, k)
+        out.append((w, p, k))
+    return out, max_k
+
+
+# ---------------------------------------------------------------- T, L, G
+def make_ctc_topo(num_tokens: int, disambig_in: Sequence[int] = (), disambig_out: Sequence[int] = ()
+                  ) -> kaldifst.StdVectorFst:
+    """The standard (fully connected) CTC topology, icefall's "H".
+
+    State ``t`` means "the last frame was token ``t``" (state 0 = blank, the start). Every state is final. An arc
+    to state ``t`` reads input ``t + 1``; it outputs token ``t`` unless ``t`` is blank or the arc is the
+    self-loop (a repeated frame). Each state also gets self-loops ``disambig_in[i] : disambig_out[i]``.
+    """
+    fst = kaldifst.StdVectorFst()
+    for _ in range(num_tokens):
+        fst.add_state()
+    fst.start = 0
+    for s in range(num_tokens):
+        fst.set_final(s, 0.0)
+        for t in range(num_tokens):
+            olabel = 0 if (t == 0 or t == s) else t
+            fst.add_arc(s, kaldifst.StdArc(t + 1, olabel, 0.0, t))
+        for i, o in zip(disambig_in, disambig_out):
+            fst.add_arc(s, kaldifst.StdArc(i, o, 0.0, s))
+    return fst
+
+
+def make_lexicon_fst(entries: Sequence[Tuple[str, List[str], int]], tokens: Dict[str, int],
+                     words: Dict[str, int], disambig0: Optional[int]) -> kaldifst.StdVectorFst:
+    """L: phones (+ ``#k``) -> words, a loop through state 0 (start and final), no silence (CTC blank covers it).
+
+    ``entries`` come from :func:`add_disambig`; the phone-level ``#k`` has id ``disambig0 + k``. When
+    ``disambig0`` is None the ``#k`` are left out (a lexicon for matching phone strings, not for composing with
+    G) and so is the ``#0`` self-loop.
+    """
+    fst = kaldifst.StdVectorFst()
+    fst.add_state()
+    fst.start = 0
+    fst.set_final(0, 0.0)
+    for word, pron, k in entries:
+        labels = [tokens[ph] for ph in pron]
+        if disambig0 is not None and k > 0:
+            labels.append(disambig0 + k)
+        src = 0
+        for i, lab in enumerate(labels):
+            dst = 0 if i == len(labels) - 1 else fst.add_state()
+            fst.add_arc(src, kaldifst.StdArc(lab, words[word] if i == 0 else 0, 0.0, dst))
+            src = dst
+    if disambig0 is not None:
+        fst.add_arc(0, kaldifst.StdArc(disambig0, words["#0"], 0.0, 0))
+    return fst
+
+
+def make_word_loop(words: Dict[str, int]) -> kaldifst.StdVectorFst:
+    """G for ``grammar: digit_loop``: one state, start and final, a loop over every real word with the uniform
+    cost ``log(number of words)``."""
+    import math
+
+    real = sorted(i for w, i in words.items() if w not in SPECIAL_WORDS)
+    cost = math.log(len(real))
+    fst = kaldifst.StdVectorFst()
+    fst.add_state()
+    fst.start = 0
+    fst.set_final(0, 0.0)
+    for i in real:
+        fst.add_arc(0, kaldifst.StdArc(i, i, cost, 0))
+    return fst
+
+
+def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:
+    """G from an ARPA n-gram through kaldilm, run in a child process (kaldilm must not share a process with
+    kaldi_hmm_gmm); back-off arcs read ``#0``."""
+    arpa = Path(arpa)
+    if not arpa.is_file():
+        raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
+    cmd = [sys.executable, "-m", "kaldilm", f"--read-symbol-table={words_txt}", "--disambig-symbol=#0",
+           f"--max-order={ngram_order}", "--max-arpa-warnings=-1", str(arpa)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        raise AsrError(f"kaldilm could not convert {arpa} (exit {proc.returncode}); are all its words in "
+                       f"{words_txt}? kaldilm said:\n{tail}")
+    skipped = [ln for ln in proc.stderr.splitlines() if "not in symbol table" in ln]
+    if skipped:
+        oov = sorted({ln.split("word '", 1)[1].split("'", 1)[0] for ln in skipped if "word '" in ln})
+        log.warning("%s: %d n-gram line(s) skipped because their words are not in %s (words: %s)", arpa,
+                    len(skipped), words_txt, " ".join(oov[:20]) + (" ..." if len(oov) > 20 else ""))
+    text = proc.stdout.strip() + "\n"
+    if not text.strip():
+        raise AsrError(f"kaldilm produced an empty grammar from {arpa}")
+    return kaldifst.compile(text)
+
+
+# ---------------------------------------------------------------- the whole graph
+def check_grammar(grammar: str, arpa: Optional[PathLike]) -> None:
+    """AsrError unless ``grammar`` is known and, for ``arpa``, the ARPA file exists."""
+    if grammar not in GRAMMARS:
+        raise AsrError(f"lang.grammar must be one of {', '.join(GRAMMARS)}, got '{grammar}'")
+    if grammar == "arpa":
+        if not arpa:
+            raise AsrError("lang.grammar is 'arpa' but lang.arpa (path of the ARPA file) is not set")
+        if not Path(arpa).is_file():
+            raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
+
+
+def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[PathLike] = None,
+              ngram_order: int = 3) -> Path:
+    """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
+
+    ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
+    :func:`asrlib.lang.lexicon.write_lang_files`). ``grammar`` is ``digit_loop`` (uniform word loop) or ``arpa``
+    (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). Returns the path of ``TLG.fst``.
+    """
+    lang_dir = Path(lang_dir)
+    check_grammar(grammar, arpa)
+    tokens = read_tokens(lang_dir / "tokens.txt")
+    words = {w: i for i, w in read_words(lang_dir / "words.txt").items()}
+    for sym in SPECIAL_WORDS:
+        if sym not in words:
+            raise AsrError(f"{lang_dir / 'words.txt'} lacks '{sym}'; rebuild it with steps.prepare_lang")
+    lexicon = read_lexicon(lang_dir / "lexicon.txt")
+    for w, prons in lexicon.items():
+        if w not in words:
+            raise AsrError(f"{lang_dir / 'lexicon.txt'}: word '{w}' is not in words.txt")
+        for ph in (ph for p in prons for ph in p):
+            if ph not in tokens:
+                raise AsrError(f"{lang_dir / 'lexicon.txt'}: phone '{ph}' of '{w}' is not in tokens.txt")
+
+    num_tokens = len(tokens)
+    entries, max_k = add_disambig(lexicon)
+    disambig0 = num_tokens  # phone-level id of #0
+    disambig_ids = [disambig0 + k for k in range(max_k + 1)]
+    with atomic_open(lang_dir / "disambig.txt") as f:
+        for k, i in enumerate(disambig_ids):
+            f.write(f"#{k} {i}\n")
+
+    L = make_lexicon_fst(entries, tokens, words, disambig0)
+    if grammar == "digit_loop":
+        G = make_word_loop(words)
+    else:
+        G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
+    T = make_ctc_topo(num_tokens, [i + 1 for i in disambig_ids], disambig_ids)
+    write_fst(L, lang_dir / "L.fst")
+    write_fst(G, lang_dir / "G.fst")
+    write_fst(T, lang_dir / "T.fst")
+
+    kaldifst.arcsort(L, sort_type="olabel")
+    kaldifst.arcsort(G, sort_type="ilabel")
+    LG = kaldifst.compose(L, G)
+    if LG.num_states == 0:
+        raise AsrError("L ∘ G is empty: the grammar accepts no word sequence of the lexicon")
+    if kaldifst.determinize_star(LG):
+        raise AsrError("determinizing L ∘ G stopped early (state limit)")
+    kaldifst.minimize_encoded(LG)
+    kaldifst.arcsort(LG, sort_type="ilabel")
+
+    kaldifst.arcsort(T, sort_type="olabel")
+    TLG = kaldifst.compose(T, LG)
+    if kaldifst.determinize_star(TLG):
+        raise AsrError("determinizing T ∘ LG stopped early (state limit)")
+    kaldifst.minimize_encoded(TLG)
+    TLG = _relabel_input(TLG, {i + 1: 0 for i in disambig_ids})
+    kaldifst.connect(TLG)
+    kaldifst.arcsort(TLG, sort_type="ilabel")
+    out = lang_dir / "TLG.fst"
+    write_fst(TLG, out)
+    log.info("TLG: %d states, %d arcs (L∘G %d states; grammar %s)", TLG.num_states,
+             sum(TLG.num_arcs(s) for s in range(TLG.num_states)), LG.num_states, grammar)
+    return out

@@ -1,0 +1,61 @@
+"""Build the lang directory: CMUdict lexicon, tokens, words, and the decoding graphs T/L/G → TLG.fst.
+
+    python -m steps.prepare_lang --text data/train/text --lang-dir data/lang --config recipes/digits/config.yaml \
+        [--set lang.grammar=arpa --set lang.arpa=path/lm.arpa --set lang.ngram_order=2]
+
+The vocabulary is every word of the Kaldi ``text`` file (``utt-id word word ...``). Outputs in ``--lang-dir``:
+``lexicon.txt tokens.txt words.txt disambig.txt T.fst L.fst G.fst TLG.fst`` and ``.done`` (written last; a
+finished directory is skipped — delete ``.done`` to rebuild).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.config import config_to_dict, load_config
+from asrlib.io_utils import AsrError, is_done, mark_done, read_table
+from asrlib.lang.graphs import build_tlg, check_grammar
+from asrlib.lang.lexicon import build_lexicon, write_lang_files
+
+
+def vocabulary(text: Path) -> set[str]:
+    """Words of a Kaldi ``text`` file, uppercase; an empty file is an AsrError."""
+    if not text.is_file():
+        raise AsrError(f"transcript file {text} does not exist")
+    words = {w.upper() for _, rest in read_table(text) for w in rest.split()}
+    if not words:
+        raise AsrError(f"{text} holds no words; check the data preparation")
+    return words
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    p.add_argument("--text", type=Path, required=True, help="Kaldi text file whose words form the vocabulary")
+    p.add_argument("--lang-dir", type=Path, required=True)
+    a = p.parse_args(argv)
+    cfg = load_config(a.config, a.overrides).lang
+    done = a.lang_dir / ".done"
+    if is_done(done):
+        print(f"prepare_lang: {a.lang_dir} complete; skipping")
+        return 0
+    check_grammar(cfg.grammar, cfg.arpa)
+    setup_logging(a.lang_dir / "log" / "prepare_lang.log")
+    t0 = time.perf_counter()
+    lexicon = build_lexicon(vocabulary(a.text))
+    write_lang_files(a.lang_dir, lexicon)
+    tlg = build_tlg(a.lang_dir, grammar=cfg.grammar, arpa=cfg.arpa, ngram_order=cfg.ngram_order)
+    info = {"words": len(lexicon), "pronunciations": sum(len(v) for v in lexicon.values()),
+            "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
+            "lang": config_to_dict(cfg), "tlg": str(tlg), "seconds": round(time.perf_counter() - t0, 3)}
+    mark_done(done, info)
+    logging.getLogger("prepare_lang").info("done: %s", json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

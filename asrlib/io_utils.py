@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
 PathLike = Union[str, os.PathLike]
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 class AsrError(Exception):
@@ -28,6 +31,7 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; outputs get the usual umask-based permissions
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -105,10 +109,30 @@ def write_table(path: PathLike, rows: Iterable[Tuple[str, str]], sort: bool = Tr
 
 
 # ---------------------------------------------------------------- stage markers
-def is_done(marker: PathLike) -> bool:
-    return Path(marker).is_file()
+def is_done(marker: PathLike, fingerprint: dict | None = None) -> bool:
+    """True when the stage's marker exists and (if given) was written with the same settings ``fingerprint``.
+
+    A marker written with other settings (e.g. the grammar changed in the config) makes the stage run again.
+    """
+    marker = Path(marker)
+    if not marker.is_file():
+        return False
+    if fingerprint is None:
+        return True
+    try:
+        old = json.loads(marker.read_text()).get("_fingerprint")
+    except (json.JSONDecodeError, AttributeError):
+        old = None
+    if old != json.loads(json.dumps(fingerprint, sort_keys=True, default=str)):
+        logging.getLogger(__name__).warning("%s was made with other settings (%s, now %s): redoing the stage",
+                                            marker, old, fingerprint)
+        return False
+    return True
 
 
-def mark_done(marker: PathLike, info: dict | None = None) -> None:
-    """Write a stage's completion marker (atomically), optionally with a JSON summary of what it produced."""
-    write_json(marker, info or {})
+def mark_done(marker: PathLike, info: dict | None = None, fingerprint: dict | None = None) -> None:
+    """Write a stage's completion marker (atomically), with a JSON summary and the settings it was made with."""
+    info = dict(info or {})
+    if fingerprint is not None:
+        info["_fingerprint"] = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+    write_json(marker, info)

@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main
-from asrlib.config import load_config
+from asrlib.config import config_to_dict, load_config
 from asrlib.io_utils import is_done, mark_done, read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 
@@ -39,7 +39,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides).decode
     done = a.out_dir / ".decode.done"
-    if is_done(done):
+    fp = {"method": a.method, **config_to_dict(cfg)}
+    if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0
     decoder = make_decoder(a.method, a.lang_dir, cfg)
@@ -52,7 +53,7 @@ def main(argv=None):
     elapsed = time.perf_counter() - t0
     write_table(a.out_dir / "hyp.txt", hyps)
     info = {"method": a.method, "utterances": len(hyps), "frames": frames, "search_seconds": elapsed}
-    mark_done(done, info)
+    mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0
 

@@ -40,7 +40,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides).lang
     done = a.lang_dir / ".done"
-    if is_done(done):
+    if is_done(done, fingerprint=config_to_dict(cfg)):
         print(f"prepare_lang: {a.lang_dir} complete; skipping")
         return 0
     check_grammar(cfg.grammar, cfg.arpa)
@@ -52,7 +52,7 @@ def main(argv=None):
     info = {"words": len(lexicon), "pronunciations": sum(len(v) for v in lexicon.values()),
             "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
             "lang": config_to_dict(cfg), "tlg": str(tlg), "seconds": round(time.perf_counter() - t0, 3)}
-    mark_done(done, info)
+    mark_done(done, info, fingerprint=config_to_dict(cfg))
     logging.getLogger("prepare_lang").info("done: %s", json.dumps(info))
     return 0
 

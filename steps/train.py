@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import load_config
-from asrlib.io_utils import is_done, mark_done
+from asrlib.config import config_to_dict, load_config
+from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
@@ -35,9 +35,14 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
     done = a.exp_dir / ".train.done"
-    if is_done(done):
+    fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
+    fp["train"].pop("kill_after_steps")
+    if is_done(done, fingerprint=fp):
         print(f"train: {a.exp_dir} already trained ({done}); skipping")
         return 0
+    if done.is_file():
+        raise AsrError(f"{a.exp_dir} holds a model trained with other model/train settings; "
+                       f"use another --exp-dir, or delete {a.exp_dir} to retrain")
     a.exp_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(a.exp_dir / "log" / "train.log")
     torch.set_num_threads(cfg.train.num_threads)
@@ -59,7 +64,7 @@ def main(argv=None):
     summary = trainer.fit()
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
                info={"lang_dir": str(a.lang_dir), **summary})
-    mark_done(done, summary)
+    mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0
 

@@ -25,7 +25,9 @@ def main(argv=None):
     p.add_argument("--num-threads", type=int, default=2)
     a = p.parse_args(argv)
     done = a.out_dir / ".done"
-    if is_done(done):
+    st = a.model.stat() if a.model.is_file() else None
+    fp = {"model": str(a.model), "model_bytes": st and st.st_size, "model_mtime_ns": st and st.st_mtime_ns}
+    if is_done(done, fingerprint=fp):
         print(f"compute_logprobs: {a.out_dir} complete; skipping")
         return 0
     torch.set_num_threads(a.num_threads)
@@ -38,7 +40,7 @@ def main(argv=None):
             yield k, model.log_probs(reader[k])
 
     write_matrices(a.out_dir / "logprobs.ark", items())
-    mark_done(done, {"utterances": len(keys), "model": str(a.model)})
+    mark_done(done, {"utterances": len(keys)}, fingerprint=fp)
     return 0
 
 

@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from asrlib.config import RecipeConfig, TrainConfig
-from asrlib.io_utils import atomic_open, mark_done
+from asrlib.io_utils import AsrError, atomic_open
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from asrlib.train.data import CtcDataset, collate, make_batches, spec_augment
@@ -110,7 +110,15 @@ class Trainer:
         ck = latest_checkpoint(self.ckpt_dir)
         if ck is None:
             return False
-        self.load_state_dict(load_checkpoint(ck))
+        st = load_checkpoint(ck)
+        for section in ("model", "train"):
+            old, new = dict(st["config"][section]), dataclasses.asdict(getattr(self.cfg, section))
+            old.pop("kill_after_steps", None), new.pop("kill_after_steps", None)
+            if old != new:
+                diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
+                raise AsrError(f"{ck} was written with other {section} settings {diff} (old, new): "
+                               f"resume needs the same settings; use another exp dir or delete {self.ckpt_dir}")
+        self.load_state_dict(st)
         log.info("resumed from %s: epoch %d, batch %d, step %d", ck, self.epoch, self.batch_in_epoch, self.step)
         return True
 

@@ -54,8 +54,26 @@ class ModelConfig:
 
 @dataclass
 class DistConfig:
+    """``train.dist``: the distributed training algorithm and its knobs (see asrlib/dist/ for what each does)."""
     algo: str = "local"           # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring
     period: int = 1               # K (ma) / tau (bmuf): local steps between synchronisations
+    warmup_steps: int = 0         # ma/bmuf: synchronous SGD (gradient all-reduce) for the first N steps
+    block_momentum: float = -1.0  # bmuf eta; < 0 means 1 - 1/N
+    block_lr: float = 1.0         # bmuf zeta
+    nesterov: bool = True         # bmuf: next block starts from W + eta * Delta
+    reset_local_momentum: bool = True  # bmuf: clear the local optimizer's momentum after each block sync
+    adaptive: bool = False        # ma: adapt K to the measured divergence of the learners
+    max_period: int = 32          # ma adaptive: upper bound for K
+    div_low: float = 1e-4         # ma adaptive: relative divergence below which K doubles
+    div_high: float = 1e-2        # ma adaptive: relative divergence above which K halves
+    lr_scale: str = "none"        # ma: none | sqrt | linear: learning rate x f(N), ramped in over lr_ramp_steps
+    lr_ramp_steps: int = 0
+    node_period: int = 0          # ma: > 0 averages within each node every node_period steps (hierarchical)
+    local_world_size: int = 0     # learners per node (hadpsgd, hierarchical ma); 0 = torchrun's LOCAL_WORLD_SIZE
+    backend: str = "auto"         # auto (nccl with CUDA, else gloo) | gloo | nccl
+    timeout_s: int = 900          # process-group timeout (a lost learner fails the run after this)
+    straggler_rank: int = -1      # benchmark aid: this learner sleeps straggler_sleep seconds per step
+    straggler_sleep: float = 0.0
 
 
 @dataclass
@@ -153,8 +171,13 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
         if "=" not in ov or "." not in ov.split("=", 1)[0]:
             raise AsrError(f"override '{ov}' must look like section.key=value")
         dotted, val = ov.split("=", 1)
-        section, key = dotted.split(".", 1)
-        raw.setdefault(section, {})[key] = yaml.safe_load(val)
+        node = raw
+        *parents, leaf = dotted.split(".")  # nested sections: train.dist.algo=bmuf
+        for name in parents:
+            node = node.setdefault(name, {})
+            if node is None or not isinstance(node, dict):
+                raise AsrError(f"override '{ov}': '{name}' is not a section")
+        node[leaf] = yaml.safe_load(val)
     return _build(RecipeConfig, raw, str(path))
 
 

@@ -1,0 +1,49 @@
+"""Recipe config validation and Kaldi-style run.sh option parsing."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from asrlib.config import load_config
+from asrlib.io_utils import AsrError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_recipe_config_loads():
+    cfg = load_config(ROOT / "recipes/digits/config.yaml")
+    assert cfg.features.num_mel_bins == 80 and cfg.model.stack == 3
+
+
+def test_unknown_key_lists_valid_keys(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  epoch: 3\n")
+    with pytest.raises(AsrError, match=r"unknown key 'epoch'.*Valid keys:.*epochs"):
+        load_config(p)
+
+
+def test_wrong_type_is_named(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  epochs: three\n")
+    with pytest.raises(AsrError, match=r"train\.epochs: wrong type"):
+        load_config(p)
+
+
+def test_override_and_bad_override(tmp_path):
+    cfg = load_config(ROOT / "recipes/digits/config.yaml", ["train.epochs=2", "model.peephole=true"])
+    assert cfg.train.epochs == 2 and cfg.model.peephole is True
+    with pytest.raises(AsrError, match="section.key=value"):
+        load_config(ROOT / "recipes/digits/config.yaml", ["epochs=2"])
+
+
+def _parse(args):
+    script = ('stage=1\nstop_stage=6\n__po_options="stage stop_stage"\n'
+              f'. {ROOT}/utils/parse_options.sh\necho "$stage $stop_stage $*"\n')
+    return subprocess.run(["bash", "-c", script, "x", *args], capture_output=True, text=True)
+
+
+def test_parse_options_sets_known_and_rejects_unknown():
+    r = _parse(["--stage", "4", "--stop-stage=5", "rest"])
+    assert r.returncode == 0 and r.stdout.strip() == "4 5 rest"
+    r = _parse(["--stgae", "4"])
+    assert r.returncode != 0 and "unknown option --stgae" in r.stderr and "--stop-stage" in r.stderr

@@ -1,0 +1,55 @@
+"""Compute log-mel filterbank features of a Kaldi data directory into Kaldi archives.
+
+    python -m steps.compute_fbank --data-dir data/train --out-dir data/fbank/train --config recipes/digits/config.yaml
+        [--nj N] [--set features.num_mel_bins=40]
+
+Writes OUT_DIR/feats.scp (+ feats.JOB.ark/scp), utt2num_frames, excluded.txt and, last, OUT_DIR/.done; a finished
+directory is skipped. The ``features`` section of the config gives num_mel_bins, nj and dither; ``data.sample_rate``
+the expected sample rate.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import List, Optional
+
+from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.config import load_config
+from asrlib.io_utils import AsrError, is_done, mark_done
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", required=True, help="Kaldi data directory with wav.scp (and optional segments)")
+    p.add_argument("--out-dir", required=True, help="output directory for the archives")
+    p.add_argument("--nj", type=int, default=None, help="parallel jobs (overrides features.nj)")
+    add_config_args(p)
+    args = p.parse_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    out_dir = Path(args.out_dir)
+    settings = {"num_mel_bins": cfg.features.num_mel_bins, "dither": cfg.features.dither,
+                "sample_rate": cfg.data.sample_rate}
+    marker = out_dir / ".done"
+    if is_done(marker):
+        import json
+        done = json.loads(marker.read_text() or "{}")
+        if done.get("settings", settings) != settings:
+            raise AsrError(f"{out_dir} holds features made with {done['settings']}, but the config asks for "
+                           f"{settings}; delete {out_dir} to recompute")
+        print(f"{out_dir}: features already computed ({done.get('num_utts')} utterances), skipping")
+        return 0
+    setup_logging(out_dir / "log" / "compute_fbank.log")
+    from asrlib.features.fbank import compute_fbank
+
+    nj = args.nj if args.nj is not None else cfg.features.nj
+    res = compute_fbank(args.data_dir, out_dir, nj=nj, **settings)
+    mark_done(marker, {"settings": settings, "data_dir": str(args.data_dir), "num_utts": res.num_utts,
+                       "num_excluded": res.num_excluded, "num_frames": res.num_frames,
+                       "seconds": round(res.seconds, 2), "nj": nj})
+    print(f"{out_dir}: {res.num_utts} utterances, {res.num_frames} frames, {res.num_excluded} excluded "
+          f"(see {out_dir / 'excluded.txt'}), {res.seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,150 @@
+"""Fbank extraction into Kaldi archives (vs lhotse), parallel jobs, exclusions, CMVN, step CLIs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+from lhotse import Fbank, FbankConfig
+
+from asrlib.features.cmvn import Cmvn, accumulate_cmvn_stats, load_cmvn
+from asrlib.features.fbank import compute_fbank
+from asrlib.io_utils import AsrError, read_table, read_table_dict
+from asrlib.kaldi_io import MatrixReader
+
+SR = 16000
+
+
+def _signal(seconds: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    x = 0.4 * np.sin(2 * np.pi * (200 + 300 * seed) * t) + 0.02 * rng.standard_normal(len(t))
+    return x.astype(np.float32)
+
+
+@pytest.fixture()
+def data_dir(tmp_path):
+    """5 good utterances (PCM16), one missing file, one float WAV with a NaN sample, one 8 kHz file."""
+    d = tmp_path / "data"
+    (d / "wav").mkdir(parents=True)
+    rows = []
+    for i, dur in enumerate([1.23, 0.5, 2.0, 0.81, 1.0]):
+        p = d / "wav" / f"good{i}.wav"
+        sf.write(p, _signal(dur, i), SR, subtype="PCM_16")
+        rows.append(f"good{i} {p}\n")
+    nan = _signal(1.0, 9)
+    nan[5000] = np.nan
+    sf.write(d / "wav" / "nan.wav", nan, SR, subtype="FLOAT")
+    sf.write(d / "wav" / "rate.wav", _signal(1.0, 3)[:8000], 8000, subtype="PCM_16")
+    rows += [f"missing {d / 'wav' / 'missing.wav'}\n", f"nanutt {d / 'wav' / 'nan.wav'}\n",
+             f"rate8k {d / 'wav' / 'rate.wav'}\n"]
+    (d / "wav.scp").write_text("".join(rows))
+    return d
+
+
+def _all_feats(out_dir):
+    return dict(MatrixReader(out_dir / "feats.scp"))
+
+
+def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
+    out1 = tmp_path / "fb1"
+    res = compute_fbank(data_dir, out1, nj=1, show_progress=False)
+    assert (res.num_utts, res.num_excluded) == (5, 3)
+    feats = _all_feats(out1)
+    assert list(feats) == [f"good{i}" for i in range(5)]           # feats.scp sorted by utterance id
+    lhotse_fbank = Fbank(FbankConfig(num_filters=80))
+    frames = read_table_dict(out1 / "utt2num_frames")
+    for i, dur in enumerate([1.23, 0.5, 2.0, 0.81, 1.0]):
+        f = feats[f"good{i}"]
+        assert f.shape == (round(dur * 100), 80) and f.dtype == np.float32 and np.isfinite(f).all()
+        assert int(frames[f"good{i}"]) == len(f)
+        audio, _ = sf.read(data_dir / "wav" / f"good{i}.wav", dtype="float32")
+        assert np.array_equal(f, lhotse_fbank.extract(audio, SR))  # exactly lhotse's features
+    excluded = dict(read_table(out1 / "excluded.txt"))
+    assert set(excluded) == {"missing", "nanutt", "rate8k"}
+    assert "cannot read audio" in excluded["missing"]
+    assert "NaN/Inf" in excluded["nanutt"]
+    assert "sample rate 8000" in excluded["rate8k"]
+
+    out2 = tmp_path / "fb2"                                        # two jobs give identical archives' content
+    compute_fbank(data_dir, out2, nj=2, show_progress=False)
+    feats2 = _all_feats(out2)
+    assert list(feats2) == list(feats)
+    assert all(feats2[k].tobytes() == feats[k].tobytes() for k in feats)
+    assert (out2 / "feats.2.scp").is_file()
+    assert (out2 / "excluded.txt").read_text() == (out1 / "excluded.txt").read_text()
+
+    mtime = (out2 / "feats.1.ark").stat().st_mtime_ns              # a rerun reuses finished jobs ...
+    (out2 / ".job.2.json").unlink()                                # ... and redoes unfinished ones
+    compute_fbank(data_dir, out2, nj=2, show_progress=False)
+    assert (out2 / "feats.1.ark").stat().st_mtime_ns == mtime and (out2 / ".job.2.json").is_file()
+    compute_fbank(data_dir, out2, nj=1, show_progress=False)       # fewer jobs: stale job files removed
+    assert not (out2 / "feats.2.ark").exists() and _all_feats(out2).keys() == feats.keys()
+
+
+def test_fbank_segments_and_errors(data_dir, tmp_path):
+    (data_dir / "segments").write_text("seg_a good2 0.0 0.75\nseg_b good2 0.5 -1\n")
+    out = tmp_path / "fb"
+    compute_fbank(data_dir, out, nj=2, show_progress=False)
+    feats = _all_feats(out)
+    audio, _ = sf.read(data_dir / "wav" / "good2.wav", dtype="float32")
+    ref = Fbank(FbankConfig(num_filters=80))
+    assert np.array_equal(feats["seg_a"], ref.extract(audio[:12000], SR))
+    assert np.array_equal(feats["seg_b"], ref.extract(audio[8000:], SR))
+    (data_dir / "segments").write_text("seg_a nosuchrec 0 1\n")
+    with pytest.raises(AsrError, match="not in"):
+        compute_fbank(data_dir, out, nj=1, show_progress=False)
+    (data_dir / "segments").unlink()
+    (data_dir / "wav.scp").write_text("u1 sox x.wav -t wav - |\n")
+    with pytest.raises(AsrError, match="plain file paths"):
+        compute_fbank(data_dir, out, nj=1, show_progress=False)
+    (data_dir / "wav.scp").write_text(f"u1 {tmp_path / 'none.wav'}\n")
+    with pytest.raises(AsrError, match="all 1 utterances .* excluded"):
+        compute_fbank(data_dir, tmp_path / "fb3", nj=1, show_progress=False)
+    assert "u1 cannot read audio" in (tmp_path / "fb3" / "excluded.txt").read_text()
+
+
+def test_cmvn_normalises_to_zero_mean_unit_variance(data_dir, tmp_path):
+    out = tmp_path / "fb"
+    compute_fbank(data_dir, out, nj=1, show_progress=False)
+    from steps.compute_cmvn import main as cmvn_main
+    assert cmvn_main(["--feats", str(out / "feats.scp"), "--out-dir", str(out)]) == 0
+    stats = MatrixReader(out / "cmvn.scp", double=True)["global"]
+    all_feats = np.concatenate(list(_all_feats(out).values()))
+    assert stats.shape == (2, 81) and stats[0, -1] == len(all_feats) and stats[1, -1] == 0
+    assert np.array_equal(stats, accumulate_cmvn_stats(out / "feats.scp", show_progress=False))
+    assert np.allclose(stats[0, :-1], all_feats.astype(np.float64).sum(0))
+    normed = load_cmvn(out / "cmvn.scp").apply(all_feats)
+    assert normed.dtype == np.float32
+    assert np.abs(normed.mean(0)).max() < 1e-4 and np.abs(normed.std(0) - 1).max() < 1e-3
+    const = Cmvn.from_stats(np.array([[2.0, 4.0, 2.0], [2.0, 10.0, 0.0]]))  # dim 0 constant: floored
+    assert const[1] == 1 and np.allclose(const[0].inv_std, [1e5, 1.0]) and np.allclose(const[0].mean, [1, 2])
+    with pytest.raises(AsrError):
+        const[0].apply(np.zeros((3, 5), np.float32))
+
+
+def test_steps_compute_fbank_done_marker(data_dir, tmp_path, capsys):
+    from steps.compute_fbank import main
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("features:\n  num_mel_bins: 40\n  nj: 2\n")
+    out = tmp_path / "fb"
+    args = ["--data-dir", str(data_dir), "--out-dir", str(out), "--config", str(cfg), "--nj", "1"]
+    assert main(args) == 0
+    done = json.loads((out / ".done").read_text())
+    assert done["num_utts"] == 5 and done["nj"] == 1 and done["settings"]["num_mel_bins"] == 40
+    assert MatrixReader(out / "feats.scp")["good0"].shape == (123, 40)
+    capsys.readouterr()
+    assert main(args) == 0 and "skipping" in capsys.readouterr().out
+    with pytest.raises(AsrError, match="delete"):
+        main(args + ["--set", "features.num_mel_bins=80"])
+
+
+def test_dither_is_seeded_per_utterance(data_dir, tmp_path):
+    a = compute_fbank(data_dir, tmp_path / "a", nj=1, dither=0.01, show_progress=False)
+    compute_fbank(data_dir, tmp_path / "b", nj=2, dither=0.01, show_progress=False)
+    compute_fbank(data_dir, tmp_path / "c", nj=1, dither=0.0, show_progress=False)
+    fa, fb, fc = (_all_feats(tmp_path / d) for d in "abc")
+    assert a.num_utts == 5
+    assert all(np.array_equal(fa[k], fb[k]) for k in fa)              # same noise whatever nj is
+    assert not any(np.array_equal(fa[k], fc[k]) for k in fa)          # but dither does change the features

@@ -1,0 +1,1 @@
+"""Data handling: Kaldi data directories, audio sanity checks and data-directory cleaning."""

@@ -1,0 +1,1 @@
+"""Corpus-specific data preparation (run as ``python -m local.NAME``)."""

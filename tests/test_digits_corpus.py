@@ -1,0 +1,114 @@
+"""The synthetic digits corpus: determinism, speaker disjointness, manifests vs. data dirs, resuming."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from asrlib.data.kaldi_dir import read_data_dir, validate_data_dir
+from asrlib.io_utils import AsrError, read_table_dict
+from local.digits import SPLITS, WORDS, prepare_digits
+
+COUNTS = {"train": 12, "dev": 4, "test": 4}
+
+
+def _wavs(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "wav").rglob("*.wav"))}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("digits") / "data"
+    prepare_digits(out, seed=3, noise_fraction=0.5, nj=2, counts=COUNTS)
+    return out
+
+
+def test_same_seed_gives_identical_wavs_whatever_nj(corpus, tmp_path):
+    again = tmp_path / "again"
+    prepare_digits(again, seed=3, noise_fraction=0.5, nj=1, counts=COUNTS)
+    a, b = _wavs(corpus), _wavs(again)
+    assert len(a) == sum(COUNTS.values())
+    assert a == b
+    other = tmp_path / "other"
+    prepare_digits(other, seed=4, noise_fraction=0.5, nj=2, counts={"dev": 4})
+    assert set(_wavs(other).values()).isdisjoint(a.values())
+
+
+def test_speakers_disjoint_and_both_engines_in_each_split(corpus):
+    spk = {s: set(read_table_dict(corpus / s / "utt2spk").values()) for s in SPLITS}
+    assert spk["train"].isdisjoint(spk["dev"]) and spk["train"].isdisjoint(spk["test"])
+    assert spk["dev"].isdisjoint(spk["test"])
+    rows = [ln.split() for ln in (corpus / "speakers.txt").read_text().splitlines() if not ln.startswith("#")]
+    voices = {s: {(r[2], r[4] if r[2] == "espeak" else r[3]) for r in rows if r[0] == s} for s in SPLITS}
+    for s in SPLITS:
+        assert {e for e, _ in voices[s]} == {"espeak", "flite"}, s
+    # the timbre (espeak variant / flite voice) of a dev or test speaker is never heard in training
+    assert voices["train"].isdisjoint(voices["test"]) and voices["train"].isdisjoint(voices["dev"])
+    assert sum(int(r[5]) for r in rows) == sum(COUNTS.values())
+
+
+def test_data_dirs_valid_and_utt_ids_prefixed_by_speaker(corpus):
+    for s in SPLITS:
+        validate_data_dir(corpus / s)
+        d = read_data_dir(corpus / s)
+        assert len(d.utterances) == COUNTS[s]
+        for utt, spk in d.utt2spk.items():
+            assert utt.startswith(spk + "-")
+            words = d.text[utt].split()
+            assert 1 <= len(words) <= 7 and set(words) <= set(WORDS)
+    assert (corpus / ".digits.done").is_file()
+
+
+def test_manifests_parse_and_agree_with_data_dirs(corpus):
+    from lhotse import CutSet, RecordingSet, SupervisionSet
+    for s in SPLITS:
+        m = corpus / "manifests"
+        cuts = CutSet.from_file(m / f"digits_cuts_{s}.jsonl.gz")
+        recs = RecordingSet.from_file(m / f"digits_recordings_{s}.jsonl.gz")
+        sups = SupervisionSet.from_file(m / f"digits_supervisions_{s}.jsonl.gz")
+        d = read_data_dir(corpus / s)
+        assert sorted(c.id for c in cuts) == d.utterances == sorted(recs.ids) == sorted(sups.ids)
+        noisy = 0
+        for c in cuts:
+            sup = c.supervisions[0]
+            assert sup.text == d.text[c.id] and sup.speaker == d.utt2spk[c.id]
+            assert c.recording.sources[0].source == d.wav[c.id]
+            info = sf.info(d.wav[c.id])
+            assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+            assert info.frames == c.recording.num_samples
+            noisy += sup.custom["noise"] != "none"
+        assert noisy == round(COUNTS[s] * 0.5)
+        assert c.load_audio().shape == (1, c.recording.num_samples)
+
+
+def test_resume_regenerates_only_missing_wavs(corpus, tmp_path):
+    out = tmp_path / "resume"
+    counts = {"dev": 4}
+    prepare_digits(out, seed=3, noise_fraction=0.5, nj=1, counts=counts)
+    wavs = sorted((out / "wav" / "dev").glob("*.wav"))
+    original = wavs[0].read_bytes()
+    wavs[0].unlink()
+    os.utime(wavs[1], (1, 1))
+    (out / ".digits.done").unlink()
+    (out / ".digits.dev.done").unlink()
+    prepare_digits(out, seed=3, noise_fraction=0.5, nj=1, counts=counts)
+    assert wavs[0].read_bytes() == original
+    assert wavs[1].stat().st_mtime == 1          # the complete wav was not synthesised again
+    assert not list((out / "wav" / "dev").glob(".*.tmp"))
+    assert _wavs(out) == {k: v for k, v in _wavs(corpus).items() if k.startswith("wav/dev/")}
+
+
+def test_rerun_with_other_settings_is_refused(corpus):
+    with pytest.raises(AsrError, match="other settings"):
+        prepare_digits(corpus, seed=99, noise_fraction=0.5, nj=1, counts=COUNTS)
+    cuts = prepare_digits(corpus, seed=3, noise_fraction=0.5, nj=1, counts=COUNTS)   # complete: skipped
+    assert {s: len(c) for s, c in cuts.items()} == COUNTS
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(AsrError, match="noise-fraction"):
+        prepare_digits(tmp_path, noise_fraction=1.5, counts={"dev": 2})
+    with pytest.raises(AsrError, match="counts"):
+        prepare_digits(tmp_path, counts={"valid": 2})

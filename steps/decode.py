@@ -26,7 +26,8 @@ def make_decoder(method: str, lang_dir: Path, cfg):
 
     if method == "greedy":
         return GreedyWordDecoder(lang_dir)
-    return TlgDecoder(lang_dir, beam=cfg.beam, max_active=cfg.max_active, acoustic_scale=cfg.acoustic_scale)
+    return TlgDecoder(lang_dir, beam=cfg.beam, max_active=cfg.max_active, acoustic_scale=cfg.acoustic_scale,
+                      blank_penalty=cfg.blank_penalty)
 
 
 def main(argv=None):

@@ -35,6 +35,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from asrlib.cli import run_main, setup_logging
+from asrlib.config import DataConfig, load_config
 from asrlib.data.kaldi_dir import byte_key, write_data_dir
 from asrlib.io_utils import AsrError, atomic_path, is_done, mark_done, write_json, write_text
 
@@ -407,14 +408,18 @@ def _run_jobs(plans: List[UttPlan], nj: int, desc: str) -> Dict[str, int]:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", type=Path, required=True, help="where wav/, manifests/ and <split>/ go")
-    p.add_argument("--size", type=float, default=1.0, help="scales the default 3000/300/300 utterances")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--noise-fraction", type=float, default=0.3, help="fraction of utterances with added noise")
+    p.add_argument("--config", help="recipe YAML: its data section gives the defaults of the options below")
+    p.add_argument("--size", type=float, help="scales the default 3000/300/300 utterances (default 1.0)")
+    p.add_argument("--seed", type=int, help="default 0")
+    p.add_argument("--noise-fraction", type=float, help="fraction of utterances with added noise (default 0.3)")
     p.add_argument("--nj", type=int, default=2, help="parallel synthesis processes")
-    p.add_argument("--sample-rate", type=int, default=16000)
+    p.add_argument("--sample-rate", type=int, help="default 16000")
     args = p.parse_args(argv)
+    data = load_config(args.config).data if args.config else DataConfig()
+    pick = lambda v, d: d if v is None else v  # noqa: E731
     setup_logging()
-    prepare_digits(args.out_dir, args.size, args.seed, args.noise_fraction, args.nj, args.sample_rate)
+    prepare_digits(args.out_dir, pick(args.size, data.size), pick(args.seed, data.seed),
+                   pick(args.noise_fraction, data.noise_fraction), args.nj, pick(args.sample_rate, data.sample_rate))
     return 0
 
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The generic stages every recipe shares (sourced by recipes/<corpus>/run.sh after its corpus-specific data stage).
+# Each function calls the same `python -m steps.*` commands as the Snakefile's rules; each step skips finished work.
+# Expects: ROOT, python, config, data, exp, nj set by the recipe (see recipes/digits/run.sh).
+
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+run() { echo "+ $*" >&2; "$python" -m "$@"; }
+
+stage_validate() {  # stage_validate SET...: Kaldi data dir checks; bad utterances excluded and listed
+  local s
+  for s in "$@"; do run steps.validate_data_dir --data-dir "$data/$s" --vocab "${vocab:-cmudict}"; done
+}
+
+stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, global CMVN from the first
+  local s
+  for s in "$@"; do
+    run steps.compute_fbank --config "$config" --data-dir "$data/$s" --out-dir "$data/fbank/$s" --nj "$nj"
+  done
+  run steps.compute_cmvn --feats "$data/fbank/$1/feats.scp" --out-dir "$data/fbank/$1"
+}
+
+stage_lang() {  # stage_lang TRAIN_SET
+  run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang"
+}
+
+stage_train() {  # stage_train TRAIN_SET DEV_SET
+  run steps.train --config "$config" --data-dir "$data" --feats-dir "$data/fbank" --lang-dir "$data/lang" \
+    --exp-dir "$exp" --train-set "$1" --dev-set "$2"
+}
+
+stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search
+  local s m
+  for s in "$@"; do
+    run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s"
+    for m in greedy tlg; do
+      run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
+        --lang-dir "$data/lang" --out-dir "$exp/decode_${s}_$m"
+    done
+  done
+}
+
+stage_score() {  # stage_score SET...: WER per set × method, then exp/RESULTS.md
+  local s m
+  for s in "$@"; do
+    for m in greedy tlg; do
+      run steps.score --ref "$data/$s/text" --hyp "$exp/decode_${s}_$m/hyp.txt" --out-dir "$exp/decode_${s}_$m"
+    done
+  done
+  run steps.make_results --exp-dir "$exp"
+}

@@ -1,8 +1,11 @@
 """The seam where a (distributed) training algorithm plugs into the trainer.
 
 The trainer calls, in order, for each step: ``shard_batches`` once per epoch, then per batch ``after_backward``
-(e.g. gradient all-reduce) and ``after_step`` (e.g. periodic model averaging, BMUF block update); the algorithm's
-own state is saved in every checkpoint through ``state_dict``/``load_state_dict``. ``LocalAlgo`` is the
+(e.g. gradient all-reduce) and ``after_step`` (e.g. periodic model averaging, BMUF block update); ``end_epoch``
+before the dev loss (computed on ``shard_eval`` of the dev batches, summed by ``reduce_metric``) and
+``end_training`` after the last epoch. An empty batch ``[]`` in a shard means "no data for this learner at this
+step, but take part in the step's communication" (uneven shard ends). The algorithm's own state is saved in every
+checkpoint through ``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo`` is the
 single-process algorithm: it does nothing at those points.
 """
 from __future__ import annotations
@@ -28,11 +31,22 @@ class TrainAlgo:
         """This learner's batches for the epoch (deterministic in seed, epoch and rank)."""
         return list(batches)
 
-    def after_backward(self, model: torch.nn.Module) -> None:
-        """Gradients are ready and not yet applied."""
+    def shard_eval(self, batches: Sequence[List[str]]) -> List[List[str]]:
+        """This learner's share of the dev batches (its sums are combined by ``reduce_metric``)."""
+        return list(batches)
+
+    def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
+        """Gradients are ready and not yet applied (zero if ``has_data`` is False); return whether to step."""
+        return has_data
 
     def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         """The optimizer has applied this learner's update; ``step`` counts completed steps."""
+
+    def end_epoch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """The epoch's last step is done (before the dev loss and the epoch checkpoint)."""
+
+    def end_training(self, model: torch.nn.Module) -> None:
+        """The last epoch is done: leave the final model in ``model`` (stop background work)."""
 
     def reduce_metric(self, total: float, count: float) -> tuple:
         """Sum a (total, count) metric over learners (identity for one learner)."""

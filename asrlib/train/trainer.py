@@ -99,9 +99,9 @@ class Trainer:
         set_rng_state(st["rng"])
 
     def save(self, name: str = "latest.pt") -> None:
+        st = self.state_dict()  # collective for distributed algorithms: gathers every learner's state onto rank 0
         if not self.algo.is_main:
             return
-        st = self.state_dict()
         save_checkpoint(self.ckpt_dir / name, st)
         if name != "latest.pt":
             save_checkpoint(self.ckpt_dir / "latest.pt", st)
@@ -124,21 +124,27 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train_step(self, utt_ids: List[str]) -> tuple:
-        batch = collate(self.train_ds, utt_ids)
-        if self.tcfg.spec_augment:
-            batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
         self.model.train()
-        loss, total, frames = ctc_loss(self.model, batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.algo.after_backward(self.model)
-        if self.tcfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tcfg.grad_clip)
-        self.optimizer.step()
+        if utt_ids:
+            batch = collate(self.train_ds, utt_ids)
+            if self.tcfg.spec_augment:
+                batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
+            loss, total, frames = ctc_loss(self.model, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            n_in = int(batch["feat_lens"].sum())
+        else:  # padding at an uneven shard end (distributed): no data, but this learner takes part in the step
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+            total, frames, n_in = 0.0, 0, 0
+        if self.algo.after_backward(self.model, has_data=bool(utt_ids)):  # False: no update this step
+            if self.tcfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tcfg.grad_clip)
+            self.optimizer.step()
         self.scheduler.step()
         self.step += 1
         self.algo.after_step(self.model, self.optimizer, self.step)
-        return total, frames, int(batch["feat_lens"].sum())
+        return total, frames, n_in
 
     @torch.no_grad()
     def dev_loss(self) -> Optional[float]:
@@ -146,7 +152,7 @@ class Trainer:
             return None
         self.model.eval()
         total, frames = 0.0, 0
-        for utt_ids in make_batches(self.dev_ds.utts, self.max_frames, 0, 0):
+        for utt_ids in self.algo.shard_eval(make_batches(self.dev_ds.utts, self.max_frames, 0, 0)):
             _, t, f = ctc_loss(self.model, collate(self.dev_ds, utt_ids))
             total, frames = total + t, frames + f
         total, frames = self.algo.reduce_metric(total, frames)
@@ -170,15 +176,17 @@ class Trainer:
                 run_total, run_frames, in_frames = run_total + total, run_frames + frames, in_frames + nin
                 bar.update(1)
                 if self.step % self.tcfg.log_every == 0:
-                    self._log_train(tb, run_total / run_frames, in_frames / (time.time() - t0))
+                    if run_frames:  # (0 only when every batch was padding at an uneven shard end)
+                        self._log_train(tb, run_total / run_frames, in_frames / (time.time() - t0))
+                        bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.3f}")
                     run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
-                    bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.3f}")
                 if self.step % self.tcfg.checkpoint_every == 0:
                     self.save()
                 if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps:
                     log.warning("kill_after_steps=%d reached: SIGKILL (testing aid)", self.step)
                     os.kill(os.getpid(), signal.SIGKILL)
             bar.close()
+            self.algo.end_epoch(self.model, self.optimizer)
             dev = self.dev_loss()
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
             self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev})
@@ -189,6 +197,7 @@ class Trainer:
             self.save(f"epoch-{self.epoch}.pt")
             if main:
                 plot_losses(self.metrics, self.exp_dir / "loss.png")
+        self.algo.end_training(self.model)
         if tb is not None:
             tb.close()
         return self.finish()

@@ -1,0 +1,277 @@
+"""What every distributed algorithm shares: disjoint per-learner data shards padded to equal length, flat
+parameter/gradient buffers, per-learner checkpoint state, metric reduction and communication accounting.
+
+Uneven shard ends: an epoch's batches are dealt round-robin to the learners (deterministic in seed, epoch and
+rank), and every shard is padded with empty batches ``[]`` to the longest shard's length. On an empty batch the
+trainer computes nothing but still calls the algorithm's hooks, so every learner takes part in the same sequence of
+synchronisations and no learner waits forever for one that ran out of data (the CNTK/fairseq deadlock). How an
+empty batch counts is up to the algorithm (weight 0 in a gradient average; no local update, but a share in the
+model average).
+
+Checkpoints: only rank 0 writes, but :meth:`state_dict` is collective: it gathers every learner's RNG state and,
+where learners' models can differ (all but ``sync``), every learner's model and optimizer state, so resuming with
+the same number of learners restores each learner exactly.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import random
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from asrlib.config import DistConfig
+from asrlib.dist.env import DistInfo, init_process_group
+from asrlib.dist.stats import CommStats
+from asrlib.train.algo import TrainAlgo
+from asrlib.train.checkpoint import rng_state, set_rng_state
+
+log = logging.getLogger(__name__)
+
+
+def shard_round_robin(batches: Sequence[List[str]], rank: int, world: int) -> List[List[str]]:
+    """Learner ``rank``'s batches, padded with ``[]`` to the longest shard (``ceil(len / world)``)."""
+    mine = [list(b) for b in batches[rank::world]]
+    longest = math.ceil(len(batches) / world)
+    return mine + [[] for _ in range(longest - len(mine))]
+
+
+def flatten(tensors: Sequence[torch.Tensor], device: Optional[torch.device] = None) -> torch.Tensor:
+    """One contiguous 1-D copy of ``tensors`` (on ``device``)."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    return flat.to(device) if device is not None else flat
+
+
+def unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+    """Copy consecutive slices of ``flat`` into ``tensors`` (in place)."""
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class DistAlgo(TrainAlgo):
+    """Base of the torch.distributed algorithms (see the module docstring for the shared rules)."""
+
+    name = "dist"
+    per_rank_model = True   # learners' models can differ: checkpoint every learner's model and optimizer
+
+    def __init__(self, cfg: DistConfig, info: Optional[DistInfo] = None):
+        self.cfg = cfg
+        self.info = info or init_process_group(cfg)
+        self.rank, self.world_size = self.info.rank, self.info.world_size
+        self.device = self.info.device
+        self.stats = CommStats()       # training thread
+        self.bg_stats = CommStats()    # background communication threads
+        self.lock = threading.RLock()  # guards parameters against background merges (async algorithms)
+        self.model: Optional[torch.nn.Module] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self._resume: Optional[Dict[str, Any]] = None
+        self._epoch_mark = (CommStats(), time.perf_counter())
+        self.epoch_stats: List[Dict[str, float]] = []
+        self.steps_done = 0            # completed training steps (the trainer's step counter)
+
+    # ------------------------------------------------------------------ data
+    def shard_batches(self, batches: Sequence[List[str]], epoch: int) -> List[List[str]]:
+        return shard_round_robin(batches, self.rank, self.world_size)
+
+    def shard_eval(self, batches: Sequence[List[str]]) -> List[List[str]]:
+        return [list(b) for b in batches[self.rank::self.world_size]]
+
+    def reduce_metric(self, total: float, count: float) -> tuple:
+        t = torch.tensor([float(total), float(count)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return float(t[0]), float(t[1])
+
+    # ------------------------------------------------------------------ parameters
+    def params(self) -> List[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def flat_params(self, device: Optional[torch.device] = None) -> torch.Tensor:
+        return flatten(self.params(), device or self.device)
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        unflatten_into(flat, self.params())
+
+    def allreduce_grads(self, has_data: bool, group=None, group_size: Optional[int] = None) -> bool:
+        """Average gradients over ``group``, weighting each learner by whether it had data this step.
+
+        One coalesced all-reduce of [w * grads..., w]; returns False when no learner of the group had data.
+        """
+        n = group_size or self.world_size
+        params = self.params()
+        w = 1.0 if has_data else 0.0
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.detach().reshape(-1) for g in grads] + [grads[0].new_ones(1)]).to(self.device)
+        if w != 1.0:
+            flat.mul_(w)
+        with self.stats.timed():
+            dist.all_reduce(flat, group=group)
+        self.stats.all_reduce(flat.numel() * flat.element_size(), n)
+        total = float(flat[-1])
+        if total == 0.0:
+            return False
+        flat = flat[:-1].div_(total).to(params[0].device)
+        for p, g in zip(params, grads):
+            p.grad = g
+        unflatten_into(flat, [p.grad for p in params])
+        return True
+
+    def average_params(self, group=None, group_size: Optional[int] = None) -> None:
+        """Replace every learner's parameters by their mean over ``group``."""
+        n = group_size or self.world_size
+        flat = self.flat_params()
+        with self.stats.timed():
+            dist.all_reduce(flat, group=group)
+        self.stats.all_reduce(flat.numel() * flat.element_size(), n)
+        self.set_flat_params(flat.div_(n))
+
+    def broadcast_params(self, src: int = 0, group=None, group_size: Optional[int] = None) -> None:
+        n = group_size or self.world_size
+        flat = self.flat_params()
+        with self.stats.timed():
+            dist.broadcast(flat, src=src, group=group)
+        self.stats.broadcast(flat.numel() * flat.element_size(), n, self.rank == src)
+        self.set_flat_params(flat)
+
+    def straggle(self) -> None:
+        """Benchmark aid: the configured straggler learner sleeps once per step."""
+        if self.cfg.straggler_sleep > 0 and self.rank == self.cfg.straggler_rank:
+            time.sleep(self.cfg.straggler_sleep)
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+        st = self._resume
+        if st is not None and st.get("world_size") == self.world_size and st.get("per_rank"):
+            mine = st["per_rank"][self.rank]
+            if "model" in mine:
+                model.load_state_dict(mine["model"])
+                optimizer.load_state_dict(mine["optimizer"])
+            set_rng_state(mine["rng"])
+            self.steps_done = st.get("steps", 0)
+            self.load_local({k: v for k, v in mine.items() if k not in ("rng", "model", "optimizer")})
+            self.load_shared(st.get("shared", {}))
+            log.info("learner %d/%d: restored its own model, optimizer, RNG and %s state", self.rank,
+                     self.world_size, self.name)
+        else:
+            if st is not None:
+                log.warning("checkpoint was written by %s learners, now %d: every learner restarts from rank 0's "
+                            "model and the %s state starts afresh", st.get("world_size"), self.world_size, self.name)
+            self.broadcast_params(0)
+            if self.rank > 0:  # own dropout / SpecAugment randomness per learner
+                seed = torch.initial_seed() + 1000003 * self.rank
+                torch.manual_seed(seed)
+                np.random.seed(seed % 2**32)
+                random.seed(seed)
+            self.init_state()
+        self._epoch_mark = (self.total_stats(), time.perf_counter())
+        self.start()
+
+    def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
+        self.straggle()
+        return has_data
+
+    def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """Subclasses call this first: it counts the step."""
+        self.steps_done = step
+        self.stats.steps += 1
+
+    def end_epoch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.sync_epoch()
+        now, t = self.total_stats(), time.perf_counter()
+        d = (now - self._epoch_mark[0]).as_dict()
+        d["wall_s"] = t - self._epoch_mark[1]
+        self._epoch_mark = (now, t)
+        self.epoch_stats.append(d)
+        log.info("learner %d/%d %s epoch: %d steps in %.1f s; sent %.2f MB, received %.2f MB in %d messages; "
+                 "blocked in communication %.2f s, waiting %.2f s, background communication %.2f s",
+                 self.rank, self.world_size, self.name, d["steps"], d["wall_s"], d["sent_bytes"] / 1e6,
+                 d["recv_bytes"] / 1e6, d["messages"], d["comm_s"], d["wait_s"], d["background_comm_s"])
+
+    def end_training(self, model: torch.nn.Module) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ algorithm-specific parts
+    def init_state(self) -> None:
+        """Fresh algorithm state (after the initial broadcast)."""
+
+    def start(self) -> None:
+        """Start background threads, if any."""
+
+    def stop(self) -> None:
+        """Stop background threads and leave every learner with the final model."""
+
+    def sync_epoch(self) -> None:
+        """Called at the end of every epoch, before the dev loss."""
+
+    def quiesce(self) -> None:
+        """Bring in-flight background exchanges to rest before a checkpoint (collective)."""
+
+    def shared_state(self) -> Dict[str, Any]:
+        return {}
+
+    def load_shared(self, state: Dict[str, Any]) -> None:
+        pass
+
+    def local_state(self) -> Dict[str, Any]:
+        """Extra per-learner state (beyond model, optimizer, RNG)."""
+        return {}
+
+    def load_local(self, state: Dict[str, Any]) -> None:
+        pass
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> Dict[str, Any]:
+        """Collective: gather every learner's state onto rank 0 (other ranks get a stub)."""
+        self.quiesce()
+        with self.lock:
+            mine: Dict[str, Any] = {"rng": rng_state(), **_to_cpu(self.local_state())}
+            if self.per_rank_model and self.model is not None:
+                mine["model"] = _to_cpu(self.model.state_dict())
+                mine["optimizer"] = _to_cpu(self.optimizer.state_dict())
+            shared = _to_cpu(self.shared_state())
+        gathered: Optional[List[Any]] = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        return {"algo": self.name, "world_size": self.world_size, "steps": self.steps_done, "per_rank": gathered,
+                "shared": shared}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Keep the state; :meth:`setup` applies this learner's part (after the trainer restored rank 0's)."""
+        self._resume = state or None
+
+    # ------------------------------------------------------------------ reporting
+    def total_stats(self) -> CommStats:
+        return self.stats + self.bg_stats
+
+    def summary(self) -> Dict[str, Any]:
+        return {"algo": self.name, "rank": self.rank, "world_size": self.world_size,
+                "local_world_size": self.info.local_world_size, "backend": self.info.backend,
+                "total": self.total_stats().as_dict(), "epochs": self.epoch_stats, **self.extra_summary()}
+
+    def extra_summary(self) -> Dict[str, Any]:
+        return {}
+
+    @contextlib.contextmanager
+    def timed_wait(self) -> Iterator[None]:
+        with self.stats.timed("wait_s"):
+            yield

@@ -1,0 +1,108 @@
+"""``bmuf``: blockwise model-update filtering (Chen & Huo, ICASSP 2016).
+
+Parameterisation (the *mean* convention, so that eta = 0, zeta = 1 is exactly K-step model averaging):
+
+- ``W``: the global model; ``W_g``: the model every learner starts a block from; ``Delta``: the block momentum.
+- each block, every learner runs tau (= ``train.dist.period``) local steps from ``W_g``, then
+  ``G = mean_i(W_i) - W_g``;  ``Delta = eta * Delta + zeta * G``;  ``W = W + Delta``;
+  the next block starts from ``W_g = W + eta * Delta`` (Nesterov, ``nesterov: true``) or ``W_g = W``.
+- defaults: eta = 1 - 1/N (``block_momentum < 0``), zeta = 1 (``block_lr``), Nesterov on. (Under the *sum*
+  convention of some implementations, G is the sum of the learners' updates and zeta is 1/N of ours.)
+- after each synchronisation the local optimizer's momentum is cleared (``reset_local_momentum``): SGD's momentum
+  buffer, Adam's first moment (Adam's second moment and step count are kept, so its bias correction is untouched).
+- optional ``warmup_steps`` of synchronous SGD (gradient all-reduce); BMUF starts from the model reached then.
+- a block also ends at every epoch end (a possibly shorter block), so each epoch checkpoint holds one model.
+  The dev loss at an epoch end is measured on the model the learners hold, ``W_g``; the final model is ``W``.
+
+``W``, ``W_g``, ``Delta`` and the position in the current block are checkpointed (fairseq loses the block
+momentum on resume; this does not), and every learner's local model too, so resume is exact.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+import torch
+import torch.distributed as dist
+
+from asrlib.dist.base import DistAlgo
+from asrlib.io_utils import AsrError
+
+log = logging.getLogger(__name__)
+
+
+class Bmuf(DistAlgo):
+    name = "bmuf"
+
+    def __init__(self, cfg, info=None):
+        super().__init__(cfg, info)
+        if cfg.period < 1:
+            raise AsrError(f"train.dist.period (tau) must be >= 1, not {cfg.period}")
+        self.eta = cfg.block_momentum if cfg.block_momentum >= 0 else 1.0 - 1.0 / self.world_size
+        self.zeta = cfg.block_lr
+        self.since_sync = 0
+        self.blocks = 0
+        self.W = self.Wg = self.delta = None
+
+    def init_state(self) -> None:
+        self._start_filter()
+
+    def _start_filter(self) -> None:
+        self.W = self.flat_params()
+        self.Wg = self.W.clone()
+        self.delta = torch.zeros_like(self.W)
+
+    def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
+        self.straggle()
+        if self.steps_done < self.cfg.warmup_steps:
+            return self.allreduce_grads(has_data)
+        return has_data
+
+    def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        super().after_step(model, optimizer, step)
+        if step <= self.cfg.warmup_steps:
+            if step == self.cfg.warmup_steps:  # learners are identical here: the filter starts from this model
+                self._start_filter()
+            return
+        self.since_sync += 1
+        if self.since_sync >= self.cfg.period:
+            self.block_sync()
+
+    def block_sync(self) -> None:
+        mean = self.flat_params()
+        with self.stats.timed():
+            dist.all_reduce(mean)
+        self.stats.all_reduce(mean.numel() * mean.element_size(), self.world_size)
+        mean.div_(self.world_size)
+        g = mean.sub_(self.Wg)
+        self.delta.mul_(self.eta).add_(g, alpha=self.zeta)
+        self.W.add_(self.delta)
+        self.Wg = self.W + self.eta * self.delta if self.cfg.nesterov else self.W.clone()
+        self.set_flat_params(self.Wg)
+        if self.cfg.reset_local_momentum:
+            for state in self.optimizer.state.values():
+                for key in ("momentum_buffer", "exp_avg"):
+                    if isinstance(state.get(key), torch.Tensor):
+                        state[key].zero_()
+        self.since_sync = 0
+        self.blocks += 1
+
+    def sync_epoch(self) -> None:
+        if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
+            self.block_sync()
+
+    def stop(self) -> None:
+        self.sync_epoch()
+        if self.W is not None:
+            self.set_flat_params(self.W)   # the final model is the filtered global model W
+
+    def shared_state(self) -> Dict[str, Any]:
+        return {"W": self.W, "Wg": self.Wg, "delta": self.delta, "since_sync": self.since_sync,
+                "blocks": self.blocks, "eta": self.eta, "zeta": self.zeta}
+
+    def load_shared(self, st: Dict[str, Any]) -> None:
+        self.W, self.Wg, self.delta = (st[k].to(self.device) for k in ("W", "Wg", "delta"))
+        self.since_sync, self.blocks = st["since_sync"], st["blocks"]
+
+    def extra_summary(self) -> Dict[str, Any]:
+        return {"blocks": self.blocks, "block_momentum": self.eta, "block_lr": self.zeta, "tau": self.cfg.period}

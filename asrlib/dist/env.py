@@ -1,0 +1,83 @@
+"""Process-group set-up: from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_*)
+or, without torchrun, a one-learner world so a distributed algorithm still runs as a single process.
+
+Backend: NCCL when CUDA is available (communication buffers on ``cuda:LOCAL_RANK``), Gloo on CPU. Background
+point-to-point traffic (gossip, parameter server, ring) always uses separate Gloo groups on CPU tensors, because
+NCCL point-to-point from a second thread is not safe.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from asrlib.config import DistConfig
+from asrlib.io_utils import AsrError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DistInfo:
+    rank: int
+    world_size: int
+    local_world_size: int   # learners per (real or simulated) node
+    node: int               # rank // local_world_size
+    backend: str
+    device: torch.device    # where collective buffers live
+
+
+def choose_backend(name: str) -> str:
+    if name == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if name not in ("gloo", "nccl"):
+        raise AsrError(f"train.dist.backend must be auto, gloo or nccl, not {name!r}")
+    if name == "nccl" and not torch.cuda.is_available():
+        raise AsrError("train.dist.backend=nccl needs CUDA; use gloo (or auto) on a CPU machine")
+    return name
+
+
+def init_process_group(cfg: DistConfig) -> DistInfo:
+    """Initialise torch.distributed once (torchrun env vars, else a one-learner world) and describe this learner."""
+    if not dist.is_available():
+        raise AsrError("this torch build has no torch.distributed; use train.dist.algo=local")
+    if not dist.is_initialized():
+        backend = choose_backend(cfg.backend)
+        timeout = timedelta(seconds=cfg.timeout_s)
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            if backend == "nccl":
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group(backend, timeout=timeout)
+        else:
+            log.warning("train.dist.algo=%s without torchrun: running as a single learner "
+                        "(launch with python -m steps.train_dist --num-learners N for several)", cfg.algo)
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.get_backend()
+    local = cfg.local_world_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local < 1 or world % local != 0:
+        raise AsrError(f"{world} learners cannot be split into nodes of {local} (train.dist.local_world_size or "
+                       f"torchrun's LOCAL_WORLD_SIZE must divide the number of learners)")
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    return DistInfo(rank, world, local, rank // local, backend, device)
+
+
+def node_groups(world: int, local: int, rank: int) -> Tuple[Optional[dist.ProcessGroup], List[int]]:
+    """Create one group per node (every learner must call this, in the same order); return this learner's."""
+    mine, my_ranks = None, []
+    for start in range(0, world, local):
+        ranks = list(range(start, start + local))
+        g = dist.new_group(ranks) if local < world else dist.group.WORLD
+        if rank in ranks:
+            mine, my_ranks = g, ranks
+    return mine, my_ranks
+
+
+def gloo_group(ranks: List[int]) -> Optional[dist.ProcessGroup]:
+    """A Gloo group over ``ranks`` for background point-to-point traffic (call on every learner)."""
+    return dist.new_group(ranks, backend="gloo")

@@ -2,18 +2,22 @@
 
     python -m steps.train --config recipes/digits/config.yaml --feats-dir data/fbank --data-dir data \
         --lang-dir data/lang --exp-dir exp/lstm_ctc
+
+Several learners (train.dist.algo != local): ``python -m steps.train_dist --num-learners N -- <these arguments>``;
+rank 0 writes the checkpoints, final.pt and the done marker, every learner its own log and log/dist.rank<R>.json.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.io_utils import AsrError, is_done, mark_done
+from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
@@ -44,7 +48,8 @@ def main(argv=None):
         raise AsrError(f"{a.exp_dir} holds a model trained with other model/train settings; "
                        f"use another --exp-dir, or delete {a.exp_dir} to retrain")
     a.exp_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(a.exp_dir / "log" / "train.log")
+    rank = int(os.environ.get("RANK", "0"))  # set by torchrun for distributed training (steps.train_dist)
+    setup_logging(a.exp_dir / "log" / ("train.log" if rank == 0 else f"train.rank{rank}.log"))
     torch.set_num_threads(cfg.train.num_threads)
     torch.manual_seed(cfg.train.seed)
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
@@ -52,7 +57,7 @@ def main(argv=None):
 
     def dataset(name: str) -> CtcDataset:
         return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
-                          excluded_path=a.exp_dir / f"excluded_{name}.txt")
+                          excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
@@ -60,8 +65,13 @@ def main(argv=None):
     model = build_model(feat_dim, vocab, cfg.model)
     log.info("model: %d parameters; %d train utts (%.0f s), %d dev utts", count_parameters(model),
              len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
-    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=make_algo(cfg.train.dist))
+    algo = make_algo(cfg.train.dist)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
     summary = trainer.fit()
+    if hasattr(algo, "summary"):  # distributed: per-learner communication volume, time and waiting
+        write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())
+    if not algo.is_main:
+        return 0
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
                info={"lang_dir": str(a.lang_dir), **summary})
     mark_done(done, summary, fingerprint=fp)

@@ -2,6 +2,7 @@
 #   snakemake --cores all train        # data → features → lang → trained model
 #   snakemake --cores all              # … → decode → score → RESULTS.md
 #   snakemake --cores all --config recipe=recipes/digits exp=exp/lstm_ctc
+#   snakemake --cores all --config recipe_config=/path/tiny.yaml workdir=/tmp/run   # another config / place
 import os
 import sys
 
@@ -17,7 +18,7 @@ SETS = ["train", "dev", "test"]
 EVAL_SETS = ["dev", "test"]
 METHODS = ["greedy", "tlg"]
 
-workdir: RECIPE
+workdir: config.get("workdir", RECIPE)  # data/ and exp/ live here (default: the recipe dir)
 shell.prefix(f"export PYTHONPATH={ROOT}; ")
 
 

@@ -61,7 +61,7 @@ class DistConfig:
     block_momentum: float = -1.0  # bmuf eta; < 0 means 1 - 1/N
     block_lr: float = 1.0         # bmuf zeta
     nesterov: bool = True         # bmuf: next block starts from W + eta * Delta
-    reset_local_momentum: bool = True  # bmuf: clear the local optimizer's momentum after each block sync
+    reset_local_momentum: bool = True  # bmuf: clear SGD's momentum buffer after each block sync
     adaptive: bool = False        # ma: adapt K to the measured divergence of the learners
     max_period: int = 32          # ma adaptive: upper bound for K
     div_low: float = 1e-4         # ma adaptive: relative divergence below which K doubles
@@ -91,6 +91,7 @@ class TrainConfig:
     seed: int = 42
     num_threads: int = 2
     spec_augment: bool = True
+    freq_warp: float = 0.0        # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
     log_every: int = 10
     kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never)
     dist: DistConfig = field(default_factory=DistConfig)

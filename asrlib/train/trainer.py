@@ -128,7 +128,7 @@ class Trainer:
         if utt_ids:
             batch = collate(self.train_ds, utt_ids)
             if self.tcfg.spec_augment:
-                batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
+                batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"], max_warp=self.tcfg.freq_warp)
             loss, total, frames = ctc_loss(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

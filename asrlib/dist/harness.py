@@ -1,0 +1,181 @@
+"""Run several learners as local processes (Gloo on CPU) without torchrun — for tests and benchmarks.
+
+:func:`run_learners` starts ``world`` spawned processes that join one process group through a file store, runs
+``fn(rank, world, *args)`` in each and returns their results; a learner that hangs (deadlock) or fails is reported
+with its traceback instead of hanging the caller. :func:`train_toy` trains on a toy set-up written by
+:func:`asrlib.testing.make_toy_ctc_setup` with the real Trainer and a distributed algorithm, and can check after
+every step that the learners that should hold identical parameters do.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, args: tuple,
+           env: Dict[str, str], threads: int) -> None:
+    os.environ.update(env)
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % int(
+        env.get("LOCAL_WORLD_SIZE", world)))})
+    torch.set_num_threads(threads)
+    out = Path(out_dir)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        result = fn(rank, world, *args)
+        torch.save(result, out / f"result.{rank}.pt")
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        (out / f"error.{rank}.txt").write_text(traceback.format_exc())
+        raise SystemExit(1)
+
+
+def run_learners(fn: Callable, world: int, args: Sequence[Any] = (), timeout: float = 120.0,
+                 env: Optional[Dict[str, str]] = None, threads: int = 1) -> List[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` processes in one Gloo process group; return the results."""
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="learners.") as tmp:
+        init_file = os.path.join(tmp, "store")
+        procs = [ctx.Process(target=_entry, args=(fn, r, world, init_file, tmp, tuple(args), dict(env or {}),
+                                                   threads), daemon=True) for r in range(world)]
+        for p in procs:
+            p.start()
+        deadline = time.time() + timeout
+        for p in procs:
+            p.join(max(0.0, deadline - time.time()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        errors = {r: Path(tmp, f"error.{r}.txt").read_text() for r in range(world)
+                  if Path(tmp, f"error.{r}.txt").is_file()}
+        if errors:
+            r, tb = sorted(errors.items())[0]
+            raise RuntimeError(f"learner {r} failed:\n{tb}")
+        if hung:
+            raise TimeoutError(f"learners {hung} still running after {timeout:.0f} s (deadlock?)")
+        bad = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0}
+        if bad:
+            raise RuntimeError(f"learners exited abnormally: {bad}")
+        return [torch.load(Path(tmp, f"result.{r}.pt"), weights_only=False) for r in range(world)]
+
+
+def identical_groups(algo) -> Optional[List[List[int]]]:
+    """Groups of learners that must hold identical parameters right now (None: no claim at this step)."""
+    n = algo.world_size
+    name = algo.name
+    if name == "sync":
+        return [list(range(n))]
+    if name in ("ma", "bmuf") and algo.steps_done > algo.cfg.warmup_steps:
+        if algo.since_sync == 0:
+            return [list(range(n))]
+        k = algo.info.local_world_size
+        if name == "ma" and algo.hierarchical and k < n and algo.since_sync % algo.cfg.node_period == 0:
+            return [list(range(s, s + k)) for s in range(0, n, k)]
+        return None
+    if name in ("ma", "bmuf"):   # warm-up: synchronous SGD
+        return [list(range(n))]
+    if name == "hadpsgd" and algo.node_size > 1:
+        k = algo.node_size
+        return [list(range(s, s + k)) for s in range(0, n, k)]
+    return None
+
+
+def _watch_identity(algo, record: Dict[str, float]) -> None:
+    """Wrap ``algo.after_step``: after each step, check the learners that must be identical are (all_gather)."""
+    inner_step, inner_epoch = algo.after_step, algo.end_epoch
+
+    def after_step(model, optimizer, step):
+        inner_step(model, optimizer, step)
+        check(model, identical_groups(algo))
+
+    def end_epoch(model, optimizer):
+        inner_epoch(model, optimizer)
+        check(model, [list(range(algo.world_size))] if algo.name in ("sync", "ma", "bmuf") else None)
+
+    def check(model, groups):
+        if groups is None:
+            return
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        allp = [torch.empty_like(flat) for _ in range(algo.world_size)]
+        dist.all_gather(allp, flat)
+        for g in groups:
+            for r in g[1:]:
+                record["max_diff"] = max(record["max_diff"], float((allp[r] - allp[g[0]]).abs().max()))
+        record["checks"] += 1
+
+    algo.after_step, algo.end_epoch = after_step, end_epoch
+
+
+class StopAfter(Exception):
+    """Raised by :func:`train_toy` after the checkpoint at step ``stop_after`` (simulates a crash)."""
+
+
+def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequence[str], exp_dir: str,
+              watch: bool = False, stop_after: int = 0, uneven: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+    """Train on a toy set-up with the algorithm of ``train.dist`` (each learner in its own process).
+
+    ``uneven``: per-learner batch counts to use instead of the round-robin split (each learner gets that many
+    batches from the epoch's list, then padding) — for the uneven-shard-end test. ``stop_after``: raise after the
+    checkpoint at that step (the learners' state is as a crash would leave it). Returns final parameters,
+    metrics, the algorithm's summary and the identity check record.
+    """
+    from asrlib.config import load_config
+    from asrlib.models.lstm import build_model
+    from asrlib.train.algo import make_algo
+    from asrlib.train.data import CtcDataset, read_token_ids
+    from asrlib.train.trainer import Trainer
+
+    cfg = load_config(config, list(overrides))
+    torch.manual_seed(cfg.train.seed)
+    root = Path(setup)
+    cmvn = root / "fbank" / "train" / "cmvn.scp"
+
+    def ds(name: str) -> CtcDataset:
+        return CtcDataset(root / "fbank" / name / "feats.scp", root / "data" / name / "text", root / "lang", cmvn,
+                          cfg.model.stack)
+
+    train_ds, dev_ds = ds("train"), ds("dev")
+    model = build_model(train_ds.features(train_ds.utts[0].utt).shape[1],
+                        len(read_token_ids(root / "lang" / "tokens.txt")), cfg.model)
+    algo = make_algo(cfg.train.dist)
+    if uneven is not None:
+        def shard(batches, epoch, counts=tuple(uneven)):
+            start = sum(counts[:algo.rank])
+            mine = [list(b) for b in batches[start:start + counts[algo.rank]]]
+            return mine + [[] for _ in range(max(counts) - len(mine))]
+        algo.shard_batches = shard
+    record = {"max_diff": 0.0, "checks": 0}
+    if watch:
+        _watch_identity(algo, record)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, Path(exp_dir), algo=algo)
+    if stop_after:
+        save = trainer.save
+
+        def save_then_stop(name="latest.pt"):
+            save(name)
+            if trainer.step == stop_after and name == "latest.pt":
+                dist.barrier()  # rank 0 has written the checkpoint before anyone goes on to resume from it
+                raise StopAfter(stop_after)
+        trainer.save = save_then_stop
+    try:
+        summary = trainer.fit()
+    except StopAfter:
+        return {"stopped_at": stop_after}
+    return {"params": {k: v.detach().clone() for k, v in model.state_dict().items()}, "summary": summary,
+            "metrics": trainer.metrics, "algo": algo.summary() if hasattr(algo, "summary") else None,
+            "identity": record}
+
+
+def run_toy_scenarios(rank: int, world: int, scenarios: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Several :func:`train_toy` runs one after another in the same process group (saves process start-ups)."""
+    return [train_toy(rank, world, **sc) for sc in scenarios]

@@ -1,0 +1,76 @@
+"""Every distributed algorithm (Gloo learners on CPU, toy CTC task): uneven shard ends finish without deadlock;
+each algorithm trains to a dev loss below a bound a single learner reaches; H-ADPSGD runs as 2 simulated nodes x 2
+learners with identical models inside each node; hierarchical model averaging on 2 levels."""
+import os
+
+import pytest
+import torch
+
+from asrlib.dist import ALGOS
+from asrlib.dist.harness import run_learners, run_toy_scenarios, train_toy
+from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+
+
+def _dev(run):
+    return [m["loss"] for m in run["metrics"] if m["kind"] == "dev"]
+
+
+def test_uneven_shard_ends_do_not_deadlock(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy")   # 9 batches per epoch at 2 s
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, checkpoint_every=3)
+    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+                      exp_dir=str(tmp_path / a), uneven=[6, 2], watch=True) for a in ALGOS]
+    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=150)   # a deadlock fails here
+    for i, algo in enumerate(ALGOS):
+        r0, r1 = res[0][i], res[1][i]
+        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 6, algo   # 4 padding steps on learner 1
+        assert r0["identity"]["max_diff"] < 1e-6, algo
+        for k in r0["params"]:   # every algorithm leaves all learners with the final model
+            assert torch.allclose(r0["params"][k], r1["params"][k], atol=1e-6), (algo, k)
+        assert _dev(r0)[0] < 1.6, algo   # log(5) = 1.61 is the untrained loss
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    setup = make_toy_ctc_setup(root / "toy", {"train": 60, "dev": 10})
+    cfg = toy_config_yaml(root / "c.yaml", epochs=6, checkpoint_every=1000)
+    os.environ.pop("RANK", None)
+    torch.set_num_threads(1)
+    single = train_toy(0, 1, str(setup), str(cfg), [], str(root / "single"))   # algo local, one process
+    # bound: 1.3 x the dev loss one learner reaches after 2 of its 6 epochs
+    return root, setup, cfg, 1.3 * _dev(single)[1]
+
+
+def test_every_algorithm_trains_below_single_learner_bound(toy):
+    root, setup, cfg, bound = toy
+    algos = ["sync", "ma", "bmuf", "adpsgd", "asgd", "ring"]
+    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+                      exp_dir=str(root / a)) for a in algos]
+    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=240)
+    for i, algo in enumerate(algos):
+        dev = _dev(res[0][i])
+        assert dev[-1] < bound, (algo, dev, bound)
+        total = res[0][i]["algo"]["total"]
+        assert total["sent_bytes"] > 0 and total["messages"] > 0, algo
+    asgd = res[0][algos.index("asgd")]["algo"]["staleness"]
+    assert asgd["pushes"] == 2 * res[0][algos.index("asgd")]["summary"]["steps"] and asgd["max"] >= 1
+    ring = res[1][algos.index("ring")]["algo"]
+    assert ring["tokens_received"] == res[1][algos.index("ring")]["summary"]["steps"]
+
+
+def test_hadpsgd_two_simulated_nodes_and_hierarchical_averaging(toy):
+    root, setup, cfg, bound = toy
+    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=["train.dist.algo=hadpsgd", "train.epochs=10"],
+                      exp_dir=str(root / "hadpsgd"), watch=True),
+                 dict(setup=str(setup), config=str(cfg),
+                      overrides=["train.dist.algo=ma", "train.dist.period=4", "train.dist.node_period=2",
+                                 "train.epochs=1"], exp_dir=str(root / "hier_ma"), watch=True)]
+    res = run_learners(run_toy_scenarios, 4, args=(scenarios,), env={"LOCAL_WORLD_SIZE": "2"}, timeout=240)
+    had = res[0][0]
+    assert had["algo"]["node_size"] == 2 and had["identity"]["checks"] > 0
+    assert had["identity"]["max_diff"] < 1e-6     # learners of a node stay identical
+    assert had["algo"]["gossip_exchanges"] > 0 and res[2][0]["algo"]["merges_applied"] > 0
+    assert _dev(had)[-1] < bound, (_dev(had), bound)
+    hier = res[0][1]
+    assert hier["identity"]["max_diff"] < 1e-6 and hier["identity"]["checks"] >= 2

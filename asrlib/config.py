@@ -25,6 +25,12 @@ class DataConfig:
     sample_rate: int = 16000
     min_duration: float = 0.3   # shorter audio is excluded (listed in excluded.txt)
     max_duration: float = 30.0  # longer audio is excluded (memory budget)
+    # Real corpora (stage 1 runs `python -m local.<corpus>`):
+    corpus_dir: str = ""        # where the corpus lies; relative paths are relative to the config file's folder
+    download_url: str = ""      # fetched into <data>/download when corpus_dir holds no corpus ("" = never download)
+    subsets: List[str] = field(default_factory=list)   # corpus parts to prepare (e.g. LibriSpeech train-clean-100)
+    speed_perturb: List[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]: train set perturbed (Kaldi sp)
+    eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
 
 
 @dataclass

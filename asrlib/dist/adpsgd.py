@@ -67,7 +67,7 @@ class HierarchicalAdpsgd(DistAlgo):
                          self.node_size, self.leaders)
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         if self.node_size > 1:
             has_data = self.allreduce_grads(has_data, group=self.node_group, group_size=self.node_size)
         self.lock.acquire()   # released in after_step: no snapshot of a half-applied update

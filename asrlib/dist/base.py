@@ -89,6 +89,7 @@ class DistAlgo(TrainAlgo):
         self._epoch_mark = (CommStats(), time.perf_counter())
         self.epoch_stats: List[Dict[str, float]] = []
         self.steps_done = 0            # completed training steps (the trainer's step counter)
+        self._t_cycle: Optional[float] = None
 
     # ------------------------------------------------------------------ data
     def shard_batches(self, batches: Sequence[List[str]], epoch: int) -> List[List[str]]:
@@ -153,10 +154,16 @@ class DistAlgo(TrainAlgo):
         self.stats.broadcast(flat.numel() * flat.element_size(), n, self.rank == src)
         self.set_flat_params(flat)
 
-    def straggle(self) -> None:
-        """Benchmark aid: the configured straggler learner sleeps once per step."""
+    def begin_update(self) -> None:
+        """First thing in every ``after_backward``: times the step cycle (backward-to-backward, within an epoch)
+        and, as a benchmark aid, makes the configured straggler learner sleep."""
         if self.cfg.straggler_sleep > 0 and self.rank == self.cfg.straggler_rank:
             time.sleep(self.cfg.straggler_sleep)
+        now = time.perf_counter()
+        if self._t_cycle is not None:
+            self.stats.cycle_s += now - self._t_cycle
+            self.stats.cycles += 1
+        self._t_cycle = now
 
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -188,7 +195,7 @@ class DistAlgo(TrainAlgo):
         self.start()
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         return has_data
 
     def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
@@ -197,16 +204,18 @@ class DistAlgo(TrainAlgo):
         self.stats.steps += 1
 
     def end_epoch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self._t_cycle = None   # the dev loss and checkpoint between epochs are not part of a step
         self.sync_epoch()
         now, t = self.total_stats(), time.perf_counter()
         d = (now - self._epoch_mark[0]).as_dict()
         d["wall_s"] = t - self._epoch_mark[1]
         self._epoch_mark = (now, t)
         self.epoch_stats.append(d)
-        log.info("learner %d/%d %s epoch: %d steps in %.1f s; sent %.2f MB, received %.2f MB in %d messages; "
-                 "blocked in communication %.2f s, waiting %.2f s, background communication %.2f s",
-                 self.rank, self.world_size, self.name, d["steps"], d["wall_s"], d["sent_bytes"] / 1e6,
-                 d["recv_bytes"] / 1e6, d["messages"], d["comm_s"], d["wait_s"], d["background_comm_s"])
+        log.info("learner %d/%d %s epoch: %d steps in %.1f s (%.3f s per step); sent %.2f MB, received %.2f MB "
+                 "in %d messages; blocked in communication %.2f s, waiting %.2f s, background communication %.2f s",
+                 self.rank, self.world_size, self.name, d["steps"], d["wall_s"], d["cycle_s"] / max(d["cycles"], 1),
+                 d["sent_bytes"] / 1e6, d["recv_bytes"] / 1e6, d["messages"], d["comm_s"], d["wait_s"],
+                 d["background_comm_s"])
 
     def end_training(self, model: torch.nn.Module) -> None:
         self.stop()

@@ -54,7 +54,7 @@ class Bmuf(DistAlgo):
         self.delta = torch.zeros_like(self.W)
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         if self.steps_done < self.cfg.warmup_steps:
             return self.allreduce_grads(has_data)
         return has_data

@@ -76,7 +76,7 @@ class ModelAveraging(DistAlgo):
         return full if ramp <= 0 else 1.0 + (full - 1.0) * min(1.0, step / ramp)
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         step = self.steps_done
         if step < self.cfg.warmup_steps:
             return self.allreduce_grads(has_data)

@@ -52,7 +52,7 @@ class RingRsps(DistAlgo):
         return buf
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         if self.world_size == 1:
             return has_data
         if self.holding:

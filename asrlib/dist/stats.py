@@ -24,6 +24,8 @@ class CommStats:
     wait_s: float = 0.0            # time the training thread waited for a background exchange / the ring token
     background_comm_s: float = 0.0  # communication on background threads (overlapped with computation)
     steps: int = 0
+    cycle_s: float = 0.0           # step cycles (backward to backward) inside epochs: the time per step
+    cycles: int = 0
 
     def all_reduce(self, nbytes: int, n: int) -> None:
         self.payload_bytes += nbytes

@@ -19,5 +19,5 @@ class SyncSgd(DistAlgo):
     per_rank_model = False   # identical on every learner: rank 0's model in the checkpoint is everyone's
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.straggle()
+        self.begin_update()
         return self.allreduce_grads(has_data)

@@ -1,0 +1,145 @@
+"""An analytical timing model of data-parallel training, in the form of the slides' ring analysis.
+
+Quantities (seconds, per learner, per minibatch):
+
+- ``T_calc``: forward + backward of one minibatch; ``T_merge``: merging one update into a model (the optimizer
+  step, or adding a model/gradient vector); both measured on one learner.
+- ``T_transmit = latency + model_bytes / bandwidth``: sending the model (or a gradient) to a neighbour over a link.
+- ``T_allreduce(n) = 2 (n-1) latency + 2 (n-1)/n * model_bytes / bandwidth`` (ring all-reduce).
+- compute contention: when ``n`` learners share ``cores`` CPU cores (1 thread each), T_calc and T_merge grow by
+  ``max(1, n / cores)`` — this is what happens on the 2-core test machine with 4 learners.
+
+Per-minibatch time of one learner with n learners (the algorithms as implemented in asrlib.dist):
+
+- local (n = 1): ``T_calc + T_merge``
+- sync: ``T_calc + T_merge + T_allreduce(n)`` (the all-reduce follows the backward pass; no overlap)
+- ma, period K: ``T_calc + T_merge + (T_allreduce(n) + T_merge) / K``
+- bmuf, period tau: ``T_calc + T_merge + (T_allreduce(n) + 3 T_merge) / tau`` (mean, momentum, model update)
+- adpsgd: ``T_calc + 2 T_merge + max(0, 2 T_transmit - T_calc)``: one exchange (send, receive) per step,
+  overlapped with the next minibatch; the merge is added between steps.
+- hadpsgd, L learners per node: ``T_calc + 2 T_merge + T_allreduce_intra(L) + T_transmit_intra +
+  max(0, 2 T_transmit - T_calc)`` (node all-reduce every step, merge broadcast in the node, gossip overlapped).
+- asgd: ``max(T_calc + 2 T_merge + 2 T_transmit, n (2 model_bytes / bandwidth + T_merge))``: a worker pushes and
+  pulls every step; the server's one link and its serial apply are shared by all n workers.
+- ring (slides): ``T_calc + T_merge + T_wait`` with ``T_wait = max(n T_transmit + (n-1) T_merge - T_calc, 0)``,
+  i.e. speed-up ``n (T_calc + T_merge) / (T_calc + T_merge + T_wait)``: n while the model's lap fits in one
+  T_calc, then saturating near ``(T_calc + T_merge) / (T_transmit + T_merge)``.
+
+Speed-up = throughput with n learners / throughput of one: ``n * t_local / t_algo(n)`` (samples per second; equal
+minibatch size per learner). It says nothing about convergence per sample (see the P1 benchmark for that).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+@dataclass
+class Link:
+    name: str
+    bandwidth: float   # bytes per second, per direction
+    latency: float     # seconds per message
+
+
+LINKS: Dict[str, Link] = {
+    "eth10": Link("10 Gb/s Ethernet", 10e9 / 8, 20e-6),
+    "eth100": Link("100 Gb/s Ethernet", 100e9 / 8, 10e-6),
+    "ib_hdr": Link("InfiniBand HDR 200 Gb/s (GPUDirect RDMA)", 200e9 / 8, 2e-6),
+    "nvlink": Link("NVLink 4 (H100, 450 GB/s per direction)", 450e9, 2e-6),
+}
+
+ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring")
+
+
+@dataclass
+class TimingParams:
+    t_calc: float            # s, forward + backward per minibatch (one learner, uncontended)
+    t_merge: float           # s, one optimizer step / vector merge of the model
+    model_bytes: float
+    link: Link
+    period: int = 4          # K (ma), tau (bmuf)
+    local_world: int = 8     # hadpsgd: learners per node
+    intra_link: Link = field(default_factory=lambda: LINKS["nvlink"])
+    cores: Optional[int] = None   # learners share this many cores (None: each learner has its own device)
+
+    def transmit(self, link: Optional[Link] = None) -> float:
+        link = link or self.link
+        return link.latency + self.model_bytes / link.bandwidth
+
+    def allreduce(self, n: int, link: Optional[Link] = None) -> float:
+        link = link or self.link
+        if n <= 1:
+            return 0.0
+        return 2 * (n - 1) * link.latency + 2 * (n - 1) / n * self.model_bytes / link.bandwidth
+
+
+def step_time(algo: str, n: int, p: TimingParams) -> float:
+    """Seconds per minibatch of one learner when ``n`` learners run ``algo`` (``local`` = one learner)."""
+    slow = max(1.0, n / p.cores) if p.cores else 1.0
+    tc, tm = p.t_calc * slow, p.t_merge * slow
+    if algo == "local" or n == 1:
+        return tc + tm
+    if algo == "sync":
+        return tc + tm + p.allreduce(n)
+    if algo == "ma":
+        return tc + tm + (p.allreduce(n) + tm) / p.period
+    if algo == "bmuf":
+        return tc + tm + (p.allreduce(n) + 3 * tm) / p.period
+    if algo == "adpsgd":
+        return tc + 2 * tm + max(0.0, 2 * p.transmit() - tc)
+    if algo == "hadpsgd":
+        L = min(p.local_world, n)
+        inter = max(0.0, 2 * p.transmit() - tc) if n > L else 0.0
+        return tc + 2 * tm + p.allreduce(L, p.intra_link) + (p.transmit(p.intra_link) if L > 1 else 0.0) + inter
+    if algo == "asgd":
+        server = n * (2 * p.model_bytes / p.link.bandwidth + tm)
+        return max(tc + 2 * tm + 2 * p.transmit(), server)
+    if algo == "ring":
+        return tc + tm + ring_wait(n, tc, p.transmit(), tm)
+    raise ValueError(f"unknown algorithm {algo!r}")
+
+
+def ring_wait(n: int, t_calc: float, t_transmit: float, t_merge: float) -> float:
+    """The slides' T_wait = max{n T_transmit + (n-1) T_merge - T_calc, 0}."""
+    return max(n * t_transmit + (n - 1) * t_merge - t_calc, 0.0)
+
+
+def speedup(algo: str, n: int, p: TimingParams) -> float:
+    return n * step_time("local", 1, p) / step_time(algo, n, p)
+
+
+def speedup_table(p: TimingParams, algos: Sequence[str] = ALGOS, ns: Iterable[int] = range(1, 65)
+                  ) -> Dict[str, List[Tuple[int, float]]]:
+    return {a: [(n, speedup(a, n, p)) for n in ns] for a in algos}
+
+
+def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Link:
+    """Least-squares ``t = latency + bytes / bandwidth`` from one-way transfer times."""
+    A = np.stack([np.ones(len(sizes)), np.asarray(sizes, dtype=float)], axis=1)
+    (lat, inv_bw), *_ = np.linalg.lstsq(A, np.asarray(seconds, dtype=float), rcond=None)
+    return Link("measured", 1.0 / max(inv_bw, 1e-15), max(lat, 0.0))
+
+
+def params_to_json(p: TimingParams) -> dict:
+    return dataclasses.asdict(p)
+
+
+def params_from_json(d: dict) -> TimingParams:
+    d = dict(d)
+    d["link"] = Link(**d["link"])
+    d["intra_link"] = Link(**d["intra_link"])
+    return TimingParams(**d)
+
+
+def save_params(path: Path, p: TimingParams) -> None:
+    from asrlib.io_utils import write_json
+    write_json(path, params_to_json(p))
+
+
+def load_params(path: Path) -> TimingParams:
+    return params_from_json(json.loads(Path(path).read_text()))

@@ -1,0 +1,142 @@
+"""P1: 1 learner vs 2 learners (1 thread each) on the digits recipe: wall time to a fixed dev CTC loss, final test
+WER, and communication volume per learner per epoch, for sync, ma, bmuf, adpsgd (and any other algorithm).
+
+Runs are sequential in one invocation (the 1-learner baseline first, then each algorithm with 2 learners), so
+they see similar background load; ``os.getloadavg()`` is recorded before and after every run.
+
+    PYTHONPATH=. .venv/bin/python bench/dist_p1.py --recipe-dir recipes/digits --out recipes/digits/exp/bench_p1 \
+        --algos sync ma bmuf adpsgd --target-loss 0.12
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+DONE_RE = re.compile(r"^(\d\d:\d\d:\d\d) INFO \[asrlib\.train\.trainer\] epoch (\d+) done: step (\d+), "
+                     r"dev CTC loss per frame ([0-9.]+)")
+START_RE = re.compile(r"^(\d\d:\d\d:\d\d) INFO \[train\] model:")
+
+
+def epoch_curve(log: Path) -> List[Dict[str, float]]:
+    """(seconds since the model was built, epoch, dev loss) for each epoch end, from a train.log."""
+    t0, out, day = None, [], timedelta(0)
+    last = None
+    for line in log.read_text().splitlines():
+        m = START_RE.match(line)
+        if m and t0 is None:
+            t0 = datetime.strptime(m.group(1), "%H:%M:%S")
+        m = DONE_RE.match(line)
+        if m and t0 is not None:
+            t = datetime.strptime(m.group(1), "%H:%M:%S")
+            if last is not None and t + day < last:
+                day += timedelta(days=1)
+            last = t + day
+            out.append({"t": (last - t0).total_seconds(), "epoch": int(m.group(2)), "step": int(m.group(3)),
+                        "dev_loss": float(m.group(4))})
+    return out
+
+
+def time_to(curve: List[Dict[str, float]], target: float) -> Optional[float]:
+    for c in curve:
+        if c["dev_loss"] <= target:
+            return c["t"]
+    return None
+
+
+def run(cmd: List[str], log: Path, cwd: Path) -> float:
+    """Run in the recipe directory (its scp files hold paths relative to it)."""
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if r.returncode != 0:
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; see {log}")
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes" / "digits")
+    p.add_argument("--out", type=Path, default=ROOT / "recipes" / "digits" / "exp" / "bench_p1")
+    p.add_argument("--algos", nargs="+", default=["sync", "ma", "bmuf", "adpsgd"])
+    p.add_argument("--learners", type=int, default=2)
+    p.add_argument("--period", type=int, default=4, help="K for ma, tau for bmuf")
+    p.add_argument("--target-loss", type=float, default=0.12)
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
+    p.add_argument("--skip-baseline", action="store_true")
+    a = p.parse_args()
+    rd = a.recipe_dir.resolve()
+    a.out = a.out.resolve()
+    a.out.mkdir(parents=True, exist_ok=True)
+    data = ["--data-dir", str(rd / "data"), "--feats-dir", str(rd / "data" / "fbank"),
+            "--lang-dir", str(rd / "data" / "lang")]
+    results = json.loads((a.out / "p1.json").read_text()) if (a.out / "p1.json").is_file() else {}
+    runs = ([("local", 1)] if not a.skip_baseline else []) + [(algo, a.learners) for algo in a.algos]
+    for algo, n in runs:
+        name = f"{algo}_n{n}"
+        exp = a.out / name
+        ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *a.overrides]
+        train_args = ["--config", str(rd / "config.yaml"), *sum((["--set", o] for o in ov), []), *data,
+                      "--exp-dir", str(exp)]
+        load_before = os.getloadavg()
+        print(f"== {name}: load {load_before}", flush=True)
+        wall = run([PY, "-m", "steps.train_dist", "--num-learners", str(n), "--threads-per-learner", "1", "--",
+                    *train_args], a.out / f"{name}.stdout", rd)
+        load_after = os.getloadavg()
+        lp, dec = exp / "logprobs_test", exp / "decode_test_greedy"
+        run([PY, "-m", "steps.compute_logprobs", "--model", str(exp / "final.pt"), "--feats",
+             str(rd / "data" / "fbank" / "test" / "feats.scp"), "--out-dir", str(lp)], a.out / f"{name}.dec1", rd)
+        run([PY, "-m", "steps.decode", "--config", str(rd / "config.yaml"), "--method", "greedy", "--logprobs",
+             str(lp / "logprobs.scp"), "--lang-dir", str(rd / "data" / "lang"), "--out-dir", str(dec)],
+            a.out / f"{name}.dec2", rd)
+        run([PY, "-m", "steps.score", "--ref", str(rd / "data" / "test" / "text"), "--hyp", str(dec / "hyp.txt"),
+             "--out-dir", str(dec)], a.out / f"{name}.dec3", rd)
+        wer = json.loads((dec / "wer.json").read_text())["wer"]
+        curve = epoch_curve(exp / "log" / "train.log")
+        comm = []
+        for r in range(n):
+            f = exp / "log" / f"dist.rank{r}.json"
+            if f.is_file():
+                comm.append(json.loads(f.read_text()))
+        results[name] = {"algo": algo, "learners": n, "wall_s": wall, "load_before": load_before,
+                         "load_after": load_after, "curve": curve, "final_dev_loss": curve[-1]["dev_loss"],
+                         "time_to_target": time_to(curve, a.target_loss), "target_loss": a.target_loss,
+                         "test_wer_greedy": wer, "comm": comm, "overrides": ov}
+        print(f"   wall {wall:.0f} s, final dev {curve[-1]['dev_loss']:.4f}, to {a.target_loss}: "
+              f"{results[name]['time_to_target']}, test WER {wer:.2f}, load after {load_after}", flush=True)
+        (a.out / "p1.json").write_text(json.dumps(results, indent=1))
+    write_table(results, a.out / "p1.md", a.target_loss)
+
+
+def write_table(results: Dict, path: Path, target: float) -> None:
+    base = results.get("local_n1")
+    lines = [f"| run | learners | wall s | s to dev loss {target} | speed-up to target | final dev loss | "
+             f"test WER greedy | MB sent / learner / epoch | load avg (before → after) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for name, r in results.items():
+        tt = r["time_to_target"]
+        sp = (base["time_to_target"] / tt) if (base and tt and base["time_to_target"]) else None
+        mb = ""
+        if r["comm"]:
+            ep = [e["sent_bytes"] for c in r["comm"] for e in c["epochs"]]
+            mb = f"{sum(ep) / len(ep) / 1e6:.1f}"
+        lines.append(f"| {name} | {r['learners']} | {r['wall_s']:.0f} | {tt if tt is not None else 'not reached'} | "
+                     f"{f'{sp:.2f}x' if sp else '-'} | {r['final_dev_loss']:.4f} | {r['test_wer_greedy']:.2f} | "
+                     f"{mb} | {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |")
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

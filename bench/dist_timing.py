@@ -1,0 +1,186 @@
+"""P2 measurements for the timing model (asrlib.dist.timing): fit T_calc, T_merge and the link (latency,
+bandwidth) on this machine, then measure the per-step time of every algorithm with N = 2 and N = 4 learners (4 =
+2 simulated nodes x 2 for hadpsgd) on a subset of the digits training set, for ``steps.scaling_report`` to validate.
+
+    PYTHONPATH=. .venv/bin/python bench/dist_timing.py --recipe-dir recipes/digits \
+        --out recipes/digits/exp/bench_timing
+    PYTHONPATH=. .venv/bin/python -m steps.scaling_report --params recipes/digits/exp/bench_timing/params.json \
+        --measured recipes/digits/exp/bench_timing/measured.json --out-dir recipes/digits/exp/scaling
+
+Writes OUT/params.json (fitted TimingParams, link = this machine's Gloo loopback, cores = os.cpu_count()) and
+OUT/measured.json (per algorithm and N: mean seconds per step over learners, bytes per step, load average).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asrlib.dist.timing import LINKS, TimingParams, fit_link, save_params  # noqa: E402
+
+
+def pingpong(rank: int, world: int, sizes: List[int], reps: int) -> Dict[int, float]:
+    """One-way Gloo transfer time per message size (half the round trip), median over ``reps``."""
+    import torch.distributed as dist
+    out = {}
+    for n in sizes:
+        buf = torch.zeros(n // 4)
+        times = []
+        for i in range(reps + 3):
+            dist.barrier()
+            t = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            if i >= 3:
+                times.append((time.perf_counter() - t) / 2)
+        out[n] = statistics.median(times)
+    return out
+
+
+def allreduce_time(rank: int, world: int, numel: int, reps: int) -> float:
+    import torch.distributed as dist
+    buf = torch.zeros(numel)
+    times = []
+    for i in range(reps + 3):
+        dist.barrier()
+        t = time.perf_counter()
+        dist.all_reduce(buf)
+        if i >= 3:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
+    """T_calc (collate + SpecAugment + forward + backward) and T_merge (Adam step), one thread, on digits batches."""
+    from asrlib.config import load_config
+    from asrlib.models.lstm import build_model
+    from asrlib.train.data import CtcDataset, collate, make_batches, read_token_ids, spec_augment
+    from asrlib.train.trainer import ctc_loss, make_optimizer
+
+    torch.set_num_threads(1)
+    cfg = load_config(recipe / "config.yaml")
+    os.chdir(recipe)
+    ds = CtcDataset(Path("data/fbank/train/feats.scp"), Path("data/train/text"), Path("data/lang"),
+                    Path("data/fbank/train/cmvn.scp"), cfg.model.stack)
+    model = build_model(ds.features(ds.utts[0].utt).shape[1], len(read_token_ids(Path("data/lang/tokens.txt"))),
+                        cfg.model)
+    opt = make_optimizer(model.parameters(), cfg.train)
+    batches = make_batches(ds.utts, int(cfg.train.batch_seconds * 100), 0, 0)[: n_batches + 2]
+    calc, merge = [], []
+    for i, b in enumerate(batches):
+        t = time.perf_counter()
+        batch = collate(ds, b)
+        batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
+        loss, _, _ = ctc_loss(model, batch)
+        opt.zero_grad()
+        loss.backward()
+        t1 = time.perf_counter()
+        opt.step()
+        t2 = time.perf_counter()
+        if i >= 2:
+            calc.append(t1 - t)
+            merge.append(t2 - t1)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"t_calc": statistics.mean(calc), "t_merge": statistics.median(merge), "model_bytes": nbytes,
+            "numel": sum(p.numel() for p in model.parameters())}
+
+
+def make_subset(recipe: Path, out: Path, n_train: int, n_dev: int) -> Path:
+    """A smaller copy of the digits data/fbank tables (same archives: paths stay relative to the recipe dir)."""
+    from asrlib.io_utils import read_table, write_table
+    sub = out / "subset"
+    for name, n in (("train", n_train), ("dev", n_dev)):
+        keep = [r for r in read_table(recipe / "data" / name / "text")][:n]
+        ids = {k for k, _ in keep}
+        write_table(sub / "data" / name / "text", keep)
+        for f in ("feats.scp", "utt2num_frames"):
+            write_table(sub / "fbank" / name / f, [r for r in read_table(recipe / "data" / "fbank" / name / f)
+                                                   if r[0] in ids])
+    write_table(sub / "fbank" / "train" / "cmvn.scp", read_table(recipe / "data" / "fbank" / "train" / "cmvn.scp"))
+    return sub
+
+
+def run_algo(recipe: Path, sub: Path, out: Path, algo: str, n: int, extra: List[str]) -> Dict:
+    exp = out / f"{algo}_n{n}"
+    if exp.exists():
+        subprocess.run(["rm", "-rf", str(exp)], check=True)
+    cmd = [sys.executable, "-m", "steps.train_dist", "--num-learners", str(n), "--threads-per-learner", "1", "--",
+           "--config", str(recipe / "config.yaml"), "--set", f"train.dist.algo={algo}", "--set", "train.epochs=1",
+           "--set", "train.checkpoint_every=100000", *sum((["--set", e] for e in extra), []),
+           "--data-dir", str(sub / "data"), "--feats-dir", str(sub / "fbank"), "--lang-dir", str(recipe / "data/lang"),
+           "--exp-dir", str(exp)]
+    load = os.getloadavg()
+    with open(out / f"{algo}_n{n}.log", "w") as f:
+        r = subprocess.run(cmd, cwd=recipe, stdout=f, stderr=subprocess.STDOUT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if r.returncode != 0:
+        raise SystemExit(f"{algo} n={n} failed; see {out / f'{algo}_n{n}.log'}")
+    ranks = [json.loads((exp / "log" / f"dist.rank{k}.json").read_text()) for k in range(n)]
+    step = [rk["total"]["cycle_s"] / max(rk["total"]["cycles"], 1) for rk in ranks]
+    sent = [rk["total"]["sent_bytes"] / max(rk["total"]["steps"], 1) for rk in ranks]
+    return {"algo": algo, "n": n, "step_s": statistics.mean(step), "step_s_per_rank": step,
+            "sent_bytes_per_step": statistics.mean(sent), "wait_s": [rk["total"]["wait_s"] for rk in ranks],
+            "comm_s": [rk["total"]["comm_s"] for rk in ranks], "load_before": load, "load_after": os.getloadavg(),
+            "extra": extra}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes" / "digits")
+    p.add_argument("--out", type=Path, default=ROOT / "recipes" / "digits" / "exp" / "bench_timing")
+    p.add_argument("--algos", nargs="+", default=["sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring"])
+    p.add_argument("--ns", nargs="+", type=int, default=[1, 2, 4])
+    p.add_argument("--period", type=int, default=4)
+    p.add_argument("--train-utts", type=int, default=1200)
+    a = p.parse_args()
+    recipe, out = a.recipe_dir.resolve(), a.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    from asrlib.dist.harness import run_learners
+
+    load0 = os.getloadavg()
+    sizes = [4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20]
+    pp = run_learners(pingpong, 2, args=(sizes, 10), timeout=300)[0]
+    link = fit_link(list(pp), list(pp.values()))
+    ct = compute_times(recipe, 12)
+    ar = {n: run_learners(allreduce_time, n, args=(ct["numel"], 10), timeout=300)[0] for n in (2, 4)}
+    params = TimingParams(t_calc=ct["t_calc"], t_merge=ct["t_merge"], model_bytes=ct["model_bytes"],
+                          link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count())
+    save_params(out / "params.json", params)
+    fit = {"pingpong_one_way_s": pp, "link": vars(link), "compute": ct, "allreduce_s": ar, "load_before": load0,
+           "load_after": os.getloadavg()}
+    (out / "fit.json").write_text(json.dumps(fit, indent=1))
+    print(json.dumps(fit, indent=1), flush=True)
+
+    sub = make_subset(recipe, out, a.train_utts, 50)
+    measured = []
+    for n in a.ns:
+        for algo in (a.algos if n > 1 else ["sync"]):
+            extra = [f"train.dist.period={a.period}"]
+            if algo == "hadpsgd":
+                if n < 4:
+                    continue
+                extra.append("train.dist.local_world_size=2")
+            m = run_algo(recipe, sub, out, algo, n, extra)
+            measured.append(m)
+            print(f"{algo} n={n}: {m['step_s']:.3f} s/step, {m['sent_bytes_per_step'] / 1e6:.2f} MB sent/step, "
+                  f"load {m['load_before'][0]:.1f}", flush=True)
+            (out / "measured.json").write_text(json.dumps(measured, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The timing model: the slides' ring formula (linear, then saturating), link fitting, the scaling report CLI."""
+import json
+import math
+
+import pytest
+
+from asrlib.dist.timing import LINKS, Link, TimingParams, fit_link, ring_wait, save_params, speedup, step_time
+
+
+def _params(**kw):
+    base = dict(t_calc=0.1, t_merge=0.002, model_bytes=4e6, link=Link("test", 1e9, 1e-4), period=4)
+    return TimingParams(**{**base, **kw})
+
+
+def test_ring_matches_the_slides():
+    p = _params()
+    tt, tm, tc = p.transmit(), p.t_merge, p.t_calc
+    for n in range(1, 65):
+        expected = n * (tc + tm) / (tc + tm + max(n * tt + (n - 1) * tm - tc, 0.0))
+        assert speedup("ring", n, p) == pytest.approx(expected)
+        if n * (tt + tm) <= tc + tm:               # the lap fits in one T_calc: linear
+            assert speedup("ring", n, p) == pytest.approx(n)
+    # beyond that it saturates near (T_calc + T_merge) / (T_transmit + T_merge)
+    assert speedup("ring", 4096, p) == pytest.approx((tc + tm) / (tt + tm), rel=0.01)
+    assert ring_wait(3, 1.0, 0.1, 0.1) == 0.0 and ring_wait(10, 1.0, 0.1, 0.1) == pytest.approx(0.9)
+
+
+def test_algorithm_ordering_and_limits():
+    p = _params(link=LINKS["eth10"], t_calc=0.02)
+    for algo in ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring"):
+        assert speedup(algo, 1, p) == pytest.approx(1.0)
+        assert speedup(algo, 64, p) <= 64 + 1e-9
+    # communicating every K steps beats every step; the parameter server saturates
+    assert speedup("ma", 32, p) > speedup("sync", 32, p)
+    assert speedup("asgd", 64, p) < speedup("asgd", 16, p) * 4
+    # contention: 4 learners on 2 cores cannot beat 2x
+    assert speedup("ma", 4, _params(cores=2)) <= 2.0 + 1e-9
+
+
+def test_fit_link_recovers_latency_and_bandwidth():
+    sizes = [1e3, 1e5, 1e6, 8e6]
+    link = fit_link(sizes, [50e-6 + s / 2e9 for s in sizes])
+    assert link.latency == pytest.approx(50e-6, rel=1e-6) and link.bandwidth == pytest.approx(2e9, rel=1e-6)
+
+
+def test_scaling_report_cli(tmp_path):
+    from steps.scaling_report import main
+    save_params(tmp_path / "params.json", _params(cores=2))
+    measured = [{"algo": "sync", "n": 1, "step_s": 0.102}, {"algo": "ring", "n": 2, "step_s": 0.11}]
+    (tmp_path / "m.json").write_text(json.dumps(measured))
+    assert main(["--params", str(tmp_path / "params.json"), "--measured", str(tmp_path / "m.json"), "--link",
+                 "eth100", "--max-n", "16", "--out-dir", str(tmp_path / "out")]) == 0
+    out = json.loads((tmp_path / "out" / "scaling.json").read_text())
+    assert [n for n, _ in out["speedup"]["sync"]] == [1, 2, 4, 8, 16]
+    v = out["validation"][0]
+    assert v["predicted_s"] == pytest.approx(0.102) and math.isclose(v["error_pct"], 0.0, abs_tol=1e-6)
+    assert (tmp_path / "out" / "scaling.png").stat().st_size > 5000
+    assert "Validation" in (tmp_path / "out" / "scaling.md").read_text()

@@ -3,8 +3,8 @@
 
 ``adpsgd``: every learner takes local optimizer steps on its own shard and, concurrently, averages its model with
 a ring neighbour (see :mod:`asrlib.dist.gossip` for the active/passive protocol and why it cannot deadlock). There
-is no global barrier during an epoch; the only waits are for one's own previous exchange (bounded staleness: one
-step) and the epoch-end dev-loss reduction. At the end of training the learners' models are averaged once (the sum
+is no global barrier between steps; the only waits are for one's own previous exchange (bounded staleness: one
+step), the epoch-end dev-loss reduction and checkpoints (every ``train.checkpoint_every`` steps). At the end of training the learners' models are averaged once (the sum
 of the models is preserved by every exchange, so this is the ring's consensus model).
 
 ``hadpsgd``: learners on one node (``train.dist.local_world_size``, else torchrun's LOCAL_WORLD_SIZE; 2 simulated

@@ -1,14 +1,35 @@
 #!/usr/bin/env bash
 # The generic stages every recipe shares (sourced by recipes/<corpus>/run.sh after its corpus-specific data stage).
 # Each function calls the same `python -m steps.*` commands as the Snakefile's rules; each step skips finished work.
-# Expects: ROOT, python, config, data, exp, nj set by the recipe (see recipes/digits/run.sh).
+# Expects: ROOT, python, config, data, exp, nj set by the recipe (see recipes/digits/run.sh). Optional: cmd, a
+# launcher prefixed to every step (Kaldi's --cmd: e.g. "srun --ntasks=1 --cpus-per-task=4"), and train_cmd for the
+# training step (default: cmd; e.g. "srun --gres=gpu:1").
 
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
-run() { echo "+ $*" >&2; "$python" -m "$@"; }
+run() { echo "+ ${cmd:+$cmd }$*" >&2; ${cmd:-} "$python" -m "$@"; }
+
+cfg() {  # cfg SECTION.KEY...: values of the recipe config (defaults filled in), one line, lists space-joined
+  "$python" - "$config" "$@" <<'PY'
+import sys
+from asrlib.config import load_config
+out = []
+for dotted in sys.argv[2:]:
+    v = load_config(sys.argv[1])
+    for k in dotted.split("."):
+        v = getattr(v, k)
+    out.append(" ".join(map(str, v)) if isinstance(v, list) else str(v))
+print(" ".join(out))
+PY
+}
 
 stage_validate() {  # stage_validate SET...: Kaldi data dir checks; bad utterances excluded and listed
-  local s
-  for s in "$@"; do run steps.validate_data_dir --data-dir "$data/$s" --vocab "${vocab:-cmudict}"; done
+  local s sr mind maxd vals
+  vals=$(cfg data.sample_rate data.min_duration data.max_duration) || return 1
+  read -r sr mind maxd <<< "$vals"
+  for s in "$@"; do
+    run steps.validate_data_dir --data-dir "$data/$s" --vocab "${vocab:-cmudict}" --sample-rate "$sr" \
+      --min-duration "$mind" --max-duration "$maxd"
+  done
 }
 
 stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, global CMVN from the first
@@ -24,8 +45,8 @@ stage_lang() {  # stage_lang TRAIN_SET
 }
 
 stage_train() {  # stage_train TRAIN_SET DEV_SET
-  run steps.train --config "$config" --data-dir "$data" --feats-dir "$data/fbank" --lang-dir "$data/lang" \
-    --exp-dir "$exp" --train-set "$1" --dev-set "$2"
+  cmd=${train_cmd:-${cmd:-}} run steps.train --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
+    --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2"
 }
 
 stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search

@@ -6,16 +6,19 @@
 import os
 import sys
 
-import yaml
-
 ROOT = workflow.basedir
+sys.path.insert(0, ROOT)
+from asrlib.config import load_config  # noqa: E402
+
 RECIPE = os.path.join(ROOT, config.get("recipe", "recipes/digits"))
-CONFIG = config.get("recipe_config", os.path.join(RECIPE, "config.yaml"))
+CONFIG = os.path.abspath(config.get("recipe_config", os.path.join(RECIPE, "config.yaml")))
+RCFG = load_config(CONFIG)
 EXP = config.get("exp", "exp/lstm_ctc")
 PY = config.get("python", sys.executable)
-NJ = int(config.get("nj", yaml.safe_load(open(CONFIG)).get("features", {}).get("nj", 2)))
-SETS = ["train", "dev", "test"]
-EVAL_SETS = ["dev", "test"]
+NJ = int(config.get("nj", RCFG.features.nj))
+PREPARE = f"local.{RCFG.data.corpus}"  # stage 1 of every recipe: python -m local.<data.corpus> (see asrlib/data/corpus.py)
+EVAL_SETS = list(RCFG.data.eval_sets)
+SETS = list(dict.fromkeys(["train", "dev"] + EVAL_SETS))  # dev: the training step logs its loss
 METHODS = ["greedy", "tlg"]
 
 workdir: config.get("workdir", RECIPE)  # data/ and exp/ live here (default: the recipe dir)
@@ -32,13 +35,14 @@ rule train:
 
 rule prepare_data:  # stage 1
     output: expand("data/{s}/wav.scp", s=SETS)
-    shell: "{PY} -m local.digits --config {CONFIG} --out-dir data --nj {NJ}"
+    shell: "{PY} -m {PREPARE} --config {CONFIG} --out-dir data --nj {NJ}"
 
 
 rule validate_data:
     input: "data/{s}/wav.scp"
     output: "data/{s}/.validated"
-    shell: "{PY} -m steps.validate_data_dir --data-dir data/{wildcards.s} --vocab cmudict"
+    params: sr=RCFG.data.sample_rate, mind=RCFG.data.min_duration, maxd=RCFG.data.max_duration
+    shell: "{PY} -m steps.validate_data_dir --data-dir data/{wildcards.s} --vocab cmudict --sample-rate {params.sr} --min-duration {params.mind} --max-duration {params.maxd}"
 
 
 rule fbank:  # stage 2

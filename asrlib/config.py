@@ -113,6 +113,18 @@ class DecodeConfig:
 
 
 @dataclass
+class ExportConfig:
+    """``export``: the mobile export stage (steps.export_mobile; see asrlib/export/)."""
+    rank_ratio: float = 0.5       # low-rank: LSTM input matrices W_ih -> rank ratio*min(rows, cols) bottleneck; 0 = off
+    sparsity: float = 0.5         # magnitude pruning: fraction of every weight matrix set to zero; 0 = off
+    finetune_epochs: int = 1      # fine-tuning (same trainer) after the low-rank step and after pruning
+    finetune_lr: float = 5e-4
+    per_channel: bool = False     # int8 weights quantized per output channel instead of per tensor
+    fp16: bool = True             # also write an fp16-weight model (size/accuracy point)
+    chunk_ms: int = 320           # streaming chunk length the bundle's README and the benchmark default to
+
+
+@dataclass
 class RecipeConfig:
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
@@ -120,6 +132,7 @@ class RecipeConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
 
 def _check_type(value: Any, tp: Any) -> Any:

@@ -1,0 +1,277 @@
+"""The ``asr`` command: use a trained model on your own audio.
+
+    asr transcribe MODEL INPUT... [--format text|jsonl] [--nj N] [--method tlg|greedy] [-o OUT]
+    asr info MODEL [--json] [--verify]
+    asr package EXP_DIR LANG_DIR OUT_DIR [--config recipes/digits/config.yaml] [--force]
+
+MODEL is a packaged model dir (``asr package``) or a training experiment dir (``final.pt``; its lang dir is found
+as described in :mod:`asrlib.model_dir`). INPUTs are audio files (wav, flac, ogg, mp3: any sample rate, any
+number of channels), directories (searched recursively for those extensions) or Kaldi ``wav.scp`` files
+(``KEY PATH`` lines; a file named ``*.scp``). A file's key is its name without the extension; keys must be unique.
+
+Output (stdout, or ``-o FILE`` written atomically): ``--format text`` gives Kaldi ``text`` lines ``KEY WORD...``;
+``--format jsonl`` gives one JSON object per input: ``{"key", "path", "text", "duration", "words": [{"word",
+"start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.recognizer` for how times and confidences
+are defined), or ``{"key", "path", "error"}`` for an input that could not be transcribed. Every failed input is
+also reported on stderr; the others are still transcribed, and the exit status is then 1. A problem with the
+model or the arguments stops everything with exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from asrlib.io_utils import AsrError, atomic_open, read_table
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus")
+
+Item = Tuple[str, str, Optional[str]]   # key, path, error found while listing (e.g. a piped wav.scp entry)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def _key(path: Path) -> str:
+    return "_".join(path.stem.split()) or "_"
+
+
+def collect_inputs(inputs: List[str]) -> List[Item]:
+    """Expand files, directories and ``wav.scp`` files into ``(key, path, error)`` items, in order."""
+    items: List[Item] = []
+    for s in inputs:
+        p = Path(s)
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in AUDIO_EXTENSIONS)
+            if not files:
+                raise AsrError(f"{p}: directory holds no audio files ({', '.join(AUDIO_EXTENSIONS)})")
+            items += [(_key(f), str(f), None) for f in files]
+        elif p.suffix == ".scp" and p.is_file():
+            for key, val in read_table(p):
+                if not val:
+                    items.append((key, "", f"{p}: entry '{key}' has no path"))
+                elif val.endswith("|") or len(val.split()) != 1:
+                    items.append((key, val, f"{p}: entry '{key}' is a command ('{val}'); only file paths are "
+                                            f"supported (convert the audio to files first)"))
+                else:
+                    items.append((key, val, None))
+        else:
+            items.append((_key(p), str(p), None))
+    seen = {}
+    for key, path, _ in items:
+        if key in seen:
+            raise AsrError(f"two inputs have the key '{key}' ({seen[key]} and {path}); keys must be unique: "
+                           f"rename a file or list the inputs in a wav.scp with unique keys")
+        seen[key] = path
+    if not items:
+        raise AsrError("no inputs")
+    return items
+
+
+# ------------------------------------------------------------------------------------------------ workers
+_worker_rec = None
+
+
+def _make_recognizer(a: argparse.Namespace):
+    from asrlib.recognizer import Recognizer
+
+    return Recognizer.from_dir(a.model, method=a.method, beam=a.beam, max_active=a.max_active,
+                               acoustic_scale=a.acoustic_scale, blank_penalty=a.blank_penalty,
+                               chunk_seconds=a.chunk_seconds)
+
+
+def _init_worker(a: argparse.Namespace) -> None:
+    global _worker_rec
+    import torch
+
+    torch.set_num_threads(a.num_threads)
+    _worker_rec = _make_recognizer(a)
+
+
+def _transcribe_item(item: Item, rec=None) -> Tuple[Item, Optional[dict], Optional[str]]:
+    key, path, err = item
+    if err:
+        return item, None, err
+    try:
+        return item, (rec or _worker_rec).transcribe_file(path).to_dict(), None
+    except AsrError as e:
+        return item, None, str(e)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def cmd_transcribe(a: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    if a.nj < 1 or a.num_threads < 1:
+        raise AsrError("--nj and --num-threads must be >= 1")
+    items = collect_inputs(a.inputs)
+    nj = min(a.nj, len(items))
+    t0 = time.perf_counter()
+    if nj == 1:
+        import torch
+
+        torch.set_num_threads(a.num_threads)
+        rec = _make_recognizer(a)          # model problems stop here, before any output
+        results = (_transcribe_item(it, rec) for it in items)
+        pool = None
+        load_note = f"; model loaded in {time.perf_counter() - t0:.2f} s"
+        t0 = time.perf_counter()
+    else:
+        import multiprocessing as mp
+
+        from asrlib.model_dir import open_model_dir
+
+        open_model_dir(a.model)            # fail fast, in the parent, with one clear message
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        pool = ctx.Pool(nj, initializer=_init_worker, initargs=(a,))
+        load_note = " including the workers' start-up"
+        results = pool.imap(_transcribe_item, items, chunksize=1)
+    failed, audio_seconds = [], 0.0
+    try:
+        with (atomic_open(a.output) if a.output else _Stdout()) as out:
+            for (key, path, _), res, err in tqdm(results, total=len(items), desc="transcribe", unit="file",
+                                                 disable=a.quiet or len(items) < 2, mininterval=1.0,
+                                                 file=sys.stderr):
+                if err is not None:
+                    failed.append(key)
+                    tqdm.write(f"ERROR [asr]: {key}: {err}", file=sys.stderr)
+                    if a.format == "jsonl":
+                        out.write(json.dumps({"key": key, "path": path, "error": err}) + "\n")
+                    continue
+                audio_seconds += res["duration"]
+                if a.format == "jsonl":
+                    out.write(json.dumps({"key": key, "path": path, **res}, ensure_ascii=False) + "\n")
+                else:
+                    out.write(f"{key} {res['text']}".rstrip() + "\n")
+                out.flush()
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    wall = time.perf_counter() - t0
+    if not a.quiet:
+        rtf = f", RTF {wall / audio_seconds:.3f}" if audio_seconds > 0 else ""
+        print(f"asr transcribe: {len(items) - len(failed)} of {len(items)} inputs transcribed "
+              f"({audio_seconds:.1f} s of audio in {wall:.2f} s{rtf}, nj={nj}{load_note})",
+              file=sys.stderr)
+    if failed:
+        print(f"ERROR [asr]: {len(failed)} of {len(items)} inputs failed (reasons above): "
+              f"{' '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}", file=sys.stderr)
+        return 1
+    return 0
+
+
+class _Stdout:
+    def __enter__(self):
+        return sys.stdout
+
+    def __exit__(self, *exc) -> None:
+        sys.stdout.flush()
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
+    from asrlib.model_dir import DECODE_KEYS, open_model_dir, verify_files
+
+    md = open_model_dir(a.model)
+    backend = md.load_backend()
+    lang = md.lang_dir
+    words = [w for w in read_words(lang / "words.txt").values() if not (w.startswith("#") or w.startswith("<"))]
+    info = {"model_dir": str(md.root), "kind": "packaged" if md.packaged else "experiment dir",
+            "type": md.type, "format_version": md.meta.get("format_version"), "model_file": str(md.model_path),
+            "lang_dir": str(lang), "sample_rate": md.sample_rate, "num_mel_bins": backend.num_mel_bins,
+            "subsampling": backend.subsampling, "tokens": len(read_tokens(lang / "tokens.txt")),
+            "words": len(words), "lexicon_entries": sum(len(p) for p in read_lexicon(lang / "lexicon.txt").values()),
+            "tlg": (lang / "TLG.fst").is_file(),
+            "decode": {k: getattr(md.decode_config(), k) for k in DECODE_KEYS},
+            "network": backend.describe()}
+    if md.packaged:
+        info["asrlib_version"] = md.meta.get("asrlib_version")
+        info["source"] = md.meta.get("source")
+    if a.verify:
+        problems = verify_files(md) if md.packaged else []
+        info["verified"] = "ok" if not problems else problems
+    if a.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        for k, v in info.items():
+            if isinstance(v, dict):
+                v = " ".join(f"{kk}={vv}" for kk, vv in v.items())
+            print(f"{k:16s} {v}")
+    if a.verify and info["verified"] != "ok":
+        raise AsrError(f"{md.root}: " + "; ".join(info["verified"]))
+    return 0
+
+
+def cmd_package(a: argparse.Namespace) -> int:
+    from asrlib.config import DecodeConfig, load_config
+    from asrlib.model_dir import package_model
+
+    decode, sample_rate = DecodeConfig(), 16000
+    if a.config:
+        cfg = load_config(a.config)
+        decode, sample_rate = cfg.decode, cfg.data.sample_rate
+    out = package_model(a.exp_dir, a.lang_dir, a.out_dir, decode=decode, sample_rate=sample_rate, force=a.force)
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    print(f"packaged {a.exp_dir} + {a.lang_dir} into {out}: {' '.join(files)}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="asr", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("transcribe", help="transcribe audio files, directories or wav.scp lists")
+    t.add_argument("model", help="packaged model dir (asr package) or training experiment dir")
+    t.add_argument("inputs", nargs="+", help="audio files, directories, or Kaldi wav.scp files")
+    t.add_argument("--format", choices=["text", "jsonl"], default="text")
+    t.add_argument("--method", choices=["tlg", "greedy"], default="tlg")
+    t.add_argument("--nj", type=int, default=1, help="parallel processes (files are spread over them)")
+    t.add_argument("--num-threads", type=int, default=1, help="torch threads per process")
+    t.add_argument("-o", "--output", type=Path, help="write here (atomically) instead of stdout")
+    t.add_argument("--beam", type=float, help="search beam (default: the model dir's decode settings)")
+    t.add_argument("--max-active", type=int)
+    t.add_argument("--acoustic-scale", type=float)
+    t.add_argument("--blank-penalty", type=float)
+    t.add_argument("--chunk-seconds", type=float, default=10.0,
+                   help="audio processed per step (bounds memory; does not change the result)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
+    t.set_defaults(func=cmd_transcribe)
+
+    i = sub.add_parser("info", help="describe a model dir")
+    i.add_argument("model")
+    i.add_argument("--json", action="store_true")
+    i.add_argument("--verify", action="store_true", help="re-hash the files of a packaged model dir")
+    i.set_defaults(func=cmd_info)
+
+    k = sub.add_parser("package", help="copy a trained model and its lang files into a self-contained model dir")
+    k.add_argument("exp_dir", help="experiment dir holding final.pt (or the .pt file)")
+    k.add_argument("lang_dir", help="the lang dir the model was trained with (tokens.txt, words.txt, lexicon.txt, "
+                                    "TLG.fst)")
+    k.add_argument("out_dir")
+    k.add_argument("--config", help="recipe config: its decode settings and data.sample_rate are recorded")
+    k.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    k.set_defaults(func=cmd_package)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``asr`` with ``argv``; returns the exit status (raises :class:`AsrError` for fatal problems)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    a = build_parser().parse_args(argv)
+    return a.func(a)
+
+
+def console_main() -> None:
+    """Entry point of the ``asr`` console script: AsrError → one ``ERROR [asr]:`` line, exit status 2."""
+    from asrlib.cli import run_main
+
+    sys.argv[0] = "asr"
+    run_main(main)
+
+
+if __name__ == "__main__":
+    console_main()

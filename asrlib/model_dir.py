@@ -1,0 +1,379 @@
+"""A trained model as a directory that ``asr transcribe`` and :class:`asrlib.recognizer.Recognizer` can load.
+
+Two layouts are accepted by :func:`open_model_dir`:
+
+* a **packaged model** (written by :func:`package_model` / ``asr package``): ``model.json`` plus the files it names,
+  self-contained and relocatable::
+
+      model.json           {"format": "asrlib-model", "format_version": 1, "type": "torch", ...}
+      final.pt             weights, model config, CMVN (asrlib.models.saved)
+      lang/tokens.txt  lang/words.txt  lang/lexicon.txt  lang/TLG.fst
+
+* a **training experiment dir** (e.g. ``recipes/digits/exp/lstm_ctc``) holding ``final.pt``; its lang dir is
+  ``lang/`` beside ``final.pt`` if present, else the ``lang_dir`` recorded in ``final.pt`` at training time (an
+  absolute path, or a relative one found from the current directory or from a parent of the experiment dir).
+
+``model.json`` keys: ``format``, ``format_version`` (this asrlib reads :data:`MODEL_DIR_VERSION` and older),
+``type`` (which backend runs the network: ``torch``; a mobile/ONNX bundle adds its own type to :data:`BACKENDS`),
+``model`` and ``lang`` (paths relative to the dir), ``files`` (size and sha256 of every file, checked by
+``asr info --verify``), ``sample_rate``, ``num_mel_bins``, ``frame_shift``, ``subsampling``, ``decode`` (beam,
+max_active, acoustic_scale, blank_penalty: the recipe's decode settings) and ``source`` / ``asrlib_version``
+(provenance, informational).
+
+A backend turns raw fbank frames into CTC log-probabilities incrementally (:class:`AcousticStream`), so a long
+recording is processed in bounded memory: the torch backend carries the LSTM state from chunk to chunk
+(unidirectional models: identical to one pass over the whole recording) or, for a bidirectional model, runs
+overlapping windows (see :class:`_BidirectionalStream`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Protocol
+
+import numpy as np
+
+from asrlib.config import DecodeConfig
+from asrlib.io_utils import AsrError, PathLike, atomic_open
+
+log = logging.getLogger(__name__)
+
+MODEL_DIR_FORMAT = "asrlib-model"
+MODEL_DIR_VERSION = 1
+LANG_FILES_REQUIRED = ("tokens.txt", "words.txt", "lexicon.txt")
+LANG_FILES_OPTIONAL = ("TLG.fst",)
+FRAME_SHIFT = 0.01  # seconds per fbank frame (asrlib.features.fbank)
+DECODE_KEYS = ("beam", "max_active", "acoustic_scale", "blank_penalty")   # DecodeConfig fields kept in model.json
+
+
+# ------------------------------------------------------------------------------------------------ backends
+class AcousticStream(Protocol):
+    """Incremental log-probabilities: feed raw fbank chunks, get the CTC frames they complete."""
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        """Raw (un-normalised) fbank ``[n, num_mel_bins]`` → log-probs ``[m, V]`` of the output frames now final."""
+
+    def finish(self) -> np.ndarray:
+        """Log-probs of the frames still pending at the end of the recording (may be empty)."""
+
+
+class AcousticBackend(Protocol):
+    """What a model type provides to the recognizer."""
+
+    num_mel_bins: int
+    subsampling: int          # fbank frames per output frame
+    vocab_size: int
+
+    def stream(self) -> AcousticStream:
+        """A fresh stream (no state from earlier recordings)."""
+
+    def describe(self) -> Dict[str, object]:
+        """Facts for ``asr info`` (parameters, layers, ...)."""
+
+
+class _UnidirectionalStream:
+    """Frame stacking + LSTM layers run chunk by chunk with the recurrent state carried over (exact)."""
+
+    def __init__(self, saved) -> None:
+        self.saved, self.model = saved, saved.model
+        self.stack = self.model.stack
+        self.pending = np.zeros((0, self.model.feat_dim), np.float32)
+        self.state: List[Optional[tuple]] = [None] * len(self.model.layers)
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        import torch
+
+        from asrlib.models.lstm import _PeepholeLayer, _TorchLstmLayer
+
+        buf = np.concatenate([self.pending, feats]) if len(self.pending) else feats
+        usable = len(buf) // self.stack * self.stack
+        self.pending = np.array(buf[usable:], np.float32)
+        if usable == 0:
+            return np.zeros((0, self.model.vocab_size), np.float32)
+        x = torch.from_numpy(self.saved.normalise(buf[:usable]))
+        x = x.reshape(1, usable // self.stack, -1)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
+            for i, layer in enumerate(self.model.layers):
+                if isinstance(layer, _TorchLstmLayer):
+                    x, self.state[i] = layer.lstm(x, self.state[i])
+                elif isinstance(layer, _PeepholeLayer):
+                    x, self.state[i] = layer.fwd(x, self.state[i])
+                else:  # pragma: no cover - a new layer type must say how it streams
+                    raise AsrError(f"internal error: cannot stream layer type {type(layer).__name__}")
+            return self.model.output(x).log_softmax(dim=-1)[0].numpy()
+
+    def finish(self) -> np.ndarray:
+        # fewer than `stack` frames left: dropped, exactly as the model does for a whole utterance
+        return np.zeros((0, self.model.vocab_size), np.float32)
+
+
+class _BidirectionalStream:
+    """A bidirectional LSTM cannot carry state forwards only: the features are collected and, at the end, run in
+    windows of ``window`` output frames with ``context`` frames of extra audio on each side (whose outputs are
+    dropped). A recording of at most ``window + 2 * context`` output frames runs in one pass (exact); a longer one
+    is approximate at the window edges, by an amount that shrinks with ``context``."""
+
+    def __init__(self, saved, window: int = 1000, context: int = 100) -> None:
+        self.saved, self.window, self.context = saved, window, context
+        self.chunks: List[np.ndarray] = []
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        self.chunks.append(np.asarray(feats, np.float32))
+        return np.zeros((0, self.saved.model.vocab_size), np.float32)
+
+    def finish(self) -> np.ndarray:
+        stack = self.saved.model.stack
+        feats = np.concatenate(self.chunks) if self.chunks else np.zeros((0, self.saved.model.feat_dim), np.float32)
+        t_out = len(feats) // stack
+        if t_out == 0:
+            return np.zeros((0, self.saved.model.vocab_size), np.float32)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
+            if t_out <= self.window + 2 * self.context:
+                return self.saved.log_probs(feats[: t_out * stack])
+            outs = []
+            for s in range(0, t_out, self.window):
+                e = min(s + self.window, t_out)
+                a, b = max(0, s - self.context), min(t_out, e + self.context)
+                lp = self.saved.log_probs(feats[a * stack: b * stack])
+                outs.append(lp[s - a: s - a + (e - s)])
+            return np.concatenate(outs)
+
+
+class TorchBackend:
+    """A ``final.pt`` of :mod:`asrlib.models.saved` (weights + CMVN), run with torch on the CPU."""
+
+    def __init__(self, model_path: Path) -> None:
+        from asrlib.models.saved import load_model
+
+        self.model_path = Path(model_path)
+        self.saved = load_model(self.model_path)
+        m = self.saved.model
+        self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
+        self.bidirectional = bool(m.cfg.bidirectional)
+
+    def stream(self) -> AcousticStream:
+        return _BidirectionalStream(self.saved) if self.bidirectional else _UnidirectionalStream(self.saved)
+
+    def describe(self) -> Dict[str, object]:
+        from asrlib.models.lstm import count_parameters
+
+        return {"parameters": count_parameters(self.saved.model), **asdict(self.saved.model.cfg)}
+
+
+#: model.json ``type`` → loader(model dir, model.json dict) → backend. A new bundle type registers itself here.
+BACKENDS: Dict[str, Callable[[Path, dict], AcousticBackend]] = {
+    "torch": lambda root, meta: TorchBackend(root / meta.get("model", "final.pt")),
+}
+
+
+# ------------------------------------------------------------------------------------------------ model dirs
+@dataclass
+class ModelDir:
+    """A resolved model directory: where its files are and the settings to run it with."""
+    root: Path
+    type: str
+    model_path: Path
+    lang_dir: Path
+    meta: dict = field(default_factory=dict)      # model.json (synthesised for an experiment dir)
+    packaged: bool = False
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.meta.get("sample_rate", 16000))
+
+    def decode_config(self) -> DecodeConfig:
+        return DecodeConfig(**{k: v for k, v in self.meta.get("decode", {}).items() if k in DECODE_KEYS})
+
+    def load_backend(self) -> AcousticBackend:
+        return BACKENDS[self.type](self.root, self.meta)
+
+
+def _missing_lang_files(lang_dir: Path) -> List[str]:
+    return [f for f in LANG_FILES_REQUIRED if not (lang_dir / f).is_file()]
+
+
+def _find_relative(rel: Path, exp_dir: Path) -> Optional[Path]:
+    """``rel`` (a relative lang_dir recorded at training time) from the cwd or from a parent of ``exp_dir``."""
+    for base in [Path.cwd(), *exp_dir.resolve().parents]:
+        cand = base / rel
+        if cand.is_dir() and not _missing_lang_files(cand):
+            return cand
+    return None
+
+
+def _read_model_json(path: Path) -> dict:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise AsrError(f"{path} is not readable JSON ({e}); re-create the model dir with `asr package`") from None
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_DIR_FORMAT:
+        raise AsrError(f"{path} is not an asrlib model description (\"format\" must be \"{MODEL_DIR_FORMAT}\")")
+    version = meta.get("format_version")
+    if not isinstance(version, int):
+        raise AsrError(f"{path}: \"format_version\" is missing or not an integer")
+    if version > MODEL_DIR_VERSION:
+        from asrlib import __version__
+
+        raise AsrError(f"{path.parent} is a model dir of format version {version}, made by a newer asrlib "
+                       f"({meta.get('asrlib_version', '?')}); this asrlib {__version__} reads format versions "
+                       f"up to {MODEL_DIR_VERSION}: upgrade asrlib")
+    if meta.get("type") not in BACKENDS:
+        raise AsrError(f"{path}: model type '{meta.get('type')}' is not supported by this asrlib "
+                       f"(known types: {', '.join(sorted(BACKENDS))})")
+    return meta
+
+
+def open_model_dir(path: PathLike) -> ModelDir:
+    """Resolve a packaged model dir, an experiment dir or a ``final.pt`` path (see the module docstring).
+
+    Every problem is an :class:`AsrError` that names the missing or incompatible file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise AsrError(f"model {path} does not exist")
+    if path.is_file():
+        if path.name == "model.json":
+            path = path.parent
+        elif path.suffix == ".pt":
+            return _experiment_dir(path.parent, path)
+        else:
+            raise AsrError(f"model {path} is a file; give a model directory (with model.json or final.pt)")
+    if (path / "model.json").is_file():
+        meta = _read_model_json(path / "model.json")
+        model_path = path / meta.get("model", "final.pt")
+        lang_dir = path / meta.get("lang", "lang")
+        missing = [str(p.relative_to(path)) for p in (model_path,) if not p.exists()]
+        missing += [str((lang_dir / f).relative_to(path)) for f in _missing_lang_files(lang_dir)]
+        if missing:
+            raise AsrError(f"model dir {path} is incomplete: missing {', '.join(missing)} "
+                           f"(copy the whole directory, or re-create it with `asr package`)")
+        for name, info in meta.get("files", {}).items():
+            p = path / name
+            if p.is_file() and "size" in info and p.stat().st_size != info["size"]:
+                raise AsrError(f"model dir {path}: {name} has {p.stat().st_size} bytes, model.json says "
+                               f"{info['size']} (truncated or replaced copy?); re-copy the model dir")
+        return ModelDir(path, meta["type"], model_path, lang_dir, meta, packaged=True)
+    return _experiment_dir(path, path / "final.pt")
+
+
+def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
+    if not model_path.is_file():
+        raise AsrError(f"{exp_dir} has no model.json and no {model_path.name}: give a packaged model dir "
+                       f"(`asr package`) or a training experiment dir whose training has finished")
+    lang_dir = exp_dir / "lang"
+    if not lang_dir.is_dir():
+        import torch
+
+        info = torch.load(model_path, map_location="cpu", weights_only=False).get("info", {})
+        recorded = info.get("lang_dir")
+        if not recorded:
+            raise AsrError(f"{exp_dir} has no lang/ dir and {model_path} does not record its lang dir; "
+                           f"package it with `asr package {exp_dir} LANG_DIR OUT_DIR`")
+        rec = Path(recorded)
+        found = rec if rec.is_absolute() and rec.is_dir() else (None if rec.is_absolute() else
+                                                                 _find_relative(rec, exp_dir))
+        if found is None:
+            raise AsrError(f"{exp_dir} has no lang/ dir and the lang dir recorded in {model_path} ('{recorded}') "
+                           f"is not found; package the model with `asr package {exp_dir} LANG_DIR OUT_DIR`")
+        lang_dir = found
+    missing = _missing_lang_files(lang_dir)
+    if missing:
+        raise AsrError(f"lang dir {lang_dir} lacks {', '.join(missing)}; run the lang stage (steps.prepare_lang)")
+    meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "torch",
+            "model": os.path.relpath(model_path, exp_dir)}
+    return ModelDir(exp_dir, "torch", model_path, lang_dir, meta, packaged=False)
+
+
+# ------------------------------------------------------------------------------------------------ packaging
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_files(md: ModelDir) -> List[str]:
+    """Problems found by re-hashing the files listed in ``model.json`` (empty list: all intact)."""
+    problems = []
+    for name, info in md.meta.get("files", {}).items():
+        p = md.root / name
+        if not p.is_file():
+            problems.append(f"{name}: missing")
+        elif info.get("sha256") and _sha256(p) != info["sha256"]:
+            problems.append(f"{name}: checksum differs from model.json (corrupt or replaced)")
+    return problems
+
+
+def package_model(exp_dir: PathLike, lang_dir: PathLike, out_dir: PathLike, decode: Optional[DecodeConfig] = None,
+                  sample_rate: int = 16000, force: bool = False) -> Path:
+    """Copy ``exp_dir/final.pt`` and the lang files into a new self-contained ``out_dir`` with ``model.json``.
+
+    ``exp_dir`` may also be the path of a ``.pt`` model file. The directory is built under a temporary name
+    beside ``out_dir`` and renamed into place when complete; an existing ``out_dir`` is an :class:`AsrError`
+    unless ``force`` (then it is replaced). ``decode`` (the recipe's decode settings) and ``sample_rate`` (of the
+    training audio) are recorded for ``asr transcribe``. Returns ``out_dir``.
+    """
+    from asrlib import __version__
+    from asrlib.lang.lexicon import read_tokens
+
+    exp_dir, lang_dir, out_dir = Path(exp_dir), Path(lang_dir), Path(out_dir)
+    model_path = exp_dir if exp_dir.is_file() else exp_dir / "final.pt"
+    if not model_path.is_file():
+        raise AsrError(f"{model_path} does not exist (has training finished in {exp_dir}?)")
+    missing = _missing_lang_files(lang_dir)
+    if missing:
+        raise AsrError(f"lang dir {lang_dir} lacks {', '.join(missing)}; run the lang stage (steps.prepare_lang)")
+    if out_dir.exists() and not force:
+        raise AsrError(f"{out_dir} already exists; remove it or pass --force to replace it")
+    backend = TorchBackend(model_path)  # checks the model file's format version
+    num_tokens = len(read_tokens(lang_dir / "tokens.txt"))
+    if num_tokens != backend.vocab_size:
+        raise AsrError(f"{model_path} outputs {backend.vocab_size} tokens but {lang_dir / 'tokens.txt'} has "
+                       f"{num_tokens}: this lang dir is not the one the model was trained with")
+    lang_files = [f for f in LANG_FILES_REQUIRED + LANG_FILES_OPTIONAL if (lang_dir / f).is_file()]
+    if "TLG.fst" not in lang_files:
+        log.warning("%s has no TLG.fst: the packaged model can only decode with --method greedy", lang_dir)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        shutil.copyfile(model_path, tmp / "final.pt")
+        (tmp / "lang").mkdir()
+        for f in lang_files:
+            shutil.copyfile(lang_dir / f, tmp / "lang" / f)
+        names = ["final.pt"] + [f"lang/{f}" for f in lang_files]
+        meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "torch",
+                "model": "final.pt", "lang": "lang", "sample_rate": int(sample_rate),
+                "num_mel_bins": backend.num_mel_bins, "frame_shift": FRAME_SHIFT,
+                "subsampling": backend.subsampling,
+                "decode": {k: v for k, v in asdict(decode or DecodeConfig()).items() if k in DECODE_KEYS},
+                "files": {n: {"size": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in names},
+                "asrlib_version": __version__,
+                "source": {"model": str(model_path.resolve()), "lang_dir": str(lang_dir.resolve())}}
+        with atomic_open(tmp / "model.json") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,540 @@
+"""Transcribe your own audio with a trained model: the Python API behind ``asr transcribe``.
+
+    from asrlib.recognizer import Recognizer
+
+    rec = Recognizer.from_dir("recipes/digits/exp/lstm_ctc")   # or a dir made by `asr package`
+    result = rec.transcribe_file("my.wav")                      # any rate, mono or multi-channel, wav/flac/...
+    print(result.text)
+    for w in result.words:
+        print(w.word, w.start, w.end, w.confidence)
+    result = rec.transcribe(samples, sample_rate)                # numpy [n] or [n, channels], float or int PCM
+
+**Front end** (the same for every model type): channels are averaged (downmix), the audio is resampled to the
+model's rate (16 kHz for the recipes) with lhotse's band-limited sinc resampler, and 80-dim fbank is computed with
+exactly the settings of the feature stage (:mod:`asrlib.features.fbank`, dither 0). All of it runs on chunks of
+``chunk_seconds`` of audio with enough overlap that the result is *identical* to processing the whole recording at
+once: the resampler sees its filter's context on both sides of a chunk, and fbank frames are computed from a chunk
+extended by one frame shift on each side (every frame depends only on its own 25 ms window). The network then
+runs chunk by chunk, carrying the LSTM state (see :mod:`asrlib.model_dir`), so a long recording costs bounded
+memory and loses nothing at chunk edges. The search (TLG or greedy) runs over the log-probabilities of the whole
+recording, as the recipe's decode stage does; greedy decoding of recordings longer than ``max_greedy_segment``
+seconds is split at the longest runs of blank frames (it composes the whole phone string with the lexicon).
+
+**Word times** come from the CTC alignment. One output frame is ``frame_shift × subsampling`` = 30 ms; output
+frame ``f`` spans ``[0.03·f, 0.03·(f+1))`` seconds. Along the best path (TLG) or the per-frame argmax (greedy), each
+run of consecutive frames with the same non-blank token is one emitted token. A word's ``start`` is the start of
+the first frame of its first token, its ``end`` the end of the last frame of its last token (capped at the audio
+duration). CTC emissions are peaky and a unidirectional LSTM emits a phone after hearing it, so times mark where
+the model *recognised* the word: typically a little after the word begins, and ``end - start`` is shorter than the
+spoken word. Words are in order and never overlap.
+
+**Confidence** of a word: the mean, over the tokens emitted for it, of the token's peak posterior probability
+``max_f exp(logp[f, token])`` over the frames of its run. 1.0 = the network was certain of every phone. (For the
+greedy method, a word whose phones were all absent from the greedy phone string and filled in by the lexicon
+match has confidence 0 and ``start == end``.)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from asrlib.config import DecodeConfig
+from asrlib.io_utils import AsrError, PathLike
+from asrlib.model_dir import AcousticBackend, ModelDir, open_model_dir
+
+METHODS = ("tlg", "greedy")
+MIN_SAMPLES_SECONDS = 0.025  # one 25 ms fbank window
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass
+class Word:
+    word: str
+    start: float        # seconds
+    end: float          # seconds
+    confidence: float   # 0..1, see the module docstring
+
+
+@dataclass
+class Result:
+    text: str
+    words: List[Word] = field(default_factory=list)
+    duration: float = 0.0   # seconds of input audio
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "duration": round(self.duration, 3),
+                "words": [{**asdict(w), "start": round(w.start, 3), "end": round(w.end, 3),
+                           "confidence": round(w.confidence, 3)} for w in self.words]}
+
+
+# ------------------------------------------------------------------------------------------------ audio
+def _to_mono_float(samples: np.ndarray) -> np.ndarray:
+    """``[n]`` or ``[n, channels]`` float or integer PCM → float32 mono in [-1, 1] (channels averaged)."""
+    x = np.asarray(samples)
+    if x.ndim not in (1, 2):
+        raise AsrError(f"audio must be a 1-D array [samples] or 2-D [samples, channels], got shape {x.shape}")
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        x = (x.astype(np.float64) - (info.max + info.min + 1) / 2) / ((info.max - info.min + 1) / 2)
+    elif not np.issubdtype(x.dtype, np.floating):
+        raise AsrError(f"audio samples must be numbers, got dtype {x.dtype}")
+    if x.ndim == 2:
+        if x.shape[1] > 64 and x.shape[0] < x.shape[1]:
+            raise AsrError(f"audio of shape {x.shape} looks like [channels, samples]; pass [samples, channels] "
+                           f"(transpose it)")
+        x = x.mean(axis=1)
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _check_finite(block: np.ndarray, where: str) -> None:
+    if not np.isfinite(block).all():
+        raise AsrError(f"{where}: audio contains NaN or infinite sample values (corrupt float audio)")
+
+
+def _array_blocks(x: np.ndarray, block: int) -> Iterator[np.ndarray]:
+    for i in range(0, len(x), block):
+        yield x[i:i + block]
+
+
+def open_audio_blocks(path: PathLike, block_seconds: float = 10.0) -> Tuple[int, Iterator[np.ndarray]]:
+    """(sample rate, iterator over float32 mono blocks) of an audio file (anything libsndfile reads).
+
+    Unreadable, empty or corrupt files raise :class:`AsrError` naming the file (the iterator may raise it too,
+    for damage found only while decoding).
+    """
+    import soundfile as sf
+
+    path = Path(path)
+    if not path.exists():
+        raise AsrError(f"{path}: no such file")
+    if not path.is_file():
+        raise AsrError(f"{path}: not a regular file")
+    if path.stat().st_size == 0:
+        raise AsrError(f"{path}: empty file (0 bytes)")
+    try:
+        f = sf.SoundFile(str(path))
+    except PermissionError:
+        raise AsrError(f"{path}: permission denied") from None
+    except Exception as e:  # noqa: BLE001 - libsndfile's error types vary by version; all mean "cannot read"
+        msg = " ".join(str(e).split()).replace(f"Error opening {str(path)!r}: ", "")
+        raise AsrError(f"{path}: cannot read audio ({msg})") from None
+    if f.frames == 0:
+        f.close()
+        raise AsrError(f"{path}: no audio samples (empty recording)")
+    sr = int(f.samplerate)
+    block = max(1, int(block_seconds * sr))
+
+    def gen() -> Iterator[np.ndarray]:
+        with f:
+            while True:
+                try:
+                    x = f.read(block, dtype="float32", always_2d=True)
+                except Exception as e:  # noqa: BLE001
+                    raise AsrError(f"{path}: cannot decode audio ({' '.join(str(e).split())})") from None
+                if len(x) == 0:
+                    return
+                yield np.ascontiguousarray(x.mean(axis=1), dtype=np.float32)
+
+    return sr, gen()
+
+
+def resample_stream(blocks: Iterable[np.ndarray], orig: int, new: int, block_hint: int) -> Iterator[np.ndarray]:
+    """Resample a stream of sample blocks from ``orig`` to ``new`` Hz, identical to resampling the concatenation.
+
+    Uses lhotse's sinc-interpolation :class:`Resample` (torchaudio's algorithm, no torchaudio needed). Each
+    output block is computed from an input span of a whole number of resampling periods plus ``P`` samples of
+    context on both sides (``P`` ≥ the filter's half-width, zeros before the start and after the end — as the
+    one-shot resampler pads).
+    """
+    if orig == new:
+        yield from blocks
+        return
+    import torch
+    from lhotse.augmentation.resample import Resample
+
+    rs = Resample(orig, new)
+    g = math.gcd(orig, new)
+    o, n = orig // g, new // g
+    ctx = math.ceil(rs.width / o) * o
+    step = max(1, block_hint // o) * o
+    skip = ctx // o * n
+    buf = np.zeros(ctx, np.float32)   # buf[ctx] is the next input sample to turn into output
+    total_in = produced = 0
+    for blk in blocks:
+        buf = np.concatenate([buf, blk])
+        total_in += len(blk)
+        while len(buf) >= ctx + step + ctx:
+            with torch.no_grad():
+                y = rs(torch.from_numpy(buf[:ctx + step + ctx])).numpy()
+            out = y[skip: skip + step // o * n]
+            produced += len(out)
+            yield out
+            buf = buf[step:]
+    total_out = math.ceil(n * total_in / o)
+    if total_out > produced:
+        with torch.no_grad():
+            y = rs(torch.from_numpy(np.concatenate([buf, np.zeros(ctx, np.float32)]))).numpy()
+        yield y[skip: skip + total_out - produced]
+
+
+def fbank_stream(blocks: Iterable[np.ndarray], extract, frames_per_chunk: int, shift: int = 160,
+                 min_samples: int = 400) -> Iterator[np.ndarray]:
+    """Fbank frames of a stream of 16 kHz sample blocks, identical to ``extract(concatenation)``.
+
+    ``extract(samples) -> [frames, dim]`` is lhotse's Kaldi-compatible fbank with ``snip_edges=False``: frame
+    ``i`` is computed from samples ``[i·shift - 120, i·shift + 280)`` only (edges reflected), and a signal of
+    ``N`` samples has ``(N + shift // 2) // shift`` frames. So chunk frames ``[f0, f1)`` are taken from the
+    samples ``[f0·shift - shift, f1·shift + shift)`` — dropping the chunk's first frame (if ``f0 > 0``), whose
+    window was reflected at the chunk's edge. A recording shorter than ``min_samples`` (one window) is an error.
+    """
+    buf = np.zeros(0, np.float32)
+    buf_start = 0          # global index of buf[0]
+    f0 = 0                 # next frame to output
+    total = 0
+    for blk in blocks:
+        buf = np.concatenate([buf, blk]) if len(buf) else np.asarray(blk, np.float32)
+        total += len(blk)
+        while (f0 + frames_per_chunk) * shift + shift - buf_start <= len(buf):
+            f1 = f0 + frames_per_chunk
+            if total < min_samples:  # tiny chunks: wait for one 25 ms window of audio
+                break
+            feats = extract(buf[: f1 * shift + shift - buf_start])
+            off = 0 if f0 == 0 else 1
+            yield feats[off: off + (f1 - f0)]
+            new_start = f1 * shift - shift
+            buf = buf[new_start - buf_start:]
+            buf_start, f0 = new_start, f1
+    if total < min_samples:
+        raise AsrError(f"audio too short: {total} samples, need at least {min_samples} "
+                       f"({min_samples / (shift * 100):.3f} s) for one 25 ms frame")
+    n_frames = (total + shift // 2) // shift
+    if n_frames > f0:
+        feats = extract(buf)
+        off = 0 if f0 == 0 else 1
+        yield feats[off: off + (n_frames - f0)]
+
+
+# ------------------------------------------------------------------------------------------------ alignment
+def token_runs(frame_tokens: Sequence[int]) -> List[Tuple[int, int, int]]:
+    """CTC emissions along a frame-level token path: ``(token, first frame, last frame)`` for each run of
+    consecutive frames with the same non-blank token (blank = 0)."""
+    runs: List[Tuple[int, int, int]] = []
+    prev = 0
+    for f, t in enumerate(int(t) for t in frame_tokens):
+        if t != 0 and t == prev:
+            runs[-1] = (t, runs[-1][1], f)
+        elif t != 0:
+            runs.append((t, f, f))
+        prev = t
+    return runs
+
+
+def _match_exact(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
+                 ) -> Optional[List[Tuple[int, int]]]:
+    """Split ``toks`` into the words' pronunciations exactly: run-index spans ``[a, b)`` per word, or None.
+
+    Depth-first over the pronunciation choices (iterative), remembering dead ends ``(word, position)``, so the
+    work is at most words × positions × pronunciations.
+    """
+    toks = list(toks)
+    failed = set()
+    stack: List[Tuple[int, int]] = []   # (start position, pronunciation index) of each matched word
+    j = i = k = 0
+    while True:
+        advanced = False
+        if j < len(words):
+            ps = prons.get(words[j], [])
+            while k < len(ps):
+                p = ps[k]
+                if (j + 1, i + len(p)) not in failed and toks[i:i + len(p)] == p:
+                    stack.append((i, k))
+                    j, i, k = j + 1, i + len(p), 0
+                    advanced = True
+                    break
+                k += 1
+        elif i == len(toks):
+            ends = [s for s, _ in stack[1:]] + [len(toks)]
+            return [(s, e) for (s, _), e in zip(stack, ends)]
+        if advanced:
+            continue
+        failed.add((j, i))
+        if not stack:
+            return None
+        i, k = stack.pop()
+        j, k = j - 1, k + 1
+
+
+def _match_edit(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
+                ) -> List[Optional[Tuple[int, int]]]:
+    """Minimum-edit alignment of ``toks`` to the words (any of each word's pronunciations): for each word the
+    span ``[a, b)`` of the runs it matched or substituted, or None if all its phones were deletions.
+
+    Dynamic programming over (phone-lattice node) × (position in ``toks``), one numpy row per node: costs 1 for a
+    substitution, an inserted run or a deleted phone. O(nodes × runs) time and memory — used per segment.
+    """
+    n = len(toks)
+    t = np.asarray(toks, dtype=np.int64)
+    idx = np.arange(n + 1)
+    # nodes: boundary node per word boundary, plus one node per phone position of each pronunciation
+    rows: List[np.ndarray] = []
+    back: List[Tuple[np.ndarray, np.ndarray, List[Tuple[int, int, int]]]] = []  # (choice, op, preds)
+    owner: List[int] = []   # word index owning a node's incoming phone (-1 for boundary nodes)
+
+    def add_node(preds: List[Tuple[int, int, int]], word: int) -> int:
+        """preds: (node, phone, is_boundary_join); returns the node id."""
+        best = np.full(n + 1, np.inf)
+        choice = np.full(n + 1, -1, dtype=np.int64)
+        op = np.zeros(n + 1, dtype=np.int8)   # 0 start, 1 sub/match, 2 delete phone, 3 insert run, 4 join
+        for k, (u, ph, join) in enumerate(preds):
+            ru = rows[u]
+            if join:
+                cand = ru
+                better = cand < best
+                best, choice, op = np.where(better, cand, best), np.where(better, k, choice), np.where(better, 4, op)
+                continue
+            sub = np.full(n + 1, np.inf)
+            sub[1:] = ru[:-1] + (t != ph)
+            better = sub < best
+            best, choice, op = np.where(better, sub, best), np.where(better, k, choice), np.where(better, 1, op)
+            dele = ru + 1
+            better = dele < best
+            best, choice, op = np.where(better, dele, best), np.where(better, k, choice), np.where(better, 2, op)
+        # insertions: best[i] = min_k<=i best[k] + (i - k)
+        ins = np.minimum.accumulate(best - idx) + idx
+        better = ins < best
+        op = np.where(better, 3, op)
+        best = np.where(better, ins, best)
+        rows.append(best)
+        back.append((choice, op, preds))
+        owner.append(word)
+        return len(rows) - 1
+
+    start = np.full(n + 1, np.inf)
+    start[0] = 0
+    rows.append(np.minimum.accumulate(start - idx) + idx)  # node 0: leading insertions
+    back.append((np.full(n + 1, -1), np.where(idx > 0, 3, 0).astype(np.int8), []))
+    owner.append(-1)
+    boundary = 0
+    for j, w in enumerate(words):
+        ends = []
+        for p in prons.get(w, []) or [[]]:
+            u = boundary
+            for ph in p:
+                u = add_node([(u, ph, 0)], j)
+            ends.append((u, 0, 1))
+        boundary = add_node(ends, -1)
+    # trace back from (boundary, n)
+    spans: List[List[int]] = [[] for _ in words]
+    node, i = boundary, n
+    while not (node == 0 and i == 0):
+        choice, op, preds = back[node]
+        o = int(op[i])
+        if o == 3:
+            i -= 1
+            continue
+        u = preds[int(choice[i])][0]
+        if o == 1:
+            spans[owner[node]].append(i - 1)
+            i -= 1
+        node = u
+    return [(min(s), max(s) + 1) if s else None for s in spans]
+
+
+def align_words(words: Sequence[str], prons: Dict[str, List[List[int]]], runs: Sequence[Tuple[int, int, int]]
+                ) -> List[Optional[Tuple[int, int]]]:
+    """Run-index span ``[a, b)`` of each word (None: no run), exact when the runs spell the words."""
+    toks = [r[0] for r in runs]
+    exact = _match_exact(words, prons, toks)
+    if exact is not None:
+        return list(exact)
+    return _match_edit(words, prons, toks)
+
+
+# ------------------------------------------------------------------------------------------------ recognizer
+class Recognizer:
+    """Audio → words with times and confidences, for one model (see the module docstring).
+
+    Not thread-safe (the search keeps state); use one Recognizer per thread or process.
+    """
+
+    def __init__(self, model_dir: ModelDir, method: str = "tlg", decode: Optional[DecodeConfig] = None,
+                 chunk_seconds: float = 10.0, max_greedy_segment: float = 30.0) -> None:
+        from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
+        from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
+        from asrlib.features.fbank import FbankOptions, _Extractor
+
+        if method not in METHODS:
+            raise AsrError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
+        if chunk_seconds <= 0:
+            raise AsrError(f"chunk_seconds must be > 0, got {chunk_seconds}")
+        self.model_dir, self.method = model_dir, method
+        self.decode_config = decode or model_dir.decode_config()
+        self.backend: AcousticBackend = model_dir.load_backend()
+        self.sample_rate = model_dir.sample_rate
+        lang = model_dir.lang_dir
+        tokens = read_tokens(lang / "tokens.txt")
+        if len(tokens) != self.backend.vocab_size:
+            raise AsrError(f"the model outputs {self.backend.vocab_size} tokens but {lang / 'tokens.txt'} has "
+                           f"{len(tokens)}: the lang dir does not belong to this model")
+        if method == "tlg":
+            if not (lang / "TLG.fst").is_file():
+                raise AsrError(f"{lang} has no TLG.fst; build it (steps.prepare_lang) or use --method greedy")
+            c = self.decode_config
+            self.decoder = TlgDecoder(lang, beam=c.beam, max_active=c.max_active, acoustic_scale=c.acoustic_scale,
+                                      blank_penalty=c.blank_penalty)
+        else:
+            self.decoder = GreedyWordDecoder(lang)
+        self.id2word = read_words(lang / "words.txt")
+        self.prons = {w: [[tokens[ph] for ph in p] for p in ps] for w, ps in read_lexicon(lang / "lexicon.txt").items()}
+        self._extractor = _Extractor(FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0,
+                                                  sample_rate=self.sample_rate))
+        self.frame_shift = float(model_dir.meta.get("frame_shift", 0.01))
+        self.shift_samples = int(round(self.frame_shift * self.sample_rate))
+        self.frame_seconds = self.frame_shift * self.backend.subsampling
+        self.chunk_seconds = float(chunk_seconds)
+        self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
+
+    @classmethod
+    def from_dir(cls, path: PathLike, method: str = "tlg", beam: Optional[float] = None,
+                 max_active: Optional[int] = None, acoustic_scale: Optional[float] = None,
+                 blank_penalty: Optional[float] = None, chunk_seconds: float = 10.0) -> "Recognizer":
+        """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings default to
+        the ones recorded in the model dir (else :class:`DecodeConfig`'s defaults) and can be overridden here."""
+        md = open_model_dir(path)
+        cfg = md.decode_config()
+        for k, v in {"beam": beam, "max_active": max_active, "acoustic_scale": acoustic_scale,
+                     "blank_penalty": blank_penalty}.items():
+            if v is not None:
+                setattr(cfg, k, type(getattr(cfg, k))(v))
+        return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds)
+
+    # -------------------------------------------------------------------------------- log-probs
+    def _fbank(self, samples: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return np.asarray(self._extractor.fbank.extract(samples, self.sample_rate), dtype=np.float32)
+
+    def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
+                          ) -> Tuple[np.ndarray, int]:
+        """(log-probs [T, V] of the recording, number of input samples)."""
+        if int(sample_rate) != sample_rate or sample_rate <= 0:
+            raise AsrError(f"{where}: bad sample rate {sample_rate}")
+        sample_rate = int(sample_rate)
+        counted = [0]
+
+        def checked() -> Iterator[np.ndarray]:
+            for b in blocks:
+                _check_finite(b, where)
+                counted[0] += len(b)
+                yield b
+
+        hint = max(1, int(self.chunk_seconds * sample_rate))
+        audio = resample_stream(checked(), sample_rate, self.sample_rate, hint)
+        frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
+        min_samples = int(round(MIN_SAMPLES_SECONDS * self.sample_rate))
+        stream = self.backend.stream()
+        outs = []
+        try:
+            for feats in fbank_stream(audio, self._fbank, frames_per_chunk, self.shift_samples, min_samples):
+                outs.append(stream.accept(feats))
+        except AsrError as e:
+            raise AsrError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+        outs.append(stream.finish())
+        return np.concatenate(outs).astype(np.float32, copy=False), counted[0]
+
+    def log_probs(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
+        """CTC log-probabilities ``[T, V]`` (one row per 30 ms output frame) of in-memory audio."""
+        x = _to_mono_float(samples)
+        if len(x) == 0:
+            raise AsrError("audio: no samples")
+        return self._log_probs_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
+                                      sample_rate, "audio")[0]
+
+    # -------------------------------------------------------------------------------- transcription
+    def transcribe(self, samples: np.ndarray, sample_rate: int) -> Result:
+        """Words with times and confidences for ``samples`` (``[n]`` or ``[n, channels]``) at ``sample_rate``."""
+        x = _to_mono_float(samples)
+        if len(x) == 0:
+            raise AsrError("audio: no samples")
+        lp, n = self._log_probs_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
+                                       sample_rate, "audio")
+        return self.decode_log_probs(lp, n / sample_rate)
+
+    def transcribe_file(self, path: PathLike) -> Result:
+        """Like :meth:`transcribe` for an audio file; problems are an :class:`AsrError` naming the file."""
+        sr, blocks = open_audio_blocks(path, self.chunk_seconds)
+        lp, n = self._log_probs_blocks(blocks, sr, str(path))
+        return self.decode_log_probs(lp, n / sr)
+
+    def decode_log_probs(self, lp: np.ndarray, duration: float) -> Result:
+        """Search ``lp`` and attach word times / confidences (see the module docstring)."""
+        if self.method == "tlg":
+            words, frame_tokens = self._search_tlg(lp)
+            segments = [(0, len(lp), words)]
+        else:
+            frame_tokens = np.argmax(lp, axis=1) if len(lp) else np.zeros(0, np.int64)
+            segments = [(a, b, self.decoder.decode(lp[a:b])) for a, b in self._greedy_segments(frame_tokens)]
+        out: List[Word] = []
+        for a, b, seg_words in segments:
+            runs = [(t, f0 + a, f1 + a) for t, f0, f1 in token_runs(frame_tokens[a:b])]
+            out.extend(self._words_with_times(seg_words, runs, lp, duration, a))
+        return Result(" ".join(w.word for w in out), out, duration)
+
+    def _search_tlg(self, lp: np.ndarray) -> Tuple[List[str], np.ndarray]:
+        import kaldifst
+
+        words = self.decoder.decode(lp)
+        if not words:
+            return [], np.zeros(len(lp), np.int64)
+        ok, lattice = self.decoder.decoder.get_best_path()
+        ok2, isyms, osyms, _ = kaldifst.get_linear_symbol_sequence(lattice) if ok else (False, [], [], None)
+        if not ok2 or len(isyms) != len(lp) or [self.id2word[o] for o in osyms] != words:
+            raise AsrError("internal error: the TLG best path does not have one token per frame")
+        return words, np.asarray(isyms, np.int64) - 1   # TLG input label = token id + 1
+
+    def _greedy_segments(self, frame_tokens: np.ndarray) -> List[Tuple[int, int]]:
+        """Split frames into pieces of at most ``max_greedy_frames``, cutting in the middle of the longest run of
+        blank frames of each over-long piece (or at its limit if it has no blank)."""
+        t_len, limit = len(frame_tokens), self.max_greedy_frames
+        if t_len <= limit:
+            return [(0, t_len)]
+        pieces, a = [], 0
+        while t_len - a > limit:
+            window = frame_tokens[a:a + limit]
+            blank = np.concatenate([[False], window == 0, [False]]).astype(np.int8)
+            edges = np.flatnonzero(np.diff(blank))
+            starts, ends = edges[::2], edges[1::2]
+            if len(starts):
+                k = int(np.argmax(ends - starts))
+                cut = a + int((starts[k] + ends[k]) // 2)
+                cut = cut if cut > a else a + limit
+            else:
+                cut = a + limit
+            pieces.append((a, cut))
+            a = cut
+        pieces.append((a, t_len))
+        return pieces
+
+    def _words_with_times(self, words: Sequence[str], runs: List[Tuple[int, int, int]], lp: np.ndarray,
+                          duration: float, seg_start: int) -> List[Word]:
+        spans = align_words(words, self.prons, runs)
+        fs = self.frame_seconds
+        out: List[Word] = []
+        prev_end = round(seg_start * fs, 6)
+        for w, span in zip(words, spans):
+            if span is None:
+                t = min(prev_end, duration)
+                out.append(Word(w, t, t, 0.0))
+                continue
+            a, b = span
+            post = [float(np.exp(lp[f0:f1 + 1, tok].max())) for tok, f0, f1 in runs[a:b]]
+            start = round(min(runs[a][1] * fs, duration), 6)
+            end = round(min((runs[b - 1][2] + 1) * fs, duration), 6)
+            out.append(Word(w, start, end, float(np.mean(post))))
+            prev_end = end
+        return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -101,12 +102,21 @@ def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: in
         "train": {"epochs": epochs, "batch_seconds": 8.0, "lr": 0.02, "warmup_steps": 5, "checkpoint_every": 1000,
                   "log_every": 1000, "num_threads": 1, "spec_augment": False, "seed": seed}}))
     exp = root / "exp"
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = train.main(["--config", str(cfg), "--data-dir", str(root / "data"), "--feats-dir", str(root / "fbank"),
-                         "--lang-dir", str(lang), "--exp-dir", str(exp)])
+    root_logger = logging.getLogger()
+    before = list(root_logger.handlers)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = train.main(["--config", str(cfg), "--data-dir", str(root / "data"), "--feats-dir",
+                             str(root / "fbank"), "--lang-dir", str(lang), "--exp-dir", str(exp)])
+    finally:  # steps.train replaced the root logger's handlers (train.log + stderr): put the old ones back
+        for h in list(root_logger.handlers):
+            if h not in before:
+                root_logger.removeHandler(h)
+                h.close()
+        for h in before:
+            if h not in root_logger.handlers:
+                root_logger.addHandler(h)
     assert rc == 0
-    import logging
-    logging.getLogger().handlers.clear()   # steps.train logs to exp/log/train.log; detach it again
     return ToneModel(root, exp, lang, root / "data", root / "fbank")
 
 

@@ -28,10 +28,11 @@ system-packages:
 	fi
 
 # The virtual environment with pinned requirements (torch pinned to the CPU build 2.13.0).
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt && \
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . && \
 	echo "python packages installed in $$(( $$(date +%s) - start )) s"
 	@touch $@
 

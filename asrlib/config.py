@@ -104,6 +104,29 @@ class TrainConfig:
 
 
 @dataclass
+class GmmConfig:
+    """``gmm``: the monophone GMM-HMM system that aligns the data for cross-entropy training (asrlib/gmm/)."""
+    feature_type: str = "mfcc_deltas"  # mfcc_deltas (MFCC from the fbank + deltas, 39-dim) | fbank
+    num_ceps: int = 13
+    sil_phone: str = "SIL"        # added to the phones of tokens.txt (optional between words, start and end)
+    sil_prob: float = 0.5         # probability of optional silence after each word
+    num_utts: int = 0             # train the monophones on this many random training utterances (0 = all)
+    num_iters: int = 40           # EM passes (Kaldi train_mono.sh schedule)
+    max_iter_inc: int = 30        # passes over which the Gaussian count grows
+    total_gauss: int = 1000       # target number of Gaussians
+    align_beam: float = 10.0      # final alignment (steps.align); training realigns with beam 6 / retry 24
+    align_retry_beam: float = 40.0
+    seed: int = 0
+
+
+@dataclass
+class CeConfig:
+    """``ce``: frame-level cross-entropy training on GMM alignments (steps.train_ce); other settings from ``train``."""
+    epochs: int = 4
+    lr: float = 2e-3
+
+
+@dataclass
 class DecodeConfig:
     beam: float = 12.0
     max_active: int = 3000
@@ -131,6 +154,8 @@ class RecipeConfig:
     lang: LangConfig = field(default_factory=LangConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    gmm: GmmConfig = field(default_factory=GmmConfig)
+    ce: CeConfig = field(default_factory=CeConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
 

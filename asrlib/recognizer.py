@@ -486,7 +486,7 @@ class Recognizer:
         return Result(" ".join(w.word for w in out), out, duration)
 
     def _search_tlg(self, lp: np.ndarray) -> Tuple[List[str], np.ndarray]:
-        import kaldifst
+        from asrlib.kaldi_imports import kaldifst
 
         words = self.decoder.decode(lp)
         if not words:

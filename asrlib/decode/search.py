@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence
 
-import kaldi_decoder
-import kaldifst
 import numpy as np
 
 from asrlib.io_utils import AsrError, PathLike
+from asrlib.kaldi_imports import kaldi_decoder, kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.graphs import add_disambig, make_lexicon_fst, read_fst
 from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
 

@@ -21,9 +21,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import kaldifst
-
 from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
+from asrlib.kaldi_imports import kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,135 @@
+"""A GMM-HMM acoustic model: HMM topology, phonetic tree, transition model and diagonal GMMs, and its files.
+
+Files of a model directory (``exp/mono``):
+
+- ``final.mdl``: the whole model (a Python pickle, see :data:`FORMAT`: kaldi-hmm-gmm 1.1.4 cannot write Kaldi's
+  binary ``.mdl`` but its objects pickle and round-trip exactly), holding the transition model, the GMMs, the tree,
+  the topology text, the phone table and the feature settings;
+- ``tree``: the phonetic decision tree in Kaldi's binary format (``ContextDependency::Write``; readable by Kaldi's
+  ``tree-info``);
+- ``topo``, ``phones.txt``: Kaldi text formats, for inspection and Kaldi tools.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path, write_text
+from asrlib.kaldi_imports import khg
+from asrlib.gmm.feats import GmmFeatureMaker
+from asrlib.gmm.lang import GmmLang, make_topology
+
+FORMAT = "asrlib-gmm-hmm"
+VERSION = 1
+
+
+@dataclass
+class GmmModel:
+    topo_text: str
+    tree: "khg.ContextDependency"
+    tm: "khg.TransitionModel"
+    am: "khg.AmDiagGmm"
+    phones: Dict[str, int]
+    sil_phone: str
+    feature_type: str = "mfcc_deltas"
+    num_ceps: int = 13
+    cmvn_mean: Optional[np.ndarray] = None     # the fbank's global CMVN (applied before the GMM features)
+    cmvn_inv_std: Optional[np.ndarray] = None
+    info: dict = field(default_factory=dict)
+    _maker: Optional[GmmFeatureMaker] = field(default=None, repr=False, compare=False)
+
+    @property
+    def id2phone(self) -> Dict[int, str]:
+        return {i: p for p, i in self.phones.items()}
+
+    @property
+    def sil_id(self) -> int:
+        return self.phones[self.sil_phone]
+
+    def features(self, fbank: np.ndarray) -> np.ndarray:
+        """Raw fbank (T, D) of the feature stage -> this model's features (CMVN, then MFCC + deltas or fbank)."""
+        if self._maker is None:
+            self._maker = GmmFeatureMaker(self.feature_type, self.num_ceps)
+        x = np.asarray(fbank, dtype=np.float32)
+        if self.cmvn_mean is not None:
+            if x.ndim != 2 or x.shape[1] != len(self.cmvn_mean):
+                raise AsrError(f"features of shape {x.shape} do not match the GMM's {len(self.cmvn_mean)}-dim "
+                               f"fbank (other feature settings?)")
+            x = (x - self.cmvn_mean) * self.cmvn_inv_std
+        return self._maker(x)
+
+    def num_gauss(self) -> int:
+        return int(self.am.num_gauss)
+
+    def pdf_of_tid(self) -> np.ndarray:
+        """Array indexed by transition id (0 unused) giving the pdf id."""
+        return np.asarray([-1] + [self.tm.transition_id_to_pdf(t) for t in range(1, self.tm.num_transition_ids + 1)])
+
+    def phone_of_tid(self) -> np.ndarray:
+        return np.asarray([0] + [self.tm.transition_id_to_phone(t) for t in range(1, self.tm.num_transition_ids + 1)])
+
+    def pdf_phones(self) -> List[str]:
+        """For every pdf id, the phone it belongs to (monophone: exactly one)."""
+        out = [""] * int(self.tm.num_pdfs)
+        names = self.id2phone
+        for t in range(1, self.tm.num_transition_ids + 1):
+            out[self.tm.transition_id_to_pdf(t)] = names[self.tm.transition_id_to_phone(t)]
+        return out
+
+
+def init_mono(lang: GmmLang, topo_text: str, global_mean: np.ndarray, global_var: np.ndarray,
+              feature_type: str, num_ceps: int, cmvn_mean: Optional[np.ndarray] = None,
+              cmvn_inv_std: Optional[np.ndarray] = None) -> GmmModel:
+    """Kaldi's gmm-init-mono: one Gaussian per pdf, all equal to the global mean and variance of the features."""
+    topo = make_topology(topo_text)
+    tree = khg.monophone_context_dependency(phones=topo.phones,
+                                            phone2num_pdf_classes=topo.get_phone_to_num_pdf_classes())
+    dim = len(global_mean)
+    proto = khg.DiagGmm(nmix=1, dim=dim)
+    proto.set_weights(np.ones(1, dtype=np.float32))
+    proto.set_means(np.asarray(global_mean, dtype=np.float32)[None, :])
+    proto.set_invvars((1.0 / np.maximum(np.asarray(global_var, dtype=np.float32), 1e-6))[None, :])
+    proto.compute_gconsts()
+    am = khg.AmDiagGmm()
+    for _ in range(tree.num_pdfs):
+        am.add_pdf(proto)
+    tm = khg.TransitionModel(ctx_dep=tree, hmm_topo=topo)
+    return GmmModel(topo_text, tree, tm, am, dict(lang.phones), lang.sil_phone, feature_type, num_ceps, cmvn_mean,
+                    cmvn_inv_std)
+
+
+def save_gmm(model: GmmModel, model_dir: PathLike, name: str = "final.mdl") -> Path:
+    """Write ``name`` (pickle), ``tree`` (Kaldi binary), ``topo`` and ``phones.txt`` atomically."""
+    model_dir = Path(model_dir)
+    path = model_dir / name
+    state = {"format": FORMAT, "version": VERSION, "topo_text": model.topo_text, "tree": model.tree,
+             "transition_model": model.tm, "am": model.am, "phones": model.phones, "sil_phone": model.sil_phone,
+             "feature_type": model.feature_type, "num_ceps": model.num_ceps, "cmvn_mean": model.cmvn_mean,
+             "cmvn_inv_std": model.cmvn_inv_std, "info": model.info}
+    with atomic_open(path, "wb") as f:
+        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+    with atomic_path(model_dir / "tree") as tmp:
+        model.tree.write(True, str(tmp))
+    write_text(model_dir / "topo", model.topo_text)
+    rows = [("<eps>", 0)] + sorted(model.phones.items(), key=lambda kv: kv[1])
+    write_text(model_dir / "phones.txt", "".join(f"{p} {i}\n" for p, i in rows))
+    return path
+
+
+def load_gmm(path: PathLike) -> GmmModel:
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"GMM model {path} does not exist (run steps.train_mono first)")
+    try:
+        with open(path, "rb") as f:
+            st = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise AsrError(f"{path} is not a readable GMM model ({type(e).__name__}: {e}); rerun steps.train_mono")
+    if not isinstance(st, dict) or st.get("format") != FORMAT or st.get("version") != VERSION:
+        raise AsrError(f"{path} is not an {FORMAT} model of version {VERSION}; rerun steps.train_mono")
+    return GmmModel(st["topo_text"], st["tree"], st["transition_model"], st["am"], st["phones"], st["sil_phone"],
+                    st["feature_type"], st["num_ceps"], st["cmvn_mean"], st["cmvn_inv_std"], st.get("info", {}))

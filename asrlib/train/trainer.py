@@ -1,6 +1,8 @@
-"""The training loop (CTC), with exact resume, progress bars, TensorBoard, a plain-text log and a loss plot.
+"""The training loop, with exact resume, progress bars, TensorBoard, a plain-text log and a loss plot.
 
-A distributed algorithm plugs in as one :class:`~asrlib.train.algo.TrainAlgo` object; the loop itself is shared.
+What is optimised plugs in as one :class:`~asrlib.train.criterion.Criterion` (CTC by default, frame cross-entropy
+for steps.train_ce); a distributed algorithm as one :class:`~asrlib.train.algo.TrainAlgo` object. The loop itself
+is shared.
 """
 from __future__ import annotations
 
@@ -15,14 +17,14 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
-from torch.nn import functional as F
 from tqdm import tqdm
 
 from asrlib.config import RecipeConfig, TrainConfig
 from asrlib.io_utils import AsrError, atomic_open
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from asrlib.train.data import CtcDataset, collate, make_batches, spec_augment
+from asrlib.train.criterion import Criterion, CtcCriterion
+from asrlib.train.data import CtcDataset, make_batches, spec_augment
 from asrlib.train.plot import plot_losses
 
 log = logging.getLogger(__name__)
@@ -53,18 +55,15 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: in
 
 def ctc_loss(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> tuple:
     """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
-    logp, out_lens = model(batch["feats"], batch["feat_lens"])
-    total = F.ctc_loss(logp.transpose(0, 1), batch["targets"], out_lens, batch["target_lens"], blank=0,
-                       reduction="sum", zero_infinity=True)
-    frames = int(out_lens.sum())
-    return total / frames, float(total.detach()), frames
+    return CtcCriterion().loss(model, batch)
 
 
 class Trainer:
     def __init__(self, cfg: RecipeConfig, model: torch.nn.Module, train_ds: CtcDataset,
                  dev_ds: Optional[CtcDataset], exp_dir: Path, algo: Optional[TrainAlgo] = None,
-                 extra_state: Optional[dict] = None):
+                 extra_state: Optional[dict] = None, criterion: Optional[Criterion] = None):
         self.cfg, self.tcfg = cfg, cfg.train
+        self.criterion = criterion or CtcCriterion()
         self.model, self.train_ds, self.dev_ds = model, train_ds, dev_ds
         self.exp_dir = Path(exp_dir)
         self.ckpt_dir = self.exp_dir / "checkpoints"
@@ -112,7 +111,9 @@ class Trainer:
             return False
         st = load_checkpoint(ck)
         for section in ("model", "train"):
-            old, new = dict(st["config"][section]), dataclasses.asdict(getattr(self.cfg, section))
+            new = dataclasses.asdict(getattr(self.cfg, section))
+            # settings added to the config since the checkpoint was written count as their defaults
+            old = {**dataclasses.asdict(type(getattr(self.cfg, section))()), **st["config"][section]}
             old.pop("kill_after_steps", None), new.pop("kill_after_steps", None)
             if old != new:
                 diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
@@ -126,10 +127,10 @@ class Trainer:
     def train_step(self, utt_ids: List[str]) -> tuple:
         self.model.train()
         if utt_ids:
-            batch = collate(self.train_ds, utt_ids)
+            batch = self.criterion.collate(self.train_ds, utt_ids)
             if self.tcfg.spec_augment:
                 batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"], max_warp=self.tcfg.freq_warp)
-            loss, total, frames = ctc_loss(self.model, batch)
+            loss, total, frames = self.criterion.loss(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             n_in = int(batch["feat_lens"].sum())
@@ -148,14 +149,20 @@ class Trainer:
 
     @torch.no_grad()
     def dev_loss(self) -> Optional[float]:
+        """Dev loss per frame; the criterion's extra dev metrics (per frame) are left in ``self.dev_extra``."""
+        self.dev_extra: Dict[str, float] = {}
         if self.dev_ds is None:
             return None
         self.model.eval()
-        total, frames = 0.0, 0
+        sums: Dict[str, float] = {}
         for utt_ids in self.algo.shard_eval(make_batches(self.dev_ds.utts, self.max_frames, 0, 0)):
-            _, t, f = ctc_loss(self.model, collate(self.dev_ds, utt_ids))
-            total, frames = total + t, frames + f
-        total, frames = self.algo.reduce_metric(total, frames)
+            for k, v in self.criterion.evaluate(self.model, self.criterion.collate(self.dev_ds, utt_ids)).items():
+                sums[k] = sums.get(k, 0.0) + v
+        count = sums.get("count", 0)
+        total, frames = self.algo.reduce_metric(sums.get("loss", 0.0), count)
+        for name in self.criterion.extra_metrics:  # same calls on every learner (collective when distributed)
+            value, n = self.algo.reduce_metric(sums.get(name, 0.0), count)
+            self.dev_extra[name] = value / max(n, 1)
         return total / max(frames, 1)
 
     def fit(self) -> dict:
@@ -189,11 +196,15 @@ class Trainer:
             self.algo.end_epoch(self.model, self.optimizer)
             dev = self.dev_loss()
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev})
+            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev,
+                                 **self.dev_extra})
             if tb is not None and dev is not None:
-                tb.add_scalar("dev/ctc_loss", dev, self.step)
-            log.info("epoch %d done: step %d, dev CTC loss per frame %s", self.epoch, self.step,
-                     f"{dev:.4f}" if dev is not None else "n/a")
+                tb.add_scalar(f"dev/{self.criterion.name}_loss", dev, self.step)
+                for name, value in self.dev_extra.items():
+                    tb.add_scalar(f"dev/{name}", value, self.step)
+            log.info("epoch %d done: step %d, dev %s loss per frame %s%s", self.epoch, self.step,
+                     self.criterion.label, f"{dev:.4f}" if dev is not None else "n/a",
+                     "".join(f", {k} {v:.4f}" for k, v in self.dev_extra.items()))
             self.save(f"epoch-{self.epoch}.pt")
             if main:
                 plot_losses(self.metrics, self.exp_dir / "loss.png")
@@ -207,7 +218,7 @@ class Trainer:
         self.metrics.append({"kind": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "lr": lr,
                              "frames_per_s": frames_per_s})
         if tb is not None:
-            tb.add_scalar("train/ctc_loss", loss, self.step)
+            tb.add_scalar(f"train/{self.criterion.name}_loss", loss, self.step)
             tb.add_scalar("train/lr", lr, self.step)
             tb.add_scalar("train/input_frames_per_s", frames_per_s, self.step)
         log.info("step %d epoch %d loss %.4f lr %.2e %.0f frames/s", self.step, self.epoch + 1, loss, lr,

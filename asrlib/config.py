@@ -101,6 +101,7 @@ class TrainConfig:
     log_every: int = 10
     kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never)
     dist: DistConfig = field(default_factory=DistConfig)
+    init: str = "random"          # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
 
 
 @dataclass

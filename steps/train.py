@@ -3,6 +3,9 @@
     python -m steps.train --config recipes/digits/config.yaml --feats-dir data/fbank --data-dir data \
         --lang-dir data/lang --exp-dir exp/lstm_ctc
 
+With ``train.init: ce`` the LSTM layers start from a cross-entropy model (``--init-model``, steps.train_ce's
+final.pt; same ``model`` settings) and only the output layer over tokens + blank is new.
+
 Several learners (train.dist.algo != local): ``python -m steps.train_dist --num-learners N -- <these arguments>``;
 rank 0 writes the checkpoints, final.pt and the done marker, every learner its own log and log/dist.rank<R>.json.
 """
@@ -21,6 +24,7 @@ from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
+from asrlib.train.ce import init_from_ce
 from asrlib.train.data import CtcDataset, read_token_ids
 from asrlib.train.trainer import Trainer
 
@@ -36,11 +40,21 @@ def main(argv=None):
     p.add_argument("--exp-dir", type=Path, required=True)
     p.add_argument("--train-set", default="train")
     p.add_argument("--dev-set", default="dev")
+    p.add_argument("--init-model", type=Path, default=None,
+                   help="with train.init=ce: the cross-entropy model to start from (steps.train_ce's final.pt)")
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
     fp["train"].pop("kill_after_steps")
+    if cfg.train.init not in ("random", "ce"):
+        raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
+    if cfg.train.init == "random":
+        fp["train"].pop("init")  # markers written before train.init existed stay valid
+    elif a.init_model is None:
+        raise AsrError("train.init is 'ce': pass --init-model (the final.pt of steps.train_ce)")
+    else:
+        fp["init_model"] = str(a.init_model)
     if is_done(done, fingerprint=fp):
         print(f"train: {a.exp_dir} already trained ({done}); skipping")
         return 0
@@ -63,6 +77,7 @@ def main(argv=None):
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
     model = build_model(feat_dim, vocab, cfg.model)
+    init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
     log.info("model: %d parameters; %d train utts (%.0f s), %d dev utts", count_parameters(model),
              len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
     algo = make_algo(cfg.train.dist)
@@ -73,7 +88,7 @@ def main(argv=None):
     if not algo.is_main:
         return 0
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"lang_dir": str(a.lang_dir), **summary})
+               info={"lang_dir": str(a.lang_dir), **init_info, **summary})
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0

@@ -1,0 +1,267 @@
+"""The deployable mobile bundle, and sherpa-onnx (the on-device engine) running it.
+
+Bundle layout (written by :func:`write_bundle`, checked by :func:`check_bundle`)::
+
+    model.int8.onnx            offline model, sherpa-onnx zipformer2_ctc contract (x, x_lens → log_probs, lens)
+    model.streaming.int8.onnx  the same network with carried LSTM state (x, h, c → log_probs, h_out, c_out)
+    tokens.txt                 CTC tokens, <blk> = 0 (sherpa-onnx reads it)
+    words.txt                  word ids of the graph's output labels (sherpa-onnx returns ids: map them here)
+    TLG.fst                    decoding graph, OpenFst binary; input label = token id + 1 (0 = epsilon)
+    bundle.json                format, sizes and sha256 of every file, front-end and decoding settings
+    README.md                  how to run it (sherpa-onnx Python/C++/Android, and asrlib's streaming recogniser)
+
+sherpa-onnx facts this relies on (checked by tests/test_sherpa.py): ``OfflineRecognizer.from_zipformer_ctc``
+loads any CTC model with inputs ``x`` (N, T, F) float32 and ``x_lens`` (N,) int64 and outputs log-probs (N, T', V)
+(V static) and lengths; its features are kaldi-native-fbank with dither 0, snip_edges false, high_freq −400 (the
+settings of our feature stage) and no CMVN (ours is folded into the model); with ``ctc_graph`` it searches the
+graph with kaldi-decoder's FasterDecoder (beam 16 — not configurable — and ``ctc_max_active``), returning nothing
+when no final state is reached; ``result.words`` holds word ids. Its reported timestamps assume subsampling 4
+(ours is 3): multiply them by 3/4.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from asrlib.io_utils import AsrError, PathLike, atomic_path, write_json, write_text
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "asrlib-mobile-bundle"
+BUNDLE_VERSION = 1
+SHERPA_BEAM = 16.0  # kaldi-decoder FasterDecoderOptions default; sherpa-onnx does not expose it
+REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words.txt", "TLG.fst")
+
+
+def sha256(path: PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if not src.is_file():
+        raise AsrError(f"{src} does not exist; cannot build the bundle")
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+@dataclass
+class Bundle:
+    """A checked bundle directory."""
+    dir: Path
+    info: dict
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.info["sample_rate"])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.info["feat_dim"])
+
+    @property
+    def subsampling(self) -> int:
+        return int(self.info["subsampling"])
+
+    def id2word(self) -> Dict[int, str]:
+        from asrlib.lang.lexicon import read_words
+
+        return read_words(self.path("words.txt"))
+
+
+def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: PathLike, lang_dir: PathLike,
+                 feat_dim: int, subsampling: int, sample_rate: int = 16000, decode: Optional[dict] = None,
+                 extra: Optional[dict] = None) -> Bundle:
+    """Copy the models and the lang files into ``out_dir``, then write README.md and bundle.json (last)."""
+    out, lang = Path(out_dir), Path(lang_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bundle.json").unlink(missing_ok=True)  # an incomplete bundle has no bundle.json
+    _copy(Path(offline_int8), out / "model.int8.onnx")
+    _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
+    for name in ("tokens.txt", "words.txt", "TLG.fst"):
+        _copy(lang / name, out / name)
+    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate))
+    files = {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
+             for name in (*REQUIRED, "README.md")}
+    info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
+            "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
+            "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
+    write_json(out / "bundle.json", info)
+    return Bundle(out, info)
+
+
+def check_bundle(bundle_dir: PathLike, verify: bool = True) -> Bundle:
+    """Check that ``bundle_dir`` is a complete bundle (every file present and, with ``verify``, unchanged) and
+    that the model's input dimension matches the front end; AsrError naming the problem otherwise."""
+    d = Path(bundle_dir)
+    if not d.is_dir():
+        raise AsrError(f"bundle directory {d} does not exist (run steps.export_mobile)")
+    meta = d / "bundle.json"
+    if not meta.is_file():
+        raise AsrError(f"{d} is not a complete bundle: bundle.json is missing (re-run steps.export_mobile)")
+    try:
+        info = json.loads(meta.read_text())
+    except ValueError as e:
+        raise AsrError(f"{meta}: not valid JSON ({e})") from None
+    if info.get("format") != BUNDLE_FORMAT or int(info.get("version", 0)) > BUNDLE_VERSION:
+        raise AsrError(f"{meta}: format {info.get('format')!r} version {info.get('version')!r} is not an "
+                       f"{BUNDLE_FORMAT} this asrlib reads (version ≤ {BUNDLE_VERSION})")
+    missing = [n for n in REQUIRED if not (d / n).is_file()]
+    if missing:
+        raise AsrError(f"bundle {d} is incomplete: missing {', '.join(missing)} (copy the whole directory, or "
+                       f"re-run steps.export_mobile)")
+    if verify:
+        for name, rec in info.get("files", {}).items():
+            p = d / name
+            if p.is_file() and (p.stat().st_size != rec["bytes"] or sha256(p) != rec["sha256"]):
+                raise AsrError(f"bundle {d}: {name} differs from the file the bundle was built with "
+                               f"(size/sha256 mismatch); re-run steps.export_mobile")
+    b = Bundle(d, info)
+    _check_model_dim(d / "model.int8.onnx", b.feat_dim, ("x", "x_lens"))
+    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, ("x", "h", "c"))
+    return b
+
+
+def _check_model_dim(path: Path, feat_dim: int, inputs: Sequence[str]) -> None:
+    import onnx
+
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - corrupt file: one clear message
+        raise AsrError(f"{path}: not a readable ONNX model ({' '.join(str(e).split())[:200]})") from None
+    names = [i.name for i in m.graph.input]
+    if tuple(names) != tuple(inputs):
+        raise AsrError(f"{path}: inputs are {names}, expected {list(inputs)}")
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    got = dims[2].dim_value if len(dims) == 3 else None
+    if got != feat_dim:
+        raise AsrError(f"{path}: the model expects {got}-dim input features but the bundle's front end produces "
+                       f"{feat_dim}-dim fbank (bundle.json feat_dim); the model and the bundle do not belong "
+                       f"together — re-run steps.export_mobile")
+
+
+def check_audio(samples: np.ndarray, sample_rate: int, expected_rate: int, where: str = "audio") -> np.ndarray:
+    """Mono float32 samples in [-1, 1] at ``expected_rate``; AsrError for another rate or shape."""
+    if int(sample_rate) != int(expected_rate):
+        raise AsrError(f"{where}: sample rate {sample_rate} Hz, but the model was trained on {expected_rate} Hz audio; "
+                       f"resample it first (e.g. sox in.wav -r {expected_rate} out.wav)")
+    x = np.asarray(samples)
+    if x.ndim != 1:
+        raise AsrError(f"{where}: expected mono samples (1-D), got shape {x.shape}; downmix first")
+    if x.dtype.kind in "iu":
+        x = x.astype(np.float32) / float(np.iinfo(x.dtype).max + 1)
+    return x.astype(np.float32, copy=False)
+
+
+def read_wav(path: PathLike, expected_rate: int) -> np.ndarray:
+    """A mono audio file as float32 samples; AsrError for a missing file, another rate or several channels."""
+    import soundfile as sf
+
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"audio file {path} does not exist")
+    try:
+        x, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except Exception as e:  # noqa: BLE001
+        raise AsrError(f"cannot read audio {path}: {' '.join(str(e).split())}") from None
+    if x.shape[1] != 1:
+        raise AsrError(f"{path}: {x.shape[1]} channels; the recogniser takes mono audio (downmix first)")
+    return check_audio(x[:, 0], sr, expected_rate, str(path))
+
+
+class SherpaRecognizer:
+    """sherpa-onnx's offline recogniser with its CTC FST decoder on a bundle; words mapped through words.txt."""
+
+    def __init__(self, bundle_dir: PathLike, num_threads: int = 1, max_active: int = 3000):
+        import sherpa_onnx
+
+        self.bundle = check_bundle(bundle_dir)  # sherpa-onnx exits the process on a missing file: check first
+        b = self.bundle
+        self.id2word = b.id2word()
+        self.recognizer = sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
+            model=str(b.path("model.int8.onnx")), tokens=str(b.path("tokens.txt")), num_threads=num_threads,
+            sample_rate=b.sample_rate, feature_dim=b.feat_dim, decoding_method="greedy_search",
+            ctc_graph=str(b.path("TLG.fst")), ctc_max_active=max_active)
+
+    def _words(self, result) -> List[str]:
+        out = []
+        for w in result.words:
+            if int(w) not in self.id2word:
+                raise AsrError(f"sherpa-onnx returned word id {w}, which is not in {self.bundle.path('words.txt')}")
+            out.append(self.id2word[int(w)])
+        return out
+
+    def recognize(self, samples: np.ndarray, sample_rate: int) -> List[str]:
+        x = check_audio(samples, sample_rate, self.bundle.sample_rate)
+        s = self.recognizer.create_stream()
+        s.accept_waveform(self.bundle.sample_rate, x)
+        self.recognizer.decode_stream(s)
+        return self._words(s.result)
+
+    def recognize_batch(self, items: Sequence[np.ndarray], sample_rate: int) -> List[List[str]]:
+        streams = []
+        for x in items:
+            x = check_audio(x, sample_rate, self.bundle.sample_rate)
+            s = self.recognizer.create_stream()
+            s.accept_waveform(self.bundle.sample_rate, x)
+            streams.append(s)
+        self.recognizer.decode_streams(streams)
+        return [self._words(s.result) for s in streams]
+
+
+def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int) -> str:
+    return f"""# asrlib mobile bundle (LSTM-CTC, int8)
+
+Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carried LSTM state), `tokens.txt`,
+`words.txt`, `TLG.fst` (decoding graph), `bundle.json` (sizes, sha256, settings).
+
+## Input
+{sample_rate} Hz mono audio → {feat_dim}-dim log-mel fbank exactly as kaldi-native-fbank computes it with
+`dither=0`, `snip_edges=false`, `low_freq=20`, `high_freq=-400`, povey window, 25 ms / 10 ms (sherpa-onnx's
+defaults). No CMVN at runtime: it is part of the model. The network stacks {subsampling} frames, so it emits one
+CTC frame per {10 * subsampling} ms.
+
+## Run with sherpa-onnx (Python; the C++/Android/iOS APIs take the same fields)
+```python
+import sherpa_onnx, soundfile as sf
+rec = sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
+    model="model.int8.onnx", tokens="tokens.txt", num_threads=1, sample_rate={sample_rate},
+    feature_dim={feat_dim}, ctc_graph="TLG.fst", ctc_max_active=3000)
+samples, sr = sf.read("audio.wav", dtype="float32")
+s = rec.create_stream(); s.accept_waveform(sr, samples); rec.decode_stream(s)
+id2word = dict((int(i), w) for w, i in (l.split() for l in open("words.txt")))
+print(" ".join(id2word[w] for w in s.result.words))   # result.text holds tokens, result.words word ids
+```
+sherpa-onnx's timestamps assume subsampling 4; multiply them by {subsampling}/4.
+Command line: `sherpa-onnx-offline --zipformer-ctc-model=model.int8.onnx --tokens=tokens.txt
+--ctc-graph=TLG.fst --feat-dim={feat_dim} audio.wav` (prints token text; words via words.txt).
+
+## Streaming (asrlib)
+```python
+from asrlib.export.streaming import StreamingRecognizer
+rec = StreamingRecognizer("path/to/bundle")
+stream = rec.new_stream()
+for chunk in chunks:                       # float32 samples at {sample_rate} Hz, any chunk size
+    stream.accept_waveform({sample_rate}, chunk)
+    print(stream.partial())                # words so far
+print(stream.finish())                     # final words; identical to whole-utterance decoding
+```
+The streaming model takes `x` (N, T, {feat_dim}) with T a multiple of {subsampling}, and the state `h` (L, N, P), `c`
+(L, N, H) (zeros at the start); it returns `log_probs`, `h_out`, `c_out`. No look-ahead: a unidirectional LSTM.
+
+## Labels
+`TLG.fst` input labels are token id + 1 (0 = epsilon, 1 = blank), output labels are word ids of `words.txt`.
+"""

@@ -1,0 +1,411 @@
+"""ONNX export of the LSTM(P) acoustic model as an ONNX ``Scan`` that ONNX Runtime runs fast, for any length.
+
+Why not export ``StackedLstmAcousticModel`` directly: torch's legacy exporter refuses ``nn.LSTM(proj_size=...)``,
+and a Python time loop (the peephole cell) is silently unrolled to the traced length by tracing, or specialised to
+it by ``dynamo=True`` — both give wrong results on other lengths without an error. Here the recurrence is written
+with ``torch._higher_order_ops.scan`` and exported with ``dynamo=True``, which gives one ONNX ``Scan`` whose time
+axis is dynamic (checked on two lengths by :func:`verify_onnx`).
+
+The exported network (:class:`ScanAcousticModel`), from raw 80-dim fbank to CTC log-probabilities:
+
+* global CMVN as two graph ops, ``(x - mean) * inv_std`` (no runtime CMVN needed: sherpa-onnx applies none);
+* frame stacking ×``stack`` (also the subsampling), trailing frames that do not fill a stack dropped, as in
+  training;
+* for every layer: an optional low-rank input bottleneck (from :mod:`asrlib.export.prune`), the input transform
+  ``W_ih x + b`` and the recurrence — all layers advance together inside ONE ``Scan`` (half the per-step overhead
+  of one Scan per layer). Without peepholes the gate rows are reordered to (i, f, o, g) so one Sigmoid covers
+  three gates; with peepholes the cell is Kaldi's LSTMP as in :class:`asrlib.models.lstm.LstmpLayer`;
+* the output layer and log-softmax.
+
+**Frame-local** (the default): every matrix product, layer 0's input transform and the output layer included,
+runs per frame inside the loop. This matters for int8: ONNX Runtime's dynamic quantization scales activations
+per *tensor*, so a product over all frames at once would give every frame a scale that depends on the whole
+utterance (or on the chunk, when streaming) — measured: chunked and whole-utterance int8 hypotheses then
+differ. Per frame, the scale depends only on that frame (and on the other utterances of a batch: decode one
+utterance per call for bit-stable results), so streaming equals whole-utterance decoding. Measured on the digits
+model, one thread: no fp32 speed difference against hoisting layer 0's input transform out of the loop
+(``frame_local=False``, also exportable).
+
+Two signatures:
+
+* **offline** (sherpa-onnx's ``zipformer2_ctc`` contract): inputs ``x`` (N, T, F) float32 and ``x_lens`` (N,)
+  int64; outputs ``log_probs`` (N, T // stack, V) and ``log_probs_len`` = ``x_lens // stack`` (int64). Padding
+  after an utterance's end never changes its valid frames (unidirectional recurrence).
+* **streaming**: inputs ``x`` (N, T, F) plus the carried state ``h`` (L, N, P) and ``c`` (L, N, H); outputs
+  ``log_probs``, ``h_out``, ``c_out``. Feeding chunks whose lengths are multiples of ``stack`` and passing the
+  state on gives exactly the offline result (:mod:`asrlib.export.streaming`).
+
+Model metadata (``metadata_props``): ``model_type`` = ``asrlib_lstm_ctc``, ``version``, ``feat_dim``,
+``sample_rate``, ``frame_shift_ms``, ``subsampling``, ``vocab_size``, ``num_layers``, ``hidden_size``,
+``state_size`` (P), ``peephole``, ``cmvn`` = ``folded``, ``streaming`` (0/1), ``fbank`` (the front-end settings).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from asrlib.io_utils import AsrError, PathLike, atomic_path
+
+log = logging.getLogger(__name__)
+
+MODEL_TYPE = "asrlib_lstm_ctc"
+EXPORT_VERSION = 1
+OPSET = 18
+FBANK_SETTINGS = ("kaldi-native-fbank / lhotse Fbank: povey window 25 ms, shift 10 ms, dither 0, snip_edges false, "
+                  "low_freq 20, high_freq -400, preemph 0.97, remove_dc_offset, log power mel, no CMVN")
+
+
+@dataclass
+class LayerWeights:
+    """One unidirectional LSTM(P) layer in nn.LSTM's gate order (i, f, g, o); plain tensors."""
+    w_ih: torch.Tensor                     # (4H, in) or (4H, r) after a bottleneck
+    bias: torch.Tensor                     # (4H,) = bias_ih + bias_hh
+    w_hh: torch.Tensor                     # (4H, P)
+    w_hr: Optional[torch.Tensor] = None    # (P, H) recurrent projection, None when proj_size == 0
+    w_in: Optional[torch.Tensor] = None    # (r, in) low-rank input bottleneck, None when absent
+    peep: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # (w_ci, w_cf, w_co), each (H,)
+
+    @property
+    def hidden(self) -> int:
+        return self.w_hh.shape[0] // 4
+
+    @property
+    def state(self) -> int:
+        return self.w_hh.shape[1]
+
+
+def _lstm_layer_weights(layer: nn.Module) -> LayerWeights:
+    """Weights of one layer of StackedLstmAcousticModel (``_TorchLstmLayer`` or ``_PeepholeLayer``), or of a
+    bottleneck wrapper (``.proj`` Linear + ``.inner`` layer, see :mod:`asrlib.export.prune`)."""
+    if hasattr(layer, "inner") and hasattr(layer, "proj"):
+        lw = _lstm_layer_weights(layer.inner)
+        lw.w_in = layer.proj.weight.detach().clone()
+        return lw
+    if hasattr(layer, "lstm"):  # torch.nn.LSTM
+        lstm = layer.lstm
+        if lstm.bidirectional:
+            raise AsrError("bidirectional models cannot be exported for mobile/streaming use (they need the whole "
+                           "utterance); train with model.bidirectional: false")
+        g = lambda n: getattr(lstm, n).detach().clone()  # noqa: E731
+        return LayerWeights(g("weight_ih_l0"), g("bias_ih_l0") + g("bias_hh_l0"), g("weight_hh_l0"),
+                            g("weight_hr_l0") if lstm.proj_size > 0 else None)
+    if hasattr(layer, "fwd"):  # peephole LstmpLayer
+        if layer.bwd is not None:
+            raise AsrError("bidirectional models cannot be exported for mobile/streaming use (they need the whole "
+                           "utterance); train with model.bidirectional: false")
+        f = layer.fwd
+        d = lambda p: p.detach().clone()  # noqa: E731
+        return LayerWeights(d(f.weight_ih), d(f.bias_ih) + d(f.bias_hh), d(f.weight_hh),
+                            d(f.weight_hr) if f.weight_hr is not None else None, None,
+                            (d(f.w_ci), d(f.w_cf), d(f.w_co)) if f.peephole else None)
+    raise AsrError(f"cannot export layer of type {type(layer).__name__}")
+
+
+def _reorder_ifgo_to_ifog(w: torch.Tensor) -> torch.Tensor:
+    i, f, g, o = w.chunk(4, dim=0)
+    return torch.cat([i, f, o, g], dim=0)
+
+
+class ScanAcousticModel(nn.Module):
+    """The exportable network (see the module docstring); built from a trained model with :meth:`from_model`."""
+
+    def __init__(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor,
+                 cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, stack: int, frame_local: bool = True):
+        super().__init__()
+        self.frame_local = frame_local
+        if not layers:
+            raise AsrError("the model has no LSTM layers")
+        self.num_layers, self.stack = len(layers), int(stack)
+        self.hidden = [lw.hidden for lw in layers]
+        self.states = [lw.state for lw in layers]
+        if len(set(self.hidden)) != 1 or len(set(self.states)) != 1:
+            raise AsrError("export needs all layers to have the same hidden and projection sizes")
+        self.H, self.P = self.hidden[0], self.states[0]
+        self.peephole = layers[0].peep is not None
+        if any((lw.peep is not None) != self.peephole for lw in layers):
+            raise AsrError("export needs peepholes on all layers or on none")
+        self.feat_dim = int(np.asarray(cmvn_mean).shape[-1])
+        self.vocab_size = int(out_weight.shape[0])
+        self.register_buffer("cmvn_mean", torch.as_tensor(np.asarray(cmvn_mean, np.float32)).reshape(-1))
+        self.register_buffer("cmvn_inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)).reshape(-1))
+        self.has_in = [lw.w_in is not None for lw in layers]
+        self.has_hr = [lw.w_hr is not None for lw in layers]
+        for k, lw in enumerate(layers):
+            w_ih, b, w_hh = lw.w_ih, lw.bias, lw.w_hh
+            if not self.peephole:  # (i, f, o, g): one Sigmoid over 3H
+                w_ih, b, w_hh = _reorder_ifgo_to_ifog(w_ih), _reorder_ifgo_to_ifog(b), _reorder_ifgo_to_ifog(w_hh)
+            self.register_buffer(f"w_ih{k}", w_ih.float().contiguous())
+            self.register_buffer(f"b{k}", b.float().contiguous())
+            self.register_buffer(f"w_hh{k}", w_hh.float().contiguous())
+            if lw.w_hr is not None:
+                self.register_buffer(f"w_hr{k}", lw.w_hr.float().contiguous())
+            if lw.w_in is not None:
+                self.register_buffer(f"w_in{k}", lw.w_in.float().contiguous())
+            if lw.peep is not None:
+                for name, p in zip(("w_ci", "w_cf", "w_co"), lw.peep):
+                    self.register_buffer(f"{name}{k}", p.float().contiguous())
+        self.register_buffer("w_out", out_weight.float().contiguous())
+        self.register_buffer("b_out", out_bias.float().contiguous())
+
+    @classmethod
+    def from_model(cls, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
+                   frame_local: bool = True) -> "ScanAcousticModel":
+        """From a :class:`~asrlib.models.lstm.StackedLstmAcousticModel` (possibly compressed by
+        :mod:`asrlib.export.prune`) and its CMVN; ``frame_local``: every matrix product inside the loop."""
+        layers = [_lstm_layer_weights(layer) for layer in model.layers]
+        out = model.output
+        return cls(layers, out.weight.detach().clone(), out.bias.detach().clone(), cmvn_mean, cmvn_inv_std,
+                   model.stack, frame_local)
+
+    # ------------------------------------------------------------------ the network
+    def _cell(self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
+              ) -> Tuple[torch.Tensor, torch.Tensor]:
+        H = self.H
+        g = g + F.linear(r, w[f"w_hh{k}"])
+        if self.peephole:
+            gi, gf, gg, go = g.chunk(4, dim=-1)
+            c2 = torch.sigmoid(gf + w[f"w_cf{k}"] * c) * c + torch.sigmoid(gi + w[f"w_ci{k}"] * c) * torch.tanh(gg)
+            m = torch.sigmoid(go + w[f"w_co{k}"] * c2) * torch.tanh(c2)
+        else:
+            sig, gg = g.split([3 * H, H], dim=-1)
+            gi, gf, go = torch.sigmoid(sig).chunk(3, dim=-1)
+            c2 = gf * c + gi * torch.tanh(gg)
+            m = go * torch.tanh(c2)
+        r2 = F.linear(m, w[f"w_hr{k}"]) if self.has_hr[k] else m
+        return r2, c2
+
+    def _input_transform(self, k: int, x: torch.Tensor, w: Dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.has_in[k]:
+            x = F.linear(x, w[f"w_in{k}"])
+        return F.linear(x, w[f"w_ih{k}"], w[f"b{k}"])
+
+    def _run(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
+        """x: (N, T, F) raw fbank → log-probs (N, T // stack, V), final (h, c) per layer."""
+        from torch._higher_order_ops.scan import scan
+
+        n, t, d = x.shape
+        t_out = t // self.stack
+        x = (x - self.cmvn_mean) * self.cmvn_inv_std
+        x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
+        w = dict(self.named_buffers())
+        num_layers, local = self.num_layers, self.frame_local
+        # time-major for the scan: stacked frames (frame-local) or layer 0's input transform of all frames
+        xs = x.transpose(0, 1) if local else self._input_transform(0, x, w).transpose(0, 1)
+
+        def step(carry, xt):
+            rs, cs = carry
+            new_r, new_c = [], []
+            g = xt
+            for k in range(num_layers):
+                if k > 0 or local:
+                    g = self._input_transform(k, new_r[-1] if k > 0 else xt, w)
+                r2, c2 = self._cell(k, g, rs[k], cs[k], w)
+                new_r.append(r2)
+                new_c.append(c2)
+            y = F.linear(new_r[-1], w["w_out"], w["b_out"]) if local else new_r[-1].clone()
+            return (new_r, new_c), y
+
+        (hs, cs), ys = scan(step, (h0, c0), xs)
+        ys = ys.transpose(0, 1)
+        logits = ys if local else F.linear(ys, self.w_out, self.b_out)
+        return logits.log_softmax(dim=-1), hs, cs
+
+    def forward(self, x: torch.Tensor, x_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Offline: x (N, T, F), x_lens (N,) → log_probs (N, T // stack, V), log_probs_len (N,)."""
+        n = x.shape[0]
+        h0 = [x.new_zeros(n, self.P) for _ in range(self.num_layers)]
+        c0 = [x.new_zeros(n, self.H) for _ in range(self.num_layers)]
+        logp, _, _ = self._run(x, h0, c0)
+        return logp, torch.div(x_lens, self.stack, rounding_mode="floor")
+
+    def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Streaming: x (N, T, F), h (L, N, P), c (L, N, H) → log_probs, h_out, c_out."""
+        logp, hs, cs = self._run(x, [s.clone() for s in h.unbind(0)], [s.clone() for s in c.unbind(0)])
+        return logp, torch.stack(hs, 0), torch.stack(cs, 0)
+
+    def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        return (np.zeros((self.num_layers, batch, self.P), np.float32),
+                np.zeros((self.num_layers, batch, self.H), np.float32))
+
+    def metadata(self, sample_rate: int = 16000, streaming: bool = False) -> Dict[str, str]:
+        return {"model_type": MODEL_TYPE, "version": str(EXPORT_VERSION), "feat_dim": str(self.feat_dim),
+                "sample_rate": str(sample_rate), "frame_shift_ms": "10", "subsampling": str(self.stack),
+                "vocab_size": str(self.vocab_size), "num_layers": str(self.num_layers),
+                "hidden_size": str(self.H), "state_size": str(self.P), "peephole": str(int(self.peephole)),
+                "cmvn": "folded", "streaming": str(int(streaming)), "frame_local": str(int(self.frame_local)),
+                "fbank": FBANK_SETTINGS}
+
+
+# ---------------------------------------------------------------------------------------------- export
+def strip_debug_info(model) -> None:
+    """Remove the exporter's per-node debug metadata (Python stack traces with local paths, FX node text): about
+    as many bytes as a small model's weights, and nothing a runtime uses."""
+    from asrlib.export.quantize import _graphs
+
+    for g in _graphs(model.graph):
+        for node in g.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+
+
+class _Streaming(nn.Module):
+    """The streaming signature of a :class:`ScanAcousticModel` (its ``step``) as a module for export."""
+
+    def __init__(self, core: ScanAcousticModel):
+        super().__init__()
+        self.core = core
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+        return self.core.step(x, h, c)
+
+
+def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, sample_rate: int = 16000) -> Path:
+    """Export ``m`` (offline or streaming signature) to one self-contained ONNX file (no external data:
+    sherpa-onnx loads the model from memory)."""
+    import onnx
+
+    m = m.eval()
+    batch = torch.export.Dim("N", min=1, max=1024)
+    time_ = torch.export.Dim("T", min=1, max=10_000_000)
+    # example batch 2 and an unremarkable length, so neither dimension is specialised by torch.export
+    t = 17 * m.stack
+    x = torch.randn(2, t, m.feat_dim)
+    if streaming:
+        module = _Streaming(m)
+        args = (x, torch.zeros(m.num_layers, 2, m.P), torch.zeros(m.num_layers, 2, m.H))
+        names_in, names_out = ["x", "h", "c"], ["log_probs", "h_out", "c_out"]
+        dyn = {"x": {0: batch, 1: time_}, "h": {1: batch}, "c": {1: batch}}
+    else:
+        module = m
+        args = (x, torch.tensor([t, t - 4], dtype=torch.int64))
+        names_in, names_out = ["x", "x_lens"], ["log_probs", "log_probs_len"]
+        dyn = {"x": {0: batch, 1: time_}, "x_lens": {0: batch}}
+    quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            prog = torch.onnx.export(module, args, None, dynamo=True, input_names=names_in, output_names=names_out,
+                                     dynamic_shapes=dyn, opset_version=OPSET, verbose=False)
+        finally:
+            for lg, lv in zip(quiet, levels):
+                lg.setLevel(lv)
+    proto = prog.model_proto
+    strip_debug_info(proto)
+    onnx.helper.set_model_props(proto, m.metadata(sample_rate, streaming))
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        onnx.save_model(proto, str(tmp), save_as_external_data=False)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- runtime
+def ort_session(path: PathLike, num_threads: int = 1):
+    """An ONNX Runtime CPU session with ``num_threads`` intra-op threads (and no inter-op parallelism)."""
+    import onnxruntime as ort
+
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"ONNX model {path} does not exist")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = num_threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - a corrupt or foreign file: one clear message
+        raise AsrError(f"{path}: ONNX Runtime cannot load this model: {' '.join(str(e).split())[:300]}") from None
+
+
+def model_metadata(session) -> Dict[str, str]:
+    return dict(session.get_modelmeta().custom_metadata_map)
+
+
+def check_features(feats: np.ndarray, feat_dim: int, where: str) -> np.ndarray:
+    """(T, F) or (N, T, F) float features with F == ``feat_dim``, else AsrError."""
+    feats = np.asarray(feats)
+    if feats.ndim not in (2, 3) or feats.shape[-1] != feat_dim:
+        raise AsrError(f"{where}: features have shape {feats.shape}, but the model expects {feat_dim}-dim frames "
+                       f"((frames, {feat_dim}) or (batch, frames, {feat_dim})); were they computed with "
+                       f"num_mel_bins={feat_dim}?")
+    return feats.astype(np.float32, copy=False)
+
+
+class OnnxAcousticModel:
+    """Run an exported offline model: raw fbank (T, F) → log-probs (T // stack, V)."""
+
+    def __init__(self, path: PathLike, num_threads: int = 1):
+        self.path = Path(path)
+        self.session = ort_session(self.path, num_threads)
+        self.meta = model_metadata(self.session)
+        inputs = [i.name for i in self.session.get_inputs()]
+        if inputs != ["x", "x_lens"]:
+            raise AsrError(f"{self.path}: inputs are {inputs}, expected ['x', 'x_lens'] (an offline model)")
+        self.feat_dim = int(self.session.get_inputs()[0].shape[2])
+        self.stack = int(self.meta.get("subsampling", "3"))
+
+    def log_probs(self, feats: np.ndarray) -> np.ndarray:
+        feats = check_features(feats, self.feat_dim, str(self.path))
+        x = feats[None] if feats.ndim == 2 else feats
+        lens = np.full((x.shape[0],), x.shape[1], dtype=np.int64)
+        logp, _ = self.session.run(None, {"x": x, "x_lens": lens})
+        return logp[0] if feats.ndim == 2 else logp
+
+
+def torch_reference(model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, feats: np.ndarray,
+                    lens: np.ndarray) -> np.ndarray:
+    """The PyTorch model's log-probs for raw fbank ``feats`` (N, T, F) with lengths ``lens``."""
+    x = (torch.from_numpy(np.asarray(feats, np.float32)) - torch.from_numpy(np.asarray(cmvn_mean, np.float32))) \
+        * torch.from_numpy(np.asarray(cmvn_inv_std, np.float32))
+    with torch.no_grad():
+        logp, _ = model.eval()(x, torch.from_numpy(np.asarray(lens, np.int64)))
+    return logp.numpy()
+
+
+def verify_onnx(path: PathLike, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
+                lengths: Sequence[int] = (123, 457), tol: float = 1e-4, seed: int = 0) -> float:
+    """Max |ONNX − PyTorch| over valid log-prob frames for a batch of 2 at each of ``lengths`` (≥ 2 lengths:
+    a graph specialised to one length fails here); AsrError above ``tol``. Inputs are random fbank-like frames
+    around the CMVN mean."""
+    if len(set(lengths)) < 2:
+        raise ValueError("verify on at least two different lengths")
+    sess = ort_session(path)
+    names = [i.name for i in sess.get_inputs()]
+    rng = np.random.default_rng(seed)
+    std = 1.0 / np.asarray(cmvn_inv_std, np.float32)
+    stack = model.stack
+    worst = 0.0
+    for t in lengths:
+        x = (np.asarray(cmvn_mean, np.float32) + rng.normal(0, 1, (2, t, len(std))) * std).astype(np.float32)
+        lens = np.array([t, max(stack, t - 2 * stack - 1)], np.int64)
+        ref = torch_reference(model, cmvn_mean, cmvn_inv_std, x, lens)
+        if names[1] == "x_lens":
+            got, got_lens = sess.run(None, {"x": x, "x_lens": lens})
+            if not np.array_equal(got_lens, lens // stack):
+                raise AsrError(f"{path}: log_probs_len {got_lens} != x_lens // {stack} = {lens // stack}")
+        else:  # streaming signature, zero initial state
+            shp_h, shp_c = sess.get_inputs()[1].shape, sess.get_inputs()[2].shape
+            got = sess.run(None, {"x": x, "h": np.zeros((shp_h[0], 2, shp_h[2]), np.float32),
+                                  "c": np.zeros((shp_c[0], 2, shp_c[2]), np.float32)})[0]
+        if got.shape[1] != ref.shape[1]:
+            raise AsrError(f"{path}: {got.shape[1]} output frames for {t} input frames, PyTorch gives {ref.shape[1]}")
+        for b in range(2):
+            n = int(lens[b]) // stack
+            worst = max(worst, float(np.abs(got[b, :n] - ref[b, :n]).max()) if n else 0.0)
+    if worst > tol:
+        raise AsrError(f"{path}: ONNX output differs from PyTorch by {worst:.2e} (> {tol:.0e}); the export is wrong")
+    return worst

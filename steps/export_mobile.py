@@ -1,0 +1,171 @@
+"""Mobile export: compress (low-rank + fine-tune, prune + fine-tune), export ONNX (fp32, int8, fp16), verify against
+PyTorch, and write the sherpa-onnx bundle.
+
+    python -m steps.export_mobile --config recipes/digits/config.yaml --model exp/lstm_ctc/final.pt \
+        --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir exp/lstm_ctc/mobile
+
+Settings: the config's ``export`` section (rank_ratio, sparsity, finetune_epochs, finetune_lr, per_channel, fp16).
+Outputs in ``--out-dir``:
+
+* ``compress/lowrank``, ``compress/prune``: fine-tuning runs (checkpoints, logs; resumable), ``pruned.pt`` (the
+  compressed PyTorch model, :func:`asrlib.export.prune.save_compressed`);
+* ``baseline.fp32.onnx`` / ``baseline.int8.onnx`` (the trained model as is), ``pruned.fp32.onnx``,
+  ``pruned.int8.onnx``, ``pruned.fp16.onnx``, ``pruned.streaming.fp32.onnx``, ``pruned.streaming.int8.onnx``;
+* ``export.json``: parameter counts, sparsity, ranks, sizes, ONNX-vs-PyTorch differences, the int8 op report;
+* ``bundle/``: the deployable bundle (:mod:`asrlib.export.bundle`);
+* ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import zlib
+from pathlib import Path
+
+import torch
+
+from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.config import load_config
+from asrlib.export import prune
+from asrlib.export.bundle import write_bundle
+from asrlib.export.onnx_model import ScanAcousticModel, export_onnx, verify_onnx
+from asrlib.export.quantize import convert_fp16_weights, op_report, quantize_int8
+from asrlib.io_utils import AsrError, is_done, mark_done, write_json
+from asrlib.models.lstm import count_parameters
+
+log = logging.getLogger("export_mobile")
+
+
+def file_sizes(path: Path) -> dict:
+    """Bytes on disk and bytes after zlib level 9 (what an app store download / APK compression sees)."""
+    data = path.read_bytes()
+    return {"bytes": len(data), "bytes_zip": len(zlib.compress(data, 9))}
+
+
+def compress(a, cfg, out: Path) -> Path:
+    """Low-rank + fine-tune, then prune + fine-tune; returns the path of ``pruned.pt`` (skipped when done)."""
+    ex = cfg.export
+    target = out / "pruned.pt"
+    marker = out / "compress" / ".done"
+    st = a.model.stat()
+    fp = {"export": {k: v for k, v in dataclasses.asdict(ex).items() if k in
+                     ("rank_ratio", "sparsity", "finetune_epochs", "finetune_lr")},
+          "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns}
+    if is_done(marker, fingerprint=fp) and target.is_file():
+        log.info("compression done earlier (%s)", marker)
+        return target
+    settings = out / "compress" / "settings.json"
+    fp_json = json.loads(json.dumps(fp, sort_keys=True))
+    if marker.parent.exists() and (not settings.is_file() or json.loads(settings.read_text()) != fp_json):
+        log.info("%s holds a run with other settings or model: starting the compression over", marker.parent)
+        shutil.rmtree(marker.parent)  # an unfinished run with the same settings is resumed instead
+    write_json(settings, fp_json)
+    saved = prune.load_compressed(a.model)
+    model = saved.model
+    info = {"params_before": count_parameters(model)}
+    torch.set_num_threads(cfg.train.num_threads)
+    ranks = prune.low_rank_factorize(model, ex.rank_ratio)
+    info["ranks"] = ranks
+    if any(r is not None for r in ranks):
+        log.info("low-rank: ranks %s; %d -> %d parameters; fine-tuning %d epoch(s)", ranks,
+                 info["params_before"], count_parameters(model), ex.finetune_epochs)
+        info["finetune_lowrank"] = prune.finetune(model, cfg, a.feats_dir, a.data_dir, a.lang_dir,
+                                                  out / "compress" / "lowrank", train_set=a.train_set,
+                                                  dev_set=a.dev_set)
+    info["params_after_lowrank"] = count_parameters(model)
+    if ex.sparsity > 0:
+        masks = prune.magnitude_prune(model, ex.sparsity)
+        log.info("pruned %.0f%% of every weight matrix; fine-tuning %d epoch(s)", 100 * ex.sparsity,
+                 ex.finetune_epochs)
+        info["finetune_prune"] = prune.finetune(model, cfg, a.feats_dir, a.data_dir, a.lang_dir,
+                                                out / "compress" / "prune", masks=masks, train_set=a.train_set,
+                                                dev_set=a.dev_set)
+    info["sparsity"] = prune.sparsity_of(model)
+    info["nonzero_params"] = prune.count_nonzero_parameters(model)
+    prune.save_compressed(target, model, saved.cmvn_mean, saved.cmvn_inv_std, ranks, info["sparsity"], info=info)
+    mark_done(marker, info, fingerprint=fp)
+    return target
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    p.add_argument("--model", type=Path, required=True, help="trained model (final.pt)")
+    p.add_argument("--data-dir", type=Path, required=True, help="holds the train/dev Kaldi data dirs (fine-tuning)")
+    p.add_argument("--feats-dir", type=Path, required=True, help="holds train/ and dev/ feats.scp; train/cmvn.scp")
+    p.add_argument("--lang-dir", type=Path, required=True, help="tokens.txt, words.txt, TLG.fst")
+    p.add_argument("--out-dir", type=Path, required=True)
+    p.add_argument("--train-set", default="train")
+    p.add_argument("--dev-set", default="dev")
+    p.add_argument("--sample-rate", type=int, default=None, help="default: the config's data.sample_rate")
+    a = p.parse_args(argv)
+    cfg = load_config(a.config, a.overrides)
+    if not a.model.is_file():
+        raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
+    for f in ("tokens.txt", "words.txt", "TLG.fst"):
+        if not (a.lang_dir / f).is_file():
+            raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
+    out = a.out_dir
+    done = out / ".export.done"
+    st = a.model.stat()
+    sr = a.sample_rate or cfg.data.sample_rate
+    fp = {"export": dataclasses.asdict(cfg.export), "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns,
+          "sample_rate": sr}
+    if is_done(done, fingerprint=fp):
+        print(f"export_mobile: {out} complete; skipping")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    setup_logging(out / "log" / "export_mobile.log")
+    torch.manual_seed(0)
+
+    baseline = prune.load_compressed(a.model)
+    pruned_pt = compress(a, cfg, out)
+    pruned = prune.load_compressed(pruned_pt)
+    report: dict = {"params": {"baseline": count_parameters(baseline.model),
+                               "pruned": count_parameters(pruned.model),
+                               "pruned_nonzero": prune.count_nonzero_parameters(pruned.model)},
+                    "sparsity": prune.sparsity_of(pruned.model), "files": {}, "max_abs_diff_vs_torch": {}}
+    torch.set_num_threads(1)
+    files = {}
+    for name, saved in (("baseline", baseline), ("pruned", pruned)):
+        core = ScanAcousticModel.from_model(saved.model, saved.cmvn_mean, saved.cmvn_inv_std)
+        for streaming in (False, True):
+            if name == "baseline" and streaming:
+                continue
+            tag = f"{name}.streaming" if streaming else name
+            path = export_onnx(core, out / f"{tag}.fp32.onnx", streaming=streaming, sample_rate=sr)
+            diff = verify_onnx(path, saved.model, saved.cmvn_mean, saved.cmvn_inv_std, lengths=(61, 250))
+            report["max_abs_diff_vs_torch"][tag] = diff
+            log.info("%s: exported and verified against PyTorch (max |diff| %.2e on two lengths)", path, diff)
+            q = quantize_int8(path, out / f"{tag}.int8.onnx", per_channel=cfg.export.per_channel)
+            files[f"{tag}.fp32.onnx"] = path
+            files[f"{tag}.int8.onnx"] = out / f"{tag}.int8.onnx"
+            if not streaming:
+                report[f"int8_ops_{name}"] = q
+            if name == "pruned" and not streaming and cfg.export.fp16:
+                files["pruned.fp16.onnx"] = convert_fp16_weights(path, out / "pruned.fp16.onnx")
+    for fname, path in files.items():
+        report["files"][fname] = file_sizes(path)
+    q = report["int8_ops_pruned"]
+    log.info("int8: %d matrix products quantized (%s), %d left in float", len(q["int8_matmuls"]),
+             ", ".join(sorted({m.rsplit('(', 1)[1].rstrip(')') for m in q["int8_matmuls"]})), len(q["float_matmuls"]))
+    bundle = write_bundle(out / "bundle", out / "pruned.int8.onnx", out / "pruned.streaming.int8.onnx", a.lang_dir,
+                          feat_dim=pruned.model.feat_dim, subsampling=pruned.model.stack, sample_rate=sr,
+                          extra={"compression": {"rank_ratio": cfg.export.rank_ratio,
+                                                 "sparsity": report["sparsity"]}})
+    report["bundle"] = {"dir": str(bundle.dir), "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
+    write_json(out / "export.json", report)
+    mark_done(done, {"bundle": str(bundle.dir)}, fingerprint=fp)
+    sizes = report["files"]
+    log.info("sizes: fp32 %d B, pruned fp32 %d B, pruned int8 %d B (%.3f x fp32); bundle in %s",
+             sizes["baseline.fp32.onnx"]["bytes"], sizes["pruned.fp32.onnx"]["bytes"],
+             sizes["pruned.int8.onnx"]["bytes"],
+             sizes["pruned.int8.onnx"]["bytes"] / sizes["baseline.fp32.onnx"]["bytes"], bundle.dir)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

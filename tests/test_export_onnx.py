@@ -1,0 +1,133 @@
+"""ONNX export of the LSTM(P) model: numerically equal to PyTorch on two lengths (offline and streaming signatures,
+peepholes on/off, low-rank bottleneck, CMVN folded), int8 really quantized (Scan body included), fp16, clear
+errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from asrlib.config import ModelConfig
+from asrlib.export import prune
+from asrlib.export.onnx_model import (OnnxAcousticModel, ScanAcousticModel, export_onnx, ort_session,
+                                      torch_reference, verify_onnx)
+from asrlib.export.quantize import convert_fp16_weights, op_report, quantize_int8
+from asrlib.io_utils import AsrError
+from asrlib.models.lstm import build_model
+
+FEAT = 24
+
+
+def _model(peephole: bool, num_layers: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    m = build_model(FEAT, 9, ModelConfig(num_layers=num_layers, hidden_size=48, proj_size=16, peephole=peephole,
+                                         stack=3, dropout=0.0)).eval()
+    rng = np.random.default_rng(seed)
+    return m, rng.normal(5, 2, FEAT).astype(np.float32), (1 / rng.uniform(0.5, 3, FEAT)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def peephole_lowrank(tmp_path_factory):
+    """Peephole LSTMP with a rank-20 input bottleneck on layer 0: offline + streaming exports."""
+    d = tmp_path_factory.mktemp("onnx_peep")
+    m, mean, inv = _model(True)
+    prune.low_rank_factorize(m, ranks=[20, None])
+    core = ScanAcousticModel.from_model(m, mean, inv, frame_local=False)  # layer 0 input transform hoisted
+    return (m, mean, inv, export_onnx(core, d / "off.onnx"), export_onnx(core, d / "str.onnx", streaming=True), d)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """nn.LSTM(proj_size) layers (no peepholes), the digits recipe's kind; frame-local (the default)."""
+    d = tmp_path_factory.mktemp("onnx_plain")
+    m, mean, inv = _model(False, num_layers=3, seed=1)
+    return m, mean, inv, export_onnx(ScanAcousticModel.from_model(m, mean, inv), d / "off.onnx"), d
+
+
+def test_offline_matches_torch_on_two_lengths(peephole_lowrank, plain):
+    for m, mean, inv, path, *_ in (peephole_lowrank, plain):
+        assert verify_onnx(path, m, mean, inv, lengths=(40, 301)) <= 1e-4
+
+
+def test_streaming_signature_matches_torch_and_carries_state(peephole_lowrank):
+    m, mean, inv, _, spath, _ = peephole_lowrank
+    assert verify_onnx(spath, m, mean, inv, lengths=(33, 150)) <= 1e-4
+    sess = ort_session(spath)
+    rng = np.random.default_rng(3)
+    x = (mean + rng.normal(0, 1, (1, 99, FEAT)) / inv).astype(np.float32)
+    ref = torch_reference(m, mean, inv, x, np.array([99]))[0]
+    h = np.zeros((2, 1, 16), np.float32)
+    c = np.zeros((2, 1, 48), np.float32)
+    outs = []
+    for a, b in ((0, 30), (30, 33), (33, 99)):  # chunk lengths 30, 3, 66 (multiples of the stack)
+        lp, h, c = sess.run(None, {"x": x[:, a:b], "h": h, "c": c})
+        outs.append(lp[0])
+    assert np.abs(np.concatenate(outs) - ref).max() <= 1e-4
+
+
+def test_padding_does_not_change_valid_frames(plain):
+    m, mean, inv, path, _ = plain
+    am = OnnxAcousticModel(path)
+    rng = np.random.default_rng(5)
+    x = (mean + rng.normal(0, 1, (60, FEAT)) / inv).astype(np.float32)
+    alone = am.log_probs(x)
+    padded = np.concatenate([x, np.full((27, FEAT), -23.0, np.float32)])  # sherpa-onnx pads batches like this
+    lp, lens = am.session.run(None, {"x": np.stack([padded, padded]), "x_lens": np.array([60, 87])})
+    assert list(lens) == [20, 29]
+    assert np.abs(lp[0, :20] - alone).max() <= 1e-5
+
+
+def test_verify_detects_a_different_model(plain):
+    _, mean, inv, path, _ = plain
+    other, _, _ = _model(False, num_layers=3, seed=7)
+    with pytest.raises(AsrError, match="differs from PyTorch"):
+        verify_onnx(path, other, mean, inv, lengths=(30, 60))
+
+
+def test_int8_quantizes_every_matmul_including_the_scan_body(peephole_lowrank, plain):
+    m, mean, inv, path, _, d = peephole_lowrank
+    rep = quantize_int8(path, d / "off.int8.onnx")
+    scan_body = [x for x in rep["int8_matmuls"] if not x.startswith("main_graph/")]
+    # layer 0: W_hh, W_hr; layer 1: W_ih, W_hh, W_hr inside the loop; bottleneck, W_ih0 and output outside
+    assert len(scan_body) == 5 and len(rep["int8_matmuls"]) == 8, rep["int8_matmuls"]
+    assert rep["float_matmuls"] == [] and rep["float_weights"] == 0
+    assert rep["ops"].get("Sigmoid") and rep["ops"].get("Tanh")  # gates stay float32
+    rng = np.random.default_rng(1)
+    x = (mean + rng.normal(0, 1, (200, FEAT)) / inv).astype(np.float32)
+    fp = OnnxAcousticModel(path).log_probs(x)
+    q8 = OnnxAcousticModel(d / "off.int8.onnx").log_probs(x)
+    assert np.abs(q8 - fp).max() < 0.3
+    assert (q8.argmax(1) == fp.argmax(1)).mean() > 0.9
+    # frame-local model: every product inside the loop; int8 weights (+ ~14 kB of graph) vs 129 kB of fp32 weights
+    _, _, _, ppath, pd = plain
+    quantize_int8(ppath, pd / "off.int8.onnx")
+    assert (pd / "off.int8.onnx").stat().st_size < 0.4 * ppath.stat().st_size
+    assert all(not x.startswith("main_graph/") for x in op_report(pd / "off.int8.onnx")["int8_matmuls"])
+    assert OnnxAcousticModel(pd / "off.int8.onnx").session.get_modelmeta().custom_metadata_map["precision"] == "int8"
+
+
+def test_fp16_weights(plain):
+    _, mean, inv, path, d = plain
+    convert_fp16_weights(path, d / "off.fp16.onnx")
+    assert op_report(d / "off.fp16.onnx")["ops"]["Cast"] >= 7
+    rng = np.random.default_rng(2)
+    x = (mean + rng.normal(0, 1, (90, FEAT)) / inv).astype(np.float32)
+    a = OnnxAcousticModel(path).log_probs(x)
+    b = OnnxAcousticModel(d / "off.fp16.onnx").log_probs(x)
+    assert np.abs(a - b).max() < 1e-2
+    assert (d / "off.fp16.onnx").stat().st_size < 0.6 * path.stat().st_size
+
+
+def test_clear_errors(plain, tmp_path):
+    _, _, _, path, _ = plain
+    am = OnnxAcousticModel(path)
+    with pytest.raises(AsrError, match="expects 24-dim frames"):
+        am.log_probs(np.zeros((50, 80), np.float32))
+    with pytest.raises(AsrError, match="does not exist"):
+        OnnxAcousticModel(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(AsrError, match="cannot load"):
+        OnnxAcousticModel(tmp_path / "junk.onnx")
+    bi = build_model(FEAT, 9, ModelConfig(num_layers=1, hidden_size=8, proj_size=4, bidirectional=True))
+    with pytest.raises(AsrError, match="bidirectional"):
+        ScanAcousticModel.from_model(bi, np.zeros(FEAT), np.ones(FEAT))

@@ -1,0 +1,117 @@
+"""Kaldi's yesno corpus: 60 recordings of one man saying eight Hebrew "yes"/"no" words, 8 kHz.
+
+    python -m local.yesno --config recipes/yesno/config.yaml --out-dir data [--corpus-dir DIR/waves_yesno]
+
+The manifests come from lhotse's own ``prepare_yesno`` (its split: sorted files, even positions train, odd test;
+30 + 30 as in Kaldi; words ``YES``/``NO``). File names are the labels (``1`` = yes, ``0`` = no, e.g.
+``0_1_1_0_0_1_1_0.wav``); a ``.wav`` with another name is listed in ``excluded.txt`` and left out (lhotse would
+stop on it). yesno has no dev split: ``dev`` holds the training recordings again; the trainer only logs its loss
+(nothing is selected on it), and the recipe decodes ``test`` only.
+
+Output in ``out_dir``: ``manifests/yesno_{recordings,supervisions}_{train,test}.jsonl.gz``; Kaldi data dirs
+``train``, ``dev``, ``test`` (speaker ``global``, as in Kaldi); ``excluded.txt``; ``.yesno.done`` (written last;
+a finished folder is skipped).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from asrlib.config import DataConfig
+from asrlib.data.corpus import corpus_main, save_manifest, write_excluded, write_kaldi_dir
+from asrlib.io_utils import AsrError, is_done, mark_done
+
+log = logging.getLogger("local.yesno")
+
+NAME = re.compile(r"^[01](_[01]){7}\.wav$")
+NUM_RECORDINGS = 60
+SPEAKER = "global"
+
+
+def is_yesno_dir(d: Path) -> bool:
+    """True for a folder holding yesno-named wav files."""
+    return d.is_dir() and any(NAME.match(p.name) for p in d.glob("*.wav"))
+
+
+def scan(corpus_dir: Path) -> Tuple[List[Path], List[Tuple[str, str]]]:
+    """(the well-named recordings, [(file name, reason)] for the other .wav files)."""
+    good, bad = [], []
+    for p in sorted(corpus_dir.glob("*.wav")):
+        if NAME.match(p.name):
+            good.append(p)
+        else:
+            bad.append((p.name, "malformed-name: expected eight 0/1 labels joined by '_' (e.g. 0_1_1_0_0_1_1_0.wav)"))
+    return good, bad
+
+
+def prepare_yesno(corpus_dir: Path, out_dir: Path) -> Dict[str, Dict[str, object]]:
+    """Manifests (lhotse's ``prepare_yesno``) and Kaldi dirs train/dev/test of the yesno corpus in ``corpus_dir``.
+
+    Returns lhotse's ``{"train"|"test": {"recordings": RecordingSet, "supervisions": SupervisionSet}}``.
+    """
+    from lhotse import RecordingSet, SupervisionSet
+    from lhotse.recipes import prepare_yesno as lhotse_prepare_yesno
+
+    corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
+    marker = out_dir / ".yesno.done"
+    mdir = out_dir / "manifests"
+    if is_done(marker, fingerprint={"corpus_dir": str(corpus_dir)}):
+        log.info("yesno data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
+        return {s: {"recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
+                    "supervisions": SupervisionSet.from_file(mdir / f"yesno_supervisions_{s}.jsonl.gz")}
+                for s in ("train", "test")}
+    good, bad = scan(corpus_dir)
+    if bad:
+        log.warning("%d file(s) in %s are not yesno recordings and are left out (listed in %s): %s", len(bad),
+                    corpus_dir, out_dir / "excluded.txt", ", ".join(n for n, _ in bad[:5]))
+    if len(good) != NUM_RECORDINGS:
+        raise AsrError(f"{corpus_dir} holds {len(good)} yesno recordings, expected {NUM_RECORDINGS} (the lhotse/Kaldi "
+                       "30+30 split needs the complete corpus); re-extract waves_yesno.tar.gz")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if bad:   # lhotse globs *.wav and asserts on any other name: give it a folder of the good files only
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".yesno_links.") as links:
+            for p in good:
+                os.symlink(p, Path(links) / p.name)
+            manifests = lhotse_prepare_yesno(links)
+        for parts in manifests.values():   # point the recordings at the real files, not the removed links
+            parts["recordings"] = RecordingSet.from_recordings(_repath(r, corpus_dir) for r in parts["recordings"])
+    else:
+        manifests = lhotse_prepare_yesno(corpus_dir)
+    for split, parts in manifests.items():
+        save_manifest(parts["recordings"], mdir / f"yesno_recordings_{split}.jsonl.gz")
+        save_manifest(parts["supervisions"], mdir / f"yesno_supervisions_{split}.jsonl.gz")
+        dirs = ("train", "dev") if split == "train" else (split,)
+        for d in dirs:
+            write_kaldi_dir(out_dir / d, parts["recordings"], parts["supervisions"], speaker=lambda s: SPEAKER)
+    write_excluded(out_dir, bad)
+    counts = {s: len(p["supervisions"]) for s, p in manifests.items()}
+    mark_done(marker, {"utterances": counts, "excluded_files": len(bad)},
+              fingerprint={"corpus_dir": str(corpus_dir)})
+    log.info("yesno: %s utterances in %s", counts, out_dir)
+    return manifests
+
+
+def _repath(rec, corpus_dir: Path):
+    """``rec`` with its source path moved into ``corpus_dir`` (same file name)."""
+    from lhotse.audio import AudioSource
+
+    src = rec.sources[0]
+    return rec.__class__(id=rec.id, sources=[AudioSource(type="file", channels=src.channels,
+                                                         source=str(corpus_dir / Path(src.source).name))],
+                         sampling_rate=rec.sampling_rate, num_samples=rec.num_samples, duration=rec.duration)
+
+
+def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
+    prepare_yesno(corpus_dir, out_dir)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    corpus_main(_prepare, __doc__, is_yesno_dir, "yesno corpus (folder waves_yesno with 60 wav files)", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -76,7 +76,7 @@ class StreamingRecognizer:
 
     def __init__(self, bundle_dir: PathLike, model: str = "int8", num_threads: int = 1, beam: float = SHERPA_BEAM,
                  max_active: int = 3000, acoustic_scale: float = 1.0, blank_penalty: float = 0.0):
-        import kaldi_decoder
+        from asrlib.kaldi_imports import kaldi_decoder
 
         from asrlib.lang.graphs import read_fst
 
@@ -114,7 +114,7 @@ class Stream:
     """One utterance being recognised (see the module docstring)."""
 
     def __init__(self, rec: StreamingRecognizer):
-        import kaldi_decoder
+        from asrlib.kaldi_imports import kaldi_decoder
         import kaldi_native_fbank as knf
 
         self.rec = rec
@@ -141,7 +141,7 @@ class Stream:
         self.timings.append(ChunkTiming(len(x), time.perf_counter() - t0))
 
     def _advance(self) -> None:
-        import kaldi_decoder
+        from asrlib.kaldi_imports import kaldi_decoder
 
         ready = self.fbank.num_frames_ready
         n = (ready - self.frames_used) // self.rec.stack * self.rec.stack
@@ -162,7 +162,7 @@ class Stream:
         self.frames_decoded += scores.shape[0]
 
     def _best_words(self, use_final: bool) -> List[str]:
-        import kaldifst
+        from asrlib.kaldi_imports import kaldifst
 
         if self.frames_decoded == 0:
             return []

@@ -1,0 +1,66 @@
+"""The chunked recogniser on a bundle: same log-probs and words as whole-utterance decoding for any chunk size;
+front end equal to the feature stage's; clear errors for bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asrlib.export.streaming import StreamingRecognizer, compute_fbank, recognize_whole
+from asrlib.features.fbank import Segment, compute_one, FbankOptions
+from asrlib.io_utils import AsrError
+from mobile_bundle import tone_bundle
+from tone_model import SR, read_texts, utterance_audio
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return tone_bundle(tmp_path_factory)
+
+
+def test_front_end_matches_the_feature_stage(bundle):
+    tm, _ = bundle
+    line = (tm.data / "test" / "wav.scp").read_text().splitlines()[0]
+    utt, path = line.split()
+    ref, _ = compute_one(Segment(utt, path), FbankOptions(num_mel_bins=24))
+    ours = compute_fbank(utterance_audio(tm, "test")[0][1], SR, 24)
+    assert ours.shape == ref.shape
+    assert np.abs(ours - ref).max() < 2e-3 and np.abs(ours - ref).mean() < 1e-4  # float rounding only
+
+
+def test_streaming_equals_whole_utterance(bundle):
+    tm, out = bundle
+    rec = StreamingRecognizer(out / "bundle")
+    refs = read_texts(tm.data / "test" / "text")
+    refs_vocab = {w for line in (tm.lang / "words.txt").read_text().splitlines() for w in line.split()[:1]}
+    correct = 0
+    for utt, x in utterance_audio(tm, "test")[:5]:
+        whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
+        for chunk in (160 * 7, 4000, 16000 // 10 * 3):     # 70 ms (not a multiple of the stack), 250, 300 ms
+            s = rec.new_stream()
+            partials = []
+            for i in range(0, len(x), chunk):
+                s.accept_waveform(SR, x[i:i + chunk])
+                partials.append(s.partial())
+            words = s.finish()
+            assert words == whole_words, (utt, chunk)
+            lp = s.all_logprobs()
+            assert lp.shape == whole_lp.shape and np.abs(lp - whole_lp).max() < 1e-4
+            assert all(set(p) <= set(refs_vocab) for p in partials)  # partial results are word sequences
+            assert len(s.timings) == -(-len(x) // chunk) + 1
+        correct += whole_words == refs[utt].split()
+    assert correct >= 3   # the tone model is trained: the bundle really recognises
+
+
+def test_bad_input(bundle, tmp_path):
+    _, out = bundle
+    rec = StreamingRecognizer(out / "bundle")
+    s = rec.new_stream()
+    with pytest.raises(AsrError, match="sample rate 8000 Hz.*16000"):
+        s.accept_waveform(8000, np.zeros(800, np.float32))
+    with pytest.raises(AsrError, match="mono"):
+        s.accept_waveform(SR, np.zeros((800, 2), np.float32))
+    assert s.finish() == [] and rec.new_stream().finish() == []   # no audio: no words, no crash
+    with pytest.raises(AsrError, match="finished"):
+        s.accept_waveform(SR, np.zeros(800, np.float32))
+    with pytest.raises(AsrError, match="does not exist"):
+        StreamingRecognizer(tmp_path / "no_bundle")

@@ -1,0 +1,85 @@
+"""The bundle runs in sherpa-onnx (the on-device engine) with its CTC FST decoder and gives the same words as our
+decoder; a broken bundle, a model of the wrong input dimension and audio at the wrong rate give clear errors."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asrlib.export.bundle import SherpaRecognizer, check_bundle, read_wav
+from asrlib.export.streaming import recognize_whole
+from asrlib.io_utils import AsrError, read_table
+from mobile_bundle import tone_bundle
+from tone_model import SR, read_texts, utterance_audio
+
+DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits"
+DIGITS_BUNDLE = DIGITS / "exp" / "lstm_ctc" / "mobile" / "bundle"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return tone_bundle(tmp_path_factory)
+
+
+def test_sherpa_onnx_gives_our_hypotheses_on_the_tone_bundle(bundle):
+    tm, out = bundle
+    sh = SherpaRecognizer(out / "bundle")
+    refs = read_texts(tm.data / "test" / "text")
+    utts = utterance_audio(tm, "test")
+    ours = [recognize_whole(out / "bundle", x, SR)[0] for _, x in utts]
+    theirs = [sh.recognize(x, SR) for _, x in utts]
+    assert theirs == ours
+    assert sum(h == refs[u].split() for (u, _), h in zip(utts, theirs)) >= len(utts) // 2
+
+
+@pytest.mark.skipif(not (DIGITS_BUNDLE / "bundle.json").is_file(),
+                    reason="digits recipe not exported here (run recipes/digits/run.sh --stage 7)")
+def test_sherpa_onnx_gives_our_hypotheses_on_the_digits_bundle():
+    sh = SherpaRecognizer(DIGITS_BUNDLE)
+    wavs = read_table(DIGITS / "data" / "test" / "wav.scp")[:40]
+    diffs = []
+    for utt, path in wavs:
+        x = read_wav(path, 16000)
+        ours, theirs = recognize_whole(DIGITS_BUNDLE, x, 16000)[0], sh.recognize(x, 16000)
+        if ours != theirs:
+            diffs.append((utt, ours, theirs))
+    assert diffs == []
+
+
+def _copy(out: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "bundle"
+    shutil.copytree(out / "bundle", dst)
+    return dst
+
+
+def test_bad_input_gives_clear_errors(bundle, tmp_path):
+    _, out = bundle
+    b = _copy(out, tmp_path)
+    (b / "TLG.fst").unlink()
+    with pytest.raises(AsrError, match="incomplete: missing TLG.fst"):
+        SherpaRecognizer(b)        # checked before sherpa-onnx, which would exit the process
+    shutil.rmtree(b)
+    b = _copy(out, tmp_path)
+    info = json.loads((b / "bundle.json").read_text())
+    info["feat_dim"] = 80          # a front end that does not fit the model
+    (b / "bundle.json").write_text(json.dumps(info))
+    with pytest.raises(AsrError, match="expects 24-dim input features.*80-dim"):
+        check_bundle(b)
+    shutil.rmtree(b)
+    b = _copy(out, tmp_path)
+    with open(b / "model.int8.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(AsrError, match="model.int8.onnx differs"):
+        check_bundle(b)
+    sh = SherpaRecognizer(out / "bundle")
+    with pytest.raises(AsrError, match="sample rate 8000 Hz"):
+        sh.recognize(np.zeros(8000, np.float32), 8000)
+    import soundfile as sf
+    sf.write(str(tmp_path / "a8k.wav"), np.zeros(8000, np.float32), 8000)
+    with pytest.raises(AsrError, match="a8k.wav: sample rate 8000 Hz"):
+        read_wav(tmp_path / "a8k.wav", 16000)
+    with pytest.raises(AsrError, match="does not exist"):
+        read_wav(tmp_path / "none.wav", 16000)

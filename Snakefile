@@ -1,6 +1,7 @@
 # The recipe's stages as a DAG, calling the same `steps/` and `local/` commands as recipes/<corpus>/run.sh.
 #   snakemake --cores all train        # data → features → lang → trained model
-#   snakemake --cores all              # … → decode → score → RESULTS.md
+#   snakemake --cores all              # … → decode → score → RESULTS.md, mobile bundle
+#   snakemake --cores all mobile       # … → compressed int8 ONNX + sherpa-onnx bundle (stage 7)
 #   snakemake --cores all --config recipe=recipes/digits exp=exp/lstm_ctc
 #   snakemake --cores all --config recipe_config=/path/tiny.yaml workdir=/tmp/run   # another config / place
 import os
@@ -26,7 +27,7 @@ shell.prefix(f"export PYTHONPATH={ROOT}; ")
 
 
 rule all:
-    input: f"{EXP}/RESULTS.md"
+    input: f"{EXP}/RESULTS.md", f"{EXP}/mobile/.export.done"
 
 
 rule train:
@@ -93,3 +94,14 @@ rule results:
     input: expand(f"{EXP}/decode_{{s}}_{{m}}/wer.json", s=EVAL_SETS, m=METHODS)
     output: f"{EXP}/RESULTS.md"
     shell: "{PY} -m steps.make_results --exp-dir {EXP}"
+
+
+rule export_mobile:  # stage 7: low-rank + pruning with fine-tuning, ONNX fp32/int8, sherpa-onnx bundle
+    input: f"{EXP}/.train.done", "data/fbank/dev/.done", "data/lang/.done"
+    output: f"{EXP}/mobile/.export.done"
+    threads: workflow.cores
+    shell: "{PY} -m steps.export_mobile --config {CONFIG} --model {EXP}/final.pt --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir {EXP}/mobile"
+
+
+rule mobile:
+    input: f"{EXP}/mobile/.export.done"

@@ -69,3 +69,8 @@ stage_score() {  # stage_score SET...: WER per set × method, then exp/RESULTS.m
   done
   run steps.make_results --exp-dir "$exp"
 }
+
+stage_export() {  # stage_export TRAIN_SET DEV_SET: low-rank + pruning (fine-tuned), ONNX fp32/int8, sherpa-onnx bundle
+  run steps.export_mobile --config "$config" --model "$exp/final.pt" --data-dir "$data" --feats-dir "$data/fbank" \
+    --lang-dir "$data/lang" --out-dir "$exp/mobile" --train-set "$1" --dev-set "$2"
+}

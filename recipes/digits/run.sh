@@ -7,7 +7,7 @@ ROOT=$(cd "$here/../.." && pwd)
 cd "$here"
 
 stage=1
-stop_stage=6
+stop_stage=7
 config=$here/config.yaml
 nj=2
 data=data
@@ -27,4 +27,5 @@ at 3 && stage_lang train                # lexicon, tokens, T/L/G → TLG.fst
 at 4 && stage_train train dev           # LSTM CTC, resumable
 at 5 && stage_decode dev test           # log-posteriors ark, greedy + TLG search
 at 6 && stage_score dev test            # WER, RESULTS.md
+at 7 && stage_export train dev          # mobile: compressed int8 ONNX + sherpa-onnx bundle in $exp/mobile
 exit 0

@@ -21,6 +21,10 @@ PREPARE = f"local.{RCFG.data.corpus}"  # stage 1 of every recipe: python -m loca
 EVAL_SETS = list(RCFG.data.eval_sets)
 SETS = list(dict.fromkeys(["train", "dev"] + EVAL_SETS))  # dev: the training step logs its loss
 METHODS = ["greedy", "tlg"]
+INIT = RCFG.train.init  # random | ce: with ce the GMM, alignment and cross-entropy rules run before CTC training
+MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
+ALI = MONO + "_ali"
+CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
 
 workdir: config.get("workdir", RECIPE)  # data/ and exp/ live here (default: the recipe dir)
 shell.prefix(f"export PYTHONPATH={ROOT}; ")
@@ -65,11 +69,31 @@ rule lang:  # stage 3
     shell: "{PY} -m steps.prepare_lang --config {CONFIG} --text data/train/text --lang-dir data/lang"
 
 
-rule train_model:  # stage 4
-    input: "data/fbank/train/cmvn.scp", "data/fbank/dev/.done", "data/lang/.done"
-    output: f"{EXP}/.train.done"
+rule train_mono:  # stage 4, train.init: ce — monophone GMM-HMM (kaldi-hmm-gmm)
+    input: "data/fbank/train/cmvn.scp", "data/lang/.done"
+    output: f"{MONO}/.done"
+    shell: "{PY} -m steps.train_mono --config {CONFIG} --data-dir data --feats-dir data/fbank --lang-dir data/lang --exp-dir {MONO}"
+
+
+rule align:  # frame alignments of train and dev (ali/pdf archives, CTMs)
+    input: f"{MONO}/.done", "data/fbank/dev/.done"
+    output: f"{ALI}/train/.done", f"{ALI}/dev/.done"
+    shell: "{PY} -m steps.align --config {CONFIG} --model {MONO}/final.mdl --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir {ALI} --sets train dev"
+
+
+rule train_ce:  # the LSTM with frame cross-entropy on the alignments
+    input: f"{ALI}/train/.done", f"{ALI}/dev/.done"
+    output: f"{CE}/.train.done"
     threads: workflow.cores
-    shell: "{PY} -m steps.train --config {CONFIG} --data-dir data --feats-dir data/fbank --lang-dir data/lang --exp-dir {EXP}"
+    shell: "{PY} -m steps.train_ce --config {CONFIG} --feats-dir data/fbank --ali-dir {ALI} --exp-dir {CE}"
+
+
+rule train_model:  # stage 4
+    input: "data/fbank/train/cmvn.scp", "data/fbank/dev/.done", "data/lang/.done", *([f"{CE}/.train.done"] if INIT == "ce" else [])
+    output: f"{EXP}/.train.done"
+    params: init=f"--init-model {CE}/final.pt" if INIT == "ce" else ""
+    threads: workflow.cores
+    shell: "{PY} -m steps.train --config {CONFIG} --data-dir data --feats-dir data/fbank --lang-dir data/lang --exp-dir {EXP} {params.init}"
 
 
 rule logprobs:  # stage 5

@@ -102,3 +102,25 @@ def test_mono_align_ce_then_ctc_from_ce_end_to_end(tmp_path):
     assert info["init"] == "ce" and info["init_tensors"] > 0 and info["final_dev_loss"] < 1.0
     assert read_int_vectors(ali / "dev" / "pdf.scp")
     assert time.time() - t0 < 180
+
+
+def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):
+    """utils/recipe_stages.sh: stage_train with train.init: ce runs train_mono, align, train_ce, then CTC."""
+    import subprocess
+    import sys
+    root_dir = Path(__file__).resolve().parents[1]
+    root, _ = make_gmm_toy(tmp_path / "toy", {"train": 30, "dev": 6})
+    (root / "data" / "fbank").symlink_to(root / "fbank")
+    (root / "data" / "lang").symlink_to(root / "lang")
+    cfg = gmm_toy_config(root / "c.yaml", train={"init": "ce", "epochs": 1}, ce={"epochs": 1},
+                         gmm={"num_iters": 3, "max_iter_inc": 2})
+    exp = root / "exp" / "ctc"
+    script = (f"set -euo pipefail; ROOT={root_dir}; python={sys.executable}; config={cfg}; data={root / 'data'}; "
+              f"exp={exp}; . {root_dir}/utils/recipe_stages.sh; stage_train train dev")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for step in ("steps.train_mono", "steps.align", "steps.train_ce", "steps.train "):
+        assert f"+ {step}" in r.stderr
+    assert (root / "exp" / "mono" / ".done").is_file() and (root / "exp" / "mono_ali" / "dev" / "pdf.scp").is_file()
+    info = torch.load(exp / "final.pt", weights_only=False)["info"]
+    assert info["init"] == "ce" and info["init_model"] == f"{exp}_ce/final.pt"

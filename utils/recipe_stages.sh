@@ -44,9 +44,31 @@ stage_lang() {  # stage_lang TRAIN_SET
   run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang"
 }
 
-stage_train() {  # stage_train TRAIN_SET DEV_SET
+gmm_dirs() {  # where the GMM system, its alignments and the CE model go (override with mono=..., ce=...)
+  mono=${mono:-$(dirname "$exp")/mono}
+  ali=${mono}_ali
+  ce=${ce:-${exp}_ce}
+}
+
+stage_gmm_ce() {  # stage_gmm_ce TRAIN_SET DEV_SET: monophone GMM-HMM, alignments, cross-entropy LSTM (train.init: ce)
+  gmm_dirs
+  run steps.train_mono --config "$config" --data-dir "$data" --feats-dir "$data/fbank" --lang-dir "$data/lang" \
+    --exp-dir "$mono" --train-set "$1" || return 1
+  run steps.align --config "$config" --model "$mono/final.mdl" --data-dir "$data" --feats-dir "$data/fbank" \
+    --lang-dir "$data/lang" --out-dir "$ali" --sets "$1" "$2" || return 1
+  cmd=${train_cmd:-${cmd:-}} run steps.train_ce --config "$config" --feats-dir "$data/fbank" --ali-dir "$ali" \
+    --exp-dir "$ce" --train-set "$1" --dev-set "$2"
+}
+
+stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the GMM + CE stages run first
+  local init init_opt=()
+  init=$(cfg train.init) || return 1
+  if [ "$init" = ce ]; then
+    stage_gmm_ce "$1" "$2" || return 1
+    init_opt=(--init-model "$ce/final.pt")
+  fi
   cmd=${train_cmd:-${cmd:-}} run steps.train --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
-    --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2"
+    --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"
 }
 
 stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search

@@ -24,7 +24,7 @@ if at 1; then  # data: synthetic corpus → lhotse manifests + Kaldi data dirs (
 fi
 at 2 && stage_features train dev test   # 80-dim log-mel fbank in Kaldi archives, global CMVN from train
 at 3 && stage_lang train                # lexicon, tokens, T/L/G → TLG.fst
-at 4 && stage_train train dev           # LSTM CTC, resumable
+at 4 && stage_train train dev           # LSTM CTC, resumable (train.init: ce → mono GMM, alignments, CE first)
 at 5 && stage_decode dev test           # log-posteriors ark, greedy + TLG search
 at 6 && stage_score dev test            # WER, RESULTS.md
 at 7 && stage_export train dev          # mobile: compressed int8 ONNX + sherpa-onnx bundle in $exp/mobile

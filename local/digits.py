@@ -62,6 +62,9 @@ ESPEAK_VARIANTS = {
 # flite voices per split (kal and kal16 are the same talker, so both stay in train) and their typical F0 (Hz).
 FLITE_VOICES = {"train": ("kal", "kal16", "awb"), "dev": ("slt",), "test": ("rms",)}
 FLITE_F0 = {"kal": 90.0, "kal16": 90.0, "awb": 130.0, "rms": 100.0, "slt": 170.0}
+# flite has only two distinct talkers for training, so each training flite voice is also spoken through a sox `pitch`
+# shift (pitch and formants together, like a shorter or longer vocal tract): extra pseudo-talkers, train split only.
+FLITE_TRAIN_SHIFTS = {"": 0, "down250": -250, "up250": 250, "up500": 500}  # variant name -> cents
 
 
 # ------------------------------------------------------------------------------------------------ speakers
@@ -69,7 +72,7 @@ FLITE_F0 = {"kal": 90.0, "kal16": 90.0, "awb": 130.0, "rms": 100.0, "slt": 170.0
 class Speaker:
     engine: str     # "espeak" | "flite"
     voice: str      # espeak-ng accent or flite voice
-    variant: str    # espeak-ng variant ("" for flite)
+    variant: str    # espeak-ng variant; for flite "" or a FLITE_TRAIN_SHIFTS pitch/formant shift
 
     @property
     def id(self) -> str:
@@ -117,7 +120,8 @@ def split_speakers() -> Dict[str, List[Speaker]]:
     out: Dict[str, List[Speaker]] = {}
     for split in SPLITS:
         spk = [Speaker("espeak", a, v) for a in accents for v in ESPEAK_VARIANTS[split] if v in variants]
-        spk += [Speaker("flite", v, "") for v in FLITE_VOICES[split] if v in flite]
+        shifts = FLITE_TRAIN_SHIFTS if split == "train" else {"": 0}
+        spk += [Speaker("flite", v, sh) for v in FLITE_VOICES[split] if v in flite for sh in shifts]
         if not spk:
             raise AsrError(f"no installed voice is available for the {split} split; install espeak-ng (with its "
                            f"variants {ESPEAK_VARIANTS[split]}) and flite")
@@ -189,6 +193,10 @@ def _tts(plan: UttPlan, tmp_wav: str) -> None:
     else:
         _run(["flite", "-voice", spk.voice, "--setf", f"duration_stretch={plan.rate}", "--setf",
               f"int_f0_target_mean={plan.pitch}", "-t", text, "-o", tmp_wav])
+        if FLITE_TRAIN_SHIFTS.get(spk.variant):
+            shifted = tmp_wav + ".shift.wav"
+            _run(["sox", "-D", "-V1", tmp_wav, shifted, "pitch", str(FLITE_TRAIN_SHIFTS[spk.variant])])
+            os.replace(shifted, tmp_wav)
 
 
 def _resample(in_wav: str, sample_rate: int) -> np.ndarray:

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from asrlib.export.runtime import OnnxAcousticModel, check_features, model_metadata, ort_session  # noqa: F401
 from asrlib.io_utils import AsrError, PathLike, atomic_path
 
 log = logging.getLogger(__name__)
@@ -312,60 +313,7 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
     return path
 
 
-# ---------------------------------------------------------------------------------------------- runtime
-def ort_session(path: PathLike, num_threads: int = 1):
-    """An ONNX Runtime CPU session with ``num_threads`` intra-op threads (and no inter-op parallelism)."""
-    import onnxruntime as ort
-
-    path = Path(path)
-    if not path.is_file():
-        raise AsrError(f"ONNX model {path} does not exist")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = num_threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - a corrupt or foreign file: one clear message
-        raise AsrError(f"{path}: ONNX Runtime cannot load this model: {' '.join(str(e).split())[:300]}") from None
-
-
-def model_metadata(session) -> Dict[str, str]:
-    return dict(session.get_modelmeta().custom_metadata_map)
-
-
-def check_features(feats: np.ndarray, feat_dim: int, where: str) -> np.ndarray:
-    """(T, F) or (N, T, F) float features with F == ``feat_dim``, else AsrError."""
-    feats = np.asarray(feats)
-    if feats.ndim not in (2, 3) or feats.shape[-1] != feat_dim:
-        raise AsrError(f"{where}: features have shape {feats.shape}, but the model expects {feat_dim}-dim frames "
-                       f"((frames, {feat_dim}) or (batch, frames, {feat_dim})); were they computed with "
-                       f"num_mel_bins={feat_dim}?")
-    return feats.astype(np.float32, copy=False)
-
-
-class OnnxAcousticModel:
-    """Run an exported offline model: raw fbank (T, F) → log-probs (T // stack, V)."""
-
-    def __init__(self, path: PathLike, num_threads: int = 1):
-        self.path = Path(path)
-        self.session = ort_session(self.path, num_threads)
-        self.meta = model_metadata(self.session)
-        inputs = [i.name for i in self.session.get_inputs()]
-        if inputs != ["x", "x_lens"]:
-            raise AsrError(f"{self.path}: inputs are {inputs}, expected ['x', 'x_lens'] (an offline model)")
-        self.feat_dim = int(self.session.get_inputs()[0].shape[2])
-        self.stack = int(self.meta.get("subsampling", "3"))
-
-    def log_probs(self, feats: np.ndarray) -> np.ndarray:
-        feats = check_features(feats, self.feat_dim, str(self.path))
-        x = feats[None] if feats.ndim == 2 else feats
-        lens = np.full((x.shape[0],), x.shape[1], dtype=np.int64)
-        logp, _ = self.session.run(None, {"x": x, "x_lens": lens})
-        return logp[0] if feats.ndim == 2 else logp
-
-
+# ---------------------------------------------------------------------------------------------- checks
 def torch_reference(model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, feats: np.ndarray,
                     lens: np.ndarray) -> np.ndarray:
     """The PyTorch model's log-probs for raw fbank ``feats`` (N, T, F) with lengths ``lens``."""

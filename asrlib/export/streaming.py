@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from asrlib.export.bundle import SHERPA_BEAM, Bundle, check_audio, check_bundle
-from asrlib.export.onnx_model import ort_session
+from asrlib.export.runtime import ort_session
 from asrlib.io_utils import AsrError, PathLike
 
 
@@ -196,7 +196,7 @@ def recognize_whole(bundle_dir: PathLike, samples: np.ndarray, sample_rate: int,
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
     ``model``) → TLG search. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder
-    from asrlib.export.onnx_model import OnnxAcousticModel
+    from asrlib.export.runtime import OnnxAcousticModel
 
     b = check_bundle(bundle_dir)
     x = check_audio(samples, sample_rate, b.sample_rate)

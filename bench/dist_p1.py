@@ -74,6 +74,9 @@ def main() -> None:
     p.add_argument("--period", type=int, default=4, help="K for ma, tau for bmuf")
     p.add_argument("--target-loss", type=float, default=0.12)
     p.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
+    p.add_argument("--algo-set", action="append", default=[], metavar="ALGO:SECTION.KEY=VALUE",
+                   help="an override for one algorithm's runs only")
+    p.add_argument("--tag", default="", help="suffix of the run names (a second configuration of the same algos)")
     p.add_argument("--skip-baseline", action="store_true")
     a = p.parse_args()
     rd = a.recipe_dir.resolve()
@@ -84,9 +87,10 @@ def main() -> None:
     results = json.loads((a.out / "p1.json").read_text()) if (a.out / "p1.json").is_file() else {}
     runs = ([("local", 1)] if not a.skip_baseline else []) + [(algo, a.learners) for algo in a.algos]
     for algo, n in runs:
-        name = f"{algo}_n{n}"
+        name = f"{algo}_n{n}" + (a.tag if n > 1 else "")
         exp = a.out / name
-        ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *a.overrides]
+        own = [o.split(":", 1)[1] for o in a.algo_set if o.split(":", 1)[0] == algo]
+        ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *(a.overrides if n > 1 else []), *own]
         train_args = ["--config", str(rd / "config.yaml"), *sum((["--set", o] for o in ov), []), *data,
                       "--exp-dir", str(exp)]
         load_before = os.getloadavg()

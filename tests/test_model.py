@@ -59,3 +59,30 @@ def test_acoustic_model_shapes_and_lengths():
         # padding must not change the shorter utterance's output (unidirectional and bidirectional)
         alone, _ = m(x[1:2, :20], lens[1:2])
         assert torch.allclose(alone[0], logp[1, :6], atol=1e-5)
+
+
+def test_peephole_model_with_zero_peepholes_equals_the_fused_model():
+    """model.peephole switches implementation (explicit cell vs torch.nn.LSTM): with the peephole weights at zero
+    and the same other weights, whole acoustic models agree, bidirectional and with padding included."""
+    torch.manual_seed(0)
+    for bidir in (False, True):
+        kw = dict(num_layers=2, hidden_size=12, proj_size=6, bidirectional=bidir, stack=3, dropout=0.0)
+        fused = build_model(10, 7, ModelConfig(peephole=False, **kw)).eval()
+        cell = build_model(10, 7, ModelConfig(peephole=True, **kw)).eval()
+        sd = fused.state_dict()
+        with torch.no_grad():
+            for i, layer in enumerate(cell.layers):
+                for direction, sub in (("", layer.fwd), ("_reverse", layer.bwd)):
+                    if sub is None:
+                        continue
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"):
+                        getattr(sub, name).copy_(sd[f"layers.{i}.lstm.{name}_l0{direction}"])
+                    for name in ("w_ci", "w_cf", "w_co"):
+                        getattr(sub, name).zero_()
+            cell.output.load_state_dict(fused.output.state_dict())
+        x, lens = torch.randn(3, 40, 10), torch.tensor([40, 31, 17])
+        a, la = fused(x, lens)
+        b, lb = cell(x, lens)
+        assert torch.equal(la, lb)
+        for n, t in enumerate(la.tolist()):  # padded frames may differ (the fused layer zeroes them)
+            assert torch.allclose(a[n, :t], b[n, :t], atol=1e-5), (bidir, n)

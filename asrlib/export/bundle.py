@@ -246,8 +246,13 @@ id2word = dict((int(i), w) for w, i in (l.split() for l in open("words.txt")))
 print(" ".join(id2word[w] for w in s.result.words))   # result.text holds tokens, result.words word ids
 ```
 sherpa-onnx's timestamps assume subsampling 4; multiply them by {subsampling}/4.
-Command line: `sherpa-onnx-offline --zipformer-ctc-model=model.int8.onnx --tokens=tokens.txt
---ctc-graph=TLG.fst --feat-dim={feat_dim} audio.wav` (prints token text; words via words.txt).
+The C++ command line takes the same fields (option names of sherpa-onnx's sources; the binary is not part of the
+Python wheel, so this line is untested here): `sherpa-onnx-offline --zipformer-ctc-model=model.int8.onnx
+--tokens=tokens.txt --ctc.graph=TLG.fst --ctc.max-active=3000 --feat-dim={feat_dim} --num-threads=1 audio.wav`
+(prints the token text; map word ids with words.txt).
+
+Batching several utterances in one call works (sherpa-onnx pads with log(1e-10)); the int8 model quantizes each
+time step's activations over the batch, so batched results can differ slightly from one-at-a-time results.
 
 ## Streaming (asrlib)
 ```python

@@ -72,9 +72,11 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
 }
 
 stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search
-  local s m
+  local s m threads
+  threads=$(cfg decode.num_threads) || return 1
   for s in "$@"; do
-    run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s"
+    run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s" \
+      --num-threads "$threads"
     for m in greedy tlg; do
       run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
         --lang-dir "$data/lang" --out-dir "$exp/decode_${s}_$m"

@@ -149,6 +149,21 @@ class ExportConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """``cluster``: per-rule resources for Snakemake profiles (profiles/slurm, profiles/local) and the learner layout of
+    the training rule (steps.train_dist: ``nodes`` x ``learners_per_node`` torchrun processes)."""
+    nodes: int = 1                # machines for training (SLURM nodes); > 1 starts torchrun on each with c10d rendezvous
+    learners_per_node: int = 1    # training processes per node (1 = plain steps.train when nodes == 1)
+    gpus_per_node: int = 0        # requested as --gres=gpu:N (the trainer itself runs on CPU today)
+    cpus_per_learner: int = 2
+    train_mem_mb: int = 8000      # per node
+    train_runtime_min: int = 720
+    mem_mb: int = 4000            # every other rule (data, features, lang, decode, score)
+    runtime_min: int = 120
+    partition: str = ""           # SLURM partition ("" = the cluster's default)
+
+
+@dataclass
 class RecipeConfig:
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
@@ -159,6 +174,7 @@ class RecipeConfig:
     ce: CeConfig = field(default_factory=CeConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
 def _check_type(value: Any, tp: Any) -> Any:

@@ -25,6 +25,19 @@ INIT = RCFG.train.init  # random | ce: with ce the GMM, alignment and cross-entr
 MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
 ALI = MONO + "_ali"
 CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
+CL = RCFG.cluster  # training layout + resources (profiles/slurm turns them into sbatch options)
+if CL.nodes > 1:   # one torchrun per node (srun), c10d rendezvous on the job's first node
+    TRAIN_LAUNCH = (f"srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1 {PY} -m steps.train_dist "
+                    f"--nnodes $SLURM_NNODES --num-learners {CL.learners_per_node} --rdzv-id $SLURM_JOB_ID "
+                    "--rdzv-endpoint $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400 --")
+elif CL.learners_per_node > 1:
+    TRAIN_LAUNCH = f"{PY} -m steps.train_dist --num-learners {CL.learners_per_node} --"
+else:
+    TRAIN_LAUNCH = f"{PY} -m steps.train"
+TRAIN_RES = {"nodes": CL.nodes, "tasks": CL.nodes, "cpus_per_task": CL.cpus_per_learner * CL.learners_per_node,
+             "mem_mb": CL.train_mem_mb, "runtime": CL.train_runtime_min}
+TRAIN_RES.update({"slurm_partition": CL.partition} if CL.partition else {})
+TRAIN_RES.update({"slurm_extra": f"'--gres=gpu:{CL.gpus_per_node}'"} if CL.gpus_per_node else {})
 
 workdir: config.get("workdir", RECIPE)  # data/ and exp/ live here (default: the recipe dir)
 shell.prefix(f"export PYTHONPATH={ROOT}; ")
@@ -93,7 +106,8 @@ rule train_model:  # stage 4
     output: f"{EXP}/.train.done"
     params: init=f"--init-model {CE}/final.pt" if INIT == "ce" else ""
     threads: workflow.cores
-    shell: "{PY} -m steps.train --config {CONFIG} --data-dir data --feats-dir data/fbank --lang-dir data/lang --exp-dir {EXP} {params.init}"
+    resources: **TRAIN_RES
+    shell: "{TRAIN_LAUNCH} --config {CONFIG} --data-dir data --feats-dir data/fbank --lang-dir data/lang --exp-dir {EXP} {params.init}"
 
 
 rule logprobs:  # stage 5

@@ -157,10 +157,8 @@ class ClusterConfig:
     gpus_per_node: int = 0        # requested as --gres=gpu:N (the trainer itself runs on CPU today)
     cpus_per_learner: int = 2
     train_mem_mb: int = 8000      # per node
-    train_runtime_min: int = 720
-    mem_mb: int = 4000            # every other rule (data, features, lang, decode, score)
-    runtime_min: int = 120
-    partition: str = ""           # SLURM partition ("" = the cluster's default)
+    train_runtime_min: int = 720  # the other rules take the profile's default-resources
+    partition: str = ""           # SLURM partition of the training job ("" = the profile's / cluster's default)
 
 
 @dataclass

@@ -31,6 +31,7 @@ class DataConfig:
     subsets: List[str] = field(default_factory=list)   # corpus parts to prepare (e.g. LibriSpeech train-clean-100)
     speed_perturb: List[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]: train set perturbed (Kaldi sp)
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
+    mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
 
 
 @dataclass

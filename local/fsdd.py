@@ -190,6 +190,11 @@ def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSD
              "speakers train. Word accuracy = 100 - %WER.", "",
              "| test speaker | dev speaker | train speakers | #words | word accuracy % |", "|---|---|---|---:|---:|"]
     missing = []
+    numbers: Dict = {}
+    fsdd_speakers = {f[len("loso_"):] for f in fold_dirs if f.startswith("loso_")}
+    if any((exp / f / f"decode_test_synth_{method}").is_dir() for f in fold_dirs):
+        lines[-2] += " synthetic test voices %WER |"
+        lines[-1] += "---:|"
     for fold, d in sorted(fold_dirs.items()):
         if not fold.startswith("loso_"):
             continue
@@ -200,10 +205,17 @@ def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSD
         acc = per_speaker_accuracy(d / "test" / "text", hyp, d / "test" / "utt2spk")
         (spk, (a, n)), = acc.items()
         dev_spk = sorted(set(read_table_dict(d / "dev" / "utt2spk").values()))
-        train_spk = sorted({s.split("-")[-1] for s in read_table_dict(d / "train" / "utt2spk").values()})
+        train_all = {s.split("-")[-1] for s in read_table_dict(d / "train" / "utt2spk").values()}
+        train_spk = sorted(train_all & fsdd_speakers) + (["+ synthetic"] if train_all - fsdd_speakers else [])
         loso[spk] = (a, n)
-        lines.append(f"| {spk} | {', '.join(dev_spk)} | {', '.join(train_spk)} | {n} | {a:.2f} |")
-    numbers: Dict = {"loso": {k: v[0] for k, v in loso.items()}}
+        synth = exp / fold / f"decode_test_synth_{method}" / "wer.json"
+        extra = ""
+        if synth.is_file():   # digits_fsdd: the synthetic test voices, decoded by the same model
+            w = json.loads(synth.read_text())["wer"]
+            numbers.setdefault("synthetic_wer", {})[spk] = w
+            extra = f" {w:.2f} |"
+        lines.append(f"| {spk} | {', '.join(dev_spk)} | {', '.join(train_spk)} | {n} | {a:.2f} |{extra}")
+    numbers["loso"] = {k: v[0] for k, v in loso.items()}
     if loso:
         mean = sum(a for a, _ in loso.values()) / len(loso)
         numbers["loso_mean"], numbers["loso_min"] = mean, min(a for a, _ in loso.values())

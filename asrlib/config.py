@@ -32,6 +32,7 @@ class DataConfig:
     speed_perturb: List[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]: train set perturbed (Kaldi sp)
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
     mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
+    level_db: float = 0.0       # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
 
 
 @dataclass

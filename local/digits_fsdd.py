@@ -83,12 +83,13 @@ def prepare_digits_fsdd(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: i
     out_dir = Path(out_dir)
     weights = [float(w) for w in (data.mix_weights or [0.75, 0.25])]
     fp = {"corpus_dir": str(Path(corpus_dir).resolve()), "weights": weights, "size": data.size, "seed": data.seed,
-          "noise_fraction": data.noise_fraction, "sample_rate": data.sample_rate, "sp": list(data.speed_perturb)}
+          "noise_fraction": data.noise_fraction, "sample_rate": data.sample_rate, "sp": list(data.speed_perturb),
+          "level_db": data.level_db}
     marker = out_dir / ".digits_fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("digits+FSDD data in %s is complete; skipping", out_dir)
         return {k: Path(v) for k, v in read_table_dict(out_dir / "folds.txt").items()}
-    folds = prepare_fsdd(corpus_dir, out_dir / "fsdd", data.speed_perturb, nj, data.sample_rate)
+    folds = prepare_fsdd(corpus_dir, out_dir / "fsdd", data.speed_perturb, nj, data.sample_rate, data.level_db)
     prepare_digits(out_dir / "digits", data.size, data.seed, data.noise_fraction, nj, data.sample_rate)
     mixed: Dict[str, Path] = {}
     info = {}

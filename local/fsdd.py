@@ -10,7 +10,7 @@ dataset's own convention (indices 0-4 of every speaker and digit = test) is the 
 
 Output in ``out_dir``:
 
-* ``all/``: every usable recording (utterance ids ``<spk>-<digit>_<spk>_<index>``, speaker ``<spk>``); with
+* ``all/``: every usable recording (with ``data.level_db`` < 0 level-normalised copies in ``wav_level/``; utterance ids ``<spk>-<digit>_<spk>_<index>``, speaker ``<spk>``); with
   ``data.speed_perturb`` also ``all_sp/`` (the 3-way speed-perturbed copy; audio in ``wav_sp/``);
 * ``train dev test`` = fold ``split04`` (what the Snakefile trains); ``loso_<spk>/{train,dev,test}`` for every
   speaker; train sets are taken from ``all_sp`` when speed perturbation is on;
@@ -88,15 +88,33 @@ def folds(speakers: Sequence[str]) -> Dict[str, Tuple[List[str], str, str]]:
     return out
 
 
+def level_normalize(src: Path, dst: Path, level_db: float) -> str:
+    """Write ``src`` scaled to an RMS level of ``level_db`` dBFS (16-bit, clipped at full scale) to ``dst``
+    atomically, unless ``dst`` exists; returns ``dst``. FSDD's speakers were recorded up to 14 dB apart."""
+    import numpy as np
+    import soundfile as sf
+
+    from asrlib.io_utils import atomic_path
+
+    if not dst.is_file():
+        x, sr = sf.read(str(src), dtype="float64")
+        rms = float(np.sqrt(np.mean(x ** 2))) or 1e-9
+        y = np.clip(x * (10 ** (level_db / 20) / rms), -1.0, 32767 / 32768)
+        with atomic_path(dst) as tmp:
+            sf.write(str(tmp), np.round(y * 32768).astype(np.int16), sr, subtype="PCM_16", format="WAV")
+    return str(dst.resolve())
+
+
 def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (), nj: int = 1,
-                 sample_rate: int = 8000) -> Dict[str, Path]:
-    """Prepare FSDD in ``out_dir`` (see the module docstring); returns ``{fold: data dir}``."""
+                 sample_rate: int = 8000, level_db: float = 0.0) -> Dict[str, Path]:
+    """Prepare FSDD in ``out_dir`` (see the module docstring); returns ``{fold: data dir}``. ``level_db < 0``
+    scales every recording to that RMS level (copies in ``wav_level/``) before anything else."""
     import soundfile as sf
     from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     factors = check_speed_factors(speed_perturb)
-    fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors, "sample_rate": sample_rate}
+    fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors, "sample_rate": sample_rate, "level_db": level_db}
     marker = out_dir / ".fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("FSDD data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
@@ -131,8 +149,13 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
     rotation = folds(speakers)
     save_manifest(RecordingSet.from_recordings(recs), out_dir / "manifests/fsdd_recordings_all.jsonl.gz")
     save_manifest(SupervisionSet.from_segments(sups), out_dir / "manifests/fsdd_supervisions_all.jsonl.gz")
-    write_tables(out_dir / "all", {f.utt: str(f.path) for f in usable}, {f.utt: WORDS[f.digit] for f in usable},
-                 {f.utt: f.speaker for f in usable})
+    if level_db > 0:
+        raise AsrError(f"data.level_db must be negative (dBFS) or 0 (off), got {level_db}")
+    paths = {f.utt: str(f.path) for f in usable}
+    if level_db < 0:
+        (out_dir / "wav_level").mkdir(exist_ok=True)
+        paths = {f.utt: level_normalize(f.path, out_dir / "wav_level" / f"{f.utt}.wav", level_db) for f in usable}
+    write_tables(out_dir / "all", paths, {f.utt: WORDS[f.digit] for f in usable}, {f.utt: f.speaker for f in usable})
     train_src = out_dir / "all"
     if factors and factors != [1.0]:
         from asrlib.data.speed_perturb import speed_perturb_data_dir
@@ -267,7 +290,7 @@ def report_main(argv: List[str]) -> int:
 
 
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
-    prepare_fsdd(corpus_dir, out_dir, data.speed_perturb, nj, data.sample_rate)
+    prepare_fsdd(corpus_dir, out_dir, data.speed_perturb, nj, data.sample_rate, data.level_db)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -114,3 +114,18 @@ def test_real_fsdd(tmp_path):
         assert _spk(d / "test") == {spk} and len(read_table_dict(d / "train" / "text")) == 1500
     rep = clean_data_dir(out / "loso_lucas" / "test", set(WORDS), expected_sample_rate=8000, min_duration=0.1)
     assert rep.num_kept == 500, rep.summary()
+
+
+def test_level_normalisation(tmp_path):
+    corpus = _fixture(tmp_path / "recordings", indices=[0])
+    x, sr = sf.read(str(corpus / "3_carol_0.wav"), dtype="int16")
+    sf.write(str(corpus / "3_carol_0.wav"), (x // 16).astype(np.int16), sr)      # 24 dB quieter
+    out = tmp_path / "data"
+    prepare_fsdd(corpus, out, sample_rate=8000, level_db=-25.0)
+    wav = read_table_dict(out / "all" / "wav.scp")
+    assert Path(wav["carol-3_carol_0"]).parent == out / "wav_level"
+    for utt in ("carol-3_carol_0", "alice-3_alice_0"):
+        y, _ = sf.read(wav[utt])
+        assert 20 * np.log10(np.sqrt(np.mean(y ** 2))) == pytest.approx(-25.0, abs=0.1)
+    with pytest.raises(AsrError, match="level_db"):
+        prepare_fsdd(corpus, tmp_path / "d2", sample_rate=8000, level_db=3.0)

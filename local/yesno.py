@@ -9,7 +9,8 @@ stop on it). yesno has no dev split: ``dev`` holds the training recordings again
 (nothing is selected on it), and the recipe decodes ``test`` only.
 
 Output in ``out_dir``: ``manifests/yesno_{recordings,supervisions}_{train,test}.jsonl.gz``; Kaldi data dirs
-``train``, ``dev``, ``test`` (speaker ``global``, as in Kaldi); ``excluded.txt``; ``.yesno.done`` (written last;
+``train``, ``dev``, ``test`` (speaker ``global``, as in Kaldi; with ``data.speed_perturb`` ``train`` is the
+perturbed set, ``train_nosp`` the original); ``excluded.txt``; ``.yesno.done`` (written last;
 a finished folder is skipped).
 """
 from __future__ import annotations
@@ -19,10 +20,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import DataConfig
-from asrlib.data.corpus import corpus_main, save_manifest, write_excluded, write_kaldi_dir
+from asrlib.data.corpus import check_speed_factors, corpus_main, save_manifest, write_excluded, write_kaldi_dir
 from asrlib.io_utils import AsrError, is_done, mark_done
 
 log = logging.getLogger("local.yesno")
@@ -48,10 +49,13 @@ def scan(corpus_dir: Path) -> Tuple[List[Path], List[Tuple[str, str]]]:
     return good, bad
 
 
-def prepare_yesno(corpus_dir: Path, out_dir: Path) -> Dict[str, Dict[str, object]]:
+def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (),
+                  nj: int = 1) -> Dict[str, Dict[str, object]]:
     """Manifests (lhotse's ``prepare_yesno``) and Kaldi dirs train/dev/test of the yesno corpus in ``corpus_dir``.
 
-    Returns lhotse's ``{"train"|"test": {"recordings": RecordingSet, "supervisions": SupervisionSet}}``.
+    With ``speed_perturb`` factors (e.g. 0.9 1.0 1.1) ``train`` is the perturbed set (audio in ``wav_sp/``) and
+    ``train_nosp`` the original. Returns lhotse's ``{"train"|"test": {"recordings": RecordingSet,
+    "supervisions": SupervisionSet}}``.
     """
     from lhotse import RecordingSet, SupervisionSet
     from lhotse.recipes import prepare_yesno as lhotse_prepare_yesno
@@ -59,7 +63,10 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path) -> Dict[str, Dict[str, object
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     marker = out_dir / ".yesno.done"
     mdir = out_dir / "manifests"
-    if is_done(marker, fingerprint={"corpus_dir": str(corpus_dir)}):
+    factors = check_speed_factors(speed_perturb)
+    perturb = bool(factors) and factors != [1.0]
+    fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors}
+    if is_done(marker, fingerprint=fp):
         log.info("yesno data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
         return {s: {"recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
                     "supervisions": SupervisionSet.from_file(mdir / f"yesno_supervisions_{s}.jsonl.gz")}
@@ -84,13 +91,15 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path) -> Dict[str, Dict[str, object
     for split, parts in manifests.items():
         save_manifest(parts["recordings"], mdir / f"yesno_recordings_{split}.jsonl.gz")
         save_manifest(parts["supervisions"], mdir / f"yesno_supervisions_{split}.jsonl.gz")
-        dirs = ("train", "dev") if split == "train" else (split,)
+        dirs = (("train_nosp" if perturb else "train"), "dev") if split == "train" else (split,)
         for d in dirs:
             write_kaldi_dir(out_dir / d, parts["recordings"], parts["supervisions"], speaker=lambda s: SPEAKER)
+    if perturb:
+        from asrlib.data.speed_perturb import speed_perturb_data_dir
+        speed_perturb_data_dir(out_dir / "train_nosp", out_dir / "train", factors, out_dir / "wav_sp", nj)
     write_excluded(out_dir, bad)
     counts = {s: len(p["supervisions"]) for s, p in manifests.items()}
-    mark_done(marker, {"utterances": counts, "excluded_files": len(bad)},
-              fingerprint={"corpus_dir": str(corpus_dir)})
+    mark_done(marker, {"utterances": counts, "excluded_files": len(bad)}, fingerprint=fp)
     log.info("yesno: %s utterances in %s", counts, out_dir)
     return manifests
 
@@ -106,7 +115,7 @@ def _repath(rec, corpus_dir: Path):
 
 
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
-    prepare_yesno(corpus_dir, out_dir)
+    prepare_yesno(corpus_dir, out_dir, data.speed_perturb, nj)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -36,7 +36,7 @@ def test_equivalences_and_identical_params(tmp_path):
         return dict(setup=str(setup), config=str(cfg), overrides=["model.dropout=0", *ov],
                     exp_dir=str(tmp_path / name), watch=True)
 
-    runs = ["sync", "ma1", "ma2", "bmuf2", "hier2"]
+    runs = ["sync", "ma1", "ma2", "bmuf2", "hier2", "ma1_lin", "ma_adapt"]
     res = run_learners(run_toy_scenarios, 2, timeout=240, args=([
         sc("sync", "train.dist.algo=sync"),
         sc("ma1", "train.dist.algo=ma", "train.dist.period=1"),
@@ -44,12 +44,17 @@ def test_equivalences_and_identical_params(tmp_path):
         sc("bmuf2", "train.dist.algo=bmuf", "train.dist.period=2", "train.dist.block_momentum=0.0",
            "train.dist.block_lr=1.0"),
         sc("hier2", "train.dist.algo=ma", "train.dist.period=2", "train.dist.node_period=1"),
+        # lr scaled by N = 2 with K = 1 is sync SGD with twice the learning rate
+        sc("ma1_lin", "train.dist.algo=ma", "train.dist.period=1", "train.dist.lr_scale=linear", "train.lr=0.15"),
+        # adaptive K: a divergence always below div_low doubles K at every average, up to max_period
+        sc("ma_adapt", "train.dist.algo=ma", "train.dist.period=1", "train.dist.adaptive=true",
+           "train.dist.div_low=1.0", "train.dist.max_period=4"),
     ],))
     r = {name: out for name, out in zip(runs, res[0])}
     for name in runs:
         assert r[name]["summary"]["steps"] == 9
         # after every synchronisation (every step for sync and ma K=1) all learners hold identical parameters
-        assert r[name]["identity"]["checks"] >= 6, name
+        assert r[name]["identity"]["checks"] >= (4 if name == "ma_adapt" else 6), name
         assert r[name]["identity"]["max_diff"] < 1e-6, name
         # rank 1 finished with the same model as rank 0
         assert _max_diff(res[0][runs.index(name)]["params"], res[1][runs.index(name)]["params"]) < 1e-6
@@ -59,3 +64,6 @@ def test_equivalences_and_identical_params(tmp_path):
     # the comparison can fail: K=2 is measurably different from K=1
     assert _max_diff(r["sync"]["params"], r["ma2"]["params"]) > 1e-4
     assert r["bmuf2"]["algo"]["blocks"] == 6 and r["ma2"]["algo"]["syncs"] == 6   # 2 per epoch (one at its end)
+    assert _max_diff(r["ma1_lin"]["params"], r["sync"]["params"]) < 1e-6      # (sync ran with lr 0.3)
+    adapt = r["ma_adapt"]["algo"]
+    assert adapt["period"] == 4 and len(adapt["divergence"]) >= 2 and all(0 < d < 1 for d in adapt["divergence"])

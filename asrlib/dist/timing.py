@@ -6,8 +6,9 @@ Quantities (seconds, per learner, per minibatch):
   step, or adding a model/gradient vector); both measured on one learner.
 - ``T_transmit = latency + model_bytes / bandwidth``: sending the model (or a gradient) to a neighbour over a link.
 - ``T_allreduce(n) = 2 (n-1) latency + 2 (n-1)/n * model_bytes / bandwidth`` (ring all-reduce).
-- compute contention: when ``n`` learners share ``cores`` CPU cores (1 thread each), T_calc and T_merge grow by
-  ``max(1, n / cores)`` — this is what happens on the 2-core test machine with 4 learners.
+- compute contention: when ``n`` learners (1 thread each) share ``cores`` CPU cores with ``background_load``
+  other runnable processes (the load average of everything else), T_calc and T_merge grow by
+  ``max(1, (background_load + n) / cores)`` — what happens on the 2-core test machine shared with other jobs.
 
 Per-minibatch time of one learner with n learners (the algorithms as implemented in asrlib.dist):
 
@@ -66,6 +67,7 @@ class TimingParams:
     local_world: int = 8     # hadpsgd: learners per node
     intra_link: Link = field(default_factory=lambda: LINKS["nvlink"])
     cores: Optional[int] = None   # learners share this many cores (None: each learner has its own device)
+    background_load: float = 0.0  # other runnable processes on those cores (load average without us)
 
     def transmit(self, link: Optional[Link] = None) -> float:
         link = link or self.link
@@ -80,7 +82,7 @@ class TimingParams:
 
 def step_time(algo: str, n: int, p: TimingParams) -> float:
     """Seconds per minibatch of one learner when ``n`` learners run ``algo`` (``local`` = one learner)."""
-    slow = max(1.0, n / p.cores) if p.cores else 1.0
+    slow = max(1.0, (p.background_load + n) / p.cores) if p.cores else 1.0
     tc, tm = p.t_calc * slow, p.t_merge * slow
     if algo == "local" or n == 1:
         return tc + tm

@@ -37,7 +37,7 @@ import numpy as np
 
 from asrlib.config import DataConfig
 from asrlib.data.corpus import corpus_main, write_excluded, write_tables
-from asrlib.data.kaldi_dir import byte_key, format_problems, inspect_data_dir, spk2utt_rows
+from asrlib.data.kaldi_dir import byte_key, format_problems, inspect_data_dir
 from asrlib.io_utils import AsrError, PathLike, atomic_path, is_done, mark_done, read_table, write_table
 
 log = logging.getLogger("local.kaldi_import")

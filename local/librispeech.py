@@ -91,7 +91,6 @@ def _to_wav(job: Tuple[str, str]) -> str:
 
 def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str], nj: int = 1) -> Dict[str, int]:
     """Manifests (lhotse) + Kaldi dirs of ``subsets``; returns ``{set: number of utterances}``."""
-    from lhotse import RecordingSet, SupervisionSet
     from lhotse.recipes import prepare_librispeech as lhotse_prepare
 
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)

@@ -10,7 +10,8 @@ holds no corpus and ``data.download_url`` is set, the archive is downloaded into
 unpacked there (a ``.done`` marker makes that a one-time step).
 
 Helpers here: lhotse manifests -> Kaldi data dirs (:func:`write_kaldi_dir`), subsets of a data dir
-(:func:`subset_data_dir`), corpus-level exclusions (:func:`write_excluded`), atomic manifest writes.
+(:func:`subset_data_dir`), corpus-level exclusions (:func:`write_excluded`), atomic manifest writes, the check of
+``data.speed_perturb`` factors.
 """
 from __future__ import annotations
 
@@ -22,13 +23,12 @@ import tarfile
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import (TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from asrlib.cli import run_main, setup_logging
 from asrlib.config import DataConfig, load_config
 from asrlib.data.kaldi_dir import byte_key, spk2utt_rows
-from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path, is_done, mark_done, read_table, write_table
+from asrlib.io_utils import AsrError, PathLike, atomic_path, is_done, mark_done, read_table, write_table
 
 if TYPE_CHECKING:
     import lhotse
@@ -242,34 +242,6 @@ def subset_data_dir(src: PathLike, dst: PathLike, keep: Union[Set[str], Callable
     return len(utts)
 
 
-def combine_data_dirs(dst: PathLike, srcs: Sequence[PathLike]) -> int:
-    """Concatenate data dirs (like Kaldi's ``utils/combine_data.sh``); a repeated utterance id is an AsrError."""
-    wav: Dict[str, str] = {}
-    text: Dict[str, str] = {}
-    utt2spk: Dict[str, str] = {}
-    segs: Dict[str, Tuple[str, float, float]] = {}
-    any_segments = any((Path(s) / "segments").is_file() for s in srcs)
-    for src in srcs:
-        t = read_kaldi_tables(src)
-        dup = set(t["utt2spk"]) & set(utt2spk)
-        if dup:
-            raise AsrError(f"combining {list(map(str, srcs))}: utterance '{sorted(dup)[0]}' occurs twice")
-        if any_segments:
-            if "segments" in t:
-                for u, v in t["segments"].items():
-                    r, s, e = v.split()
-                    segs[u] = (r, float(s), float(e))
-            else:   # whole-file utterances get a segment to the end of the file
-                import soundfile as sf
-                for u, p in t["wav.scp"].items():
-                    segs[u] = (u, 0.0, sf.info(p).duration)
-        wav.update(t["wav.scp"])
-        text.update(t["text"])
-        utt2spk.update(t["utt2spk"])
-    write_tables(dst, wav, text, utt2spk, segs if any_segments else None)
-    return len(utt2spk)
-
-
 # ------------------------------------------------------------------------------------------------ command line
 def corpus_main(prepare: PrepareFn, description: str, is_corpus: Callable[[Path], bool], what: str,
                 argv: Optional[List[str]] = None, needs_corpus: bool = True) -> None:
@@ -307,14 +279,3 @@ def check_speed_factors(factors: Sequence[float]) -> List[float]:
     if len(set(out)) != len(out):
         raise AsrError(f"data.speed_perturb has a repeated factor: {out}")
     return out
-
-
-def atomic_copy(src: PathLike, dst: PathLike) -> None:
-    """Copy a file atomically (temp name + rename)."""
-    with atomic_path(dst) as tmp:
-        shutil.copyfile(src, tmp)
-
-
-__all__ = ["atomic_copy", "check_speed_factors", "combine_data_dirs", "corpus_main", "download_corpus", "find_dir",
-           "locate_corpus", "read_kaldi_tables", "resolve_corpus_dir", "save_manifest", "subset_data_dir",
-           "write_excluded", "write_kaldi_dir", "write_tables", "atomic_open"]

@@ -67,7 +67,12 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
     stage_gmm_ce "$1" "$2" || return 1
     init_opt=(--init-model "$ce/final.pt")
   fi
-  cmd=${train_cmd:-${cmd:-}} run steps.train --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
+  local launch=(steps.train)  # several learners (train.dist.algo picks the algorithm): torchrun via steps.train_dist
+  if [ "${num_learners:-1}" -gt 1 ] || [ "${nnodes:-1}" -gt 1 ]; then
+    launch=(steps.train_dist --num-learners "${num_learners:-1}" --nnodes "${nnodes:-1}"
+            --threads-per-learner "${threads_per_learner:-1}" ${rdzv_endpoint:+--rdzv-endpoint "$rdzv_endpoint"} --)
+  fi
+  cmd=${train_cmd:-${cmd:-}} run "${launch[@]}" --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"
 }
 

@@ -13,7 +13,11 @@ nj=2
 data=data
 exp=exp/lstm_ctc
 python=${PYTHON:-$ROOT/.venv/bin/python}
-__po_options="stage stop_stage config nj data exp python"
+num_learners=1          # >1: distributed training (train.dist.algo) through torchrun
+nnodes=1
+threads_per_learner=1
+rdzv_endpoint=
+__po_options="stage stop_stage config nj data exp python num_learners nnodes threads_per_learner rdzv_endpoint"
 . "$ROOT/utils/parse_options.sh"
 . "$ROOT/utils/recipe_stages.sh"
 at() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }

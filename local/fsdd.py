@@ -13,7 +13,9 @@ Output in ``out_dir``:
 * ``all/``: every usable recording (with ``data.level_db`` < 0 level-normalised copies in ``wav_level/``; utterance ids ``<spk>-<digit>_<spk>_<index>``, speaker ``<spk>``); with
   ``data.speed_perturb`` also ``all_sp/`` (the 3-way speed-perturbed copy; audio in ``wav_sp/``);
 * ``train dev test`` = fold ``split04`` (what the Snakefile trains); ``loso_<spk>/{train,dev,test}`` for every
-  speaker; train sets are taken from ``all_sp`` when speed perturbation is on;
+  speaker; with ``data.subsets`` containing ``loso4`` also ``loso4_<spk>/``: the same test speaker, but all four
+  other speakers train (takes 5 and up) and their takes 0-4 are dev — a speaker-dependent dev set, so one more
+  training speaker; train sets are taken from ``all_sp`` when speed perturbation is on;
 * ``manifests/fsdd_{recordings,supervisions}_all.jsonl.gz``; ``folds.txt`` (``<fold> <data dir>``);
 * ``excluded.txt``: files left out, with the reason (malformed name, unreadable audio); ``.fsdd.done`` last.
 """
@@ -39,6 +41,7 @@ WORDS = ("ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT",
 TEST_INDICES = range(0, 5)     # the dataset's own test split
 DEV_INDICES = range(5, 10)     # our dev part of the speaker-dependent fold
 SPLIT_FOLD = "split04"
+FAMILIES = ("loso", "split04")   # the default fold families (data.subsets may ask for loso4 too)
 
 
 @dataclass(frozen=True)
@@ -106,15 +109,23 @@ def level_normalize(src: Path, dst: Path, level_db: float) -> str:
 
 
 def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (), nj: int = 1,
-                 sample_rate: int = 8000, level_db: float = 0.0) -> Dict[str, Path]:
+                 sample_rate: int = 8000, level_db: float = 0.0,
+                 families: Sequence[str] = FAMILIES) -> Dict[str, Path]:
     """Prepare FSDD in ``out_dir`` (see the module docstring); returns ``{fold: data dir}``. ``level_db < 0``
-    scales every recording to that RMS level (copies in ``wav_level/``) before anything else."""
+    scales every recording to that RMS level (copies in ``wav_level/``) before anything else. ``families``: which
+    fold families to write (``loso``, ``split04``, ``loso4``; see the module docstring)."""
     import soundfile as sf
     from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     factors = check_speed_factors(speed_perturb)
+    families = list(families) or list(FAMILIES)
+    unknown = [f for f in families if f not in ("loso", "split04", "loso4")]
+    if unknown:
+        raise AsrError(f"unknown FSDD fold families {unknown} (data.subsets): use loso, split04, loso4")
     fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors, "sample_rate": sample_rate, "level_db": level_db}
+    if families != list(FAMILIES):
+        fp["families"] = families
     marker = out_dir / ".fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("FSDD data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
@@ -168,17 +179,25 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
 
     fold_dirs: Dict[str, Path] = {}
     for fold, (train_spk, dev_spk, test_spk) in rotation.items():
-        d = out_dir / fold
-        subset_data_dir(train_src, d / "train", lambda u, s: s.split("-")[-1] in train_spk)
-        subset_data_dir(out_dir / "all", d / "dev", lambda u, s: s == dev_spk)
-        subset_data_dir(out_dir / "all", d / "test", lambda u, s: s == test_spk)
-        fold_dirs[fold] = d
-    if max(index.values()) >= DEV_INDICES.stop:
+        if "loso" in families:
+            d = out_dir / fold
+            subset_data_dir(train_src, d / "train", lambda u, s: s.split("-")[-1] in train_spk)
+            subset_data_dir(out_dir / "all", d / "dev", lambda u, s: s == dev_spk)
+            subset_data_dir(out_dir / "all", d / "test", lambda u, s: s == test_spk)
+            fold_dirs[fold] = d
+        if "loso4" in families:   # all other speakers train; dev = their takes 0-4 (speaker-dependent dev)
+            d = out_dir / fold.replace("loso_", "loso4_")
+            subset_data_dir(train_src, d / "train", lambda u, s: s.split("-")[-1] != test_spk
+                            and index[orig(u)] not in TEST_INDICES)
+            subset_data_dir(out_dir / "all", d / "dev", lambda u, s: s != test_spk and index[u] in TEST_INDICES)
+            subset_data_dir(out_dir / "all", d / "test", lambda u, s: s == test_spk)
+            fold_dirs[d.name] = d
+    if "split04" in families and max(index.values()) >= DEV_INDICES.stop:
         subset_data_dir(train_src, out_dir / "train", lambda u, s: index[orig(u)] >= DEV_INDICES.stop)
         subset_data_dir(out_dir / "all", out_dir / "dev", lambda u, s: index[u] in DEV_INDICES)
         subset_data_dir(out_dir / "all", out_dir / "test", lambda u, s: index[u] in TEST_INDICES)
         fold_dirs[SPLIT_FOLD] = out_dir
-    else:
+    elif "split04" in families:
         log.warning("no recording has an index >= %d: the speaker-dependent fold %s (train = indices >= %d) is "
                     "left out", DEV_INDICES.stop, SPLIT_FOLD, DEV_INDICES.stop)
     write_table(out_dir / "folds.txt", [(k, str(v)) for k, v in fold_dirs.items()])
@@ -204,22 +223,26 @@ def per_speaker_accuracy(ref_text: Path, hyp_text: Path, utt2spk: Path) -> Dict[
     return out
 
 
-def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSDD") -> Tuple[str, Dict]:
-    """Markdown tables (leave-one-speaker-out and split04) from the decoded folds; also returns the numbers."""
+def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSDD",
+                   family: str = "loso") -> Tuple[str, Dict]:
+    """Markdown tables (a leave-one-speaker-out family and split04) from the decoded folds; also the numbers."""
     fold_dirs = {k: Path(v) for k, v in read_table_dict(data / "folds.txt").items()}
+    prefix = f"{family}_"
     loso: Dict[str, Tuple[float, int]] = {}
-    lines = [f"## {title}: leave-one-speaker-out rotation ({method} decoding)", "",
-             "Each speaker in turn is the test set (never heard in training); the next speaker is dev; the other "
-             "speakers train. Word accuracy = 100 - %WER.", "",
+    how = ("the next speaker is dev; the other speakers train" if family == "loso" else
+           "all other speakers train (takes 5 and up), their takes 0-4 are dev")
+    lines = [f"## {title}: leave-one-speaker-out rotation, family {family} ({method} decoding)", "",
+             f"Each speaker in turn is the test set (never heard in training); {how}. Word accuracy = 100 - %WER.",
+             "",
              "| test speaker | dev speaker | train speakers | #words | word accuracy % |", "|---|---|---|---:|---:|"]
     missing = []
     numbers: Dict = {}
-    fsdd_speakers = {f[len("loso_"):] for f in fold_dirs if f.startswith("loso_")}
+    fsdd_speakers = {f.split("_", 1)[1] for f in fold_dirs if f.startswith(("loso_", "loso4_"))}
     if any((exp / f / f"decode_test_synth_{method}").is_dir() for f in fold_dirs):
         lines[-2] += " synthetic test voices %WER |"
         lines[-1] += "---:|"
     for fold, d in sorted(fold_dirs.items()):
-        if not fold.startswith("loso_"):
+        if not fold.startswith(prefix):
             continue
         hyp = exp / fold / f"decode_test_{method}" / "hyp.txt"
         if not hyp.is_file():
@@ -273,15 +296,17 @@ def report_main(argv: List[str]) -> int:
     p.add_argument("--exp", type=Path, required=True, help="holds one experiment folder per fold")
     p.add_argument("--method", default="tlg", choices=["tlg", "greedy"])
     p.add_argument("--title", default="FSDD")
+    p.add_argument("--family", default="loso", choices=["loso", "loso4"], help="which rotation to tabulate")
 
     def main(args_in):
         a = p.parse_args(args_in)
         if not (a.data / "folds.txt").is_file():
             raise AsrError(f"{a.data / 'folds.txt'} does not exist; run the data preparation first")
-        text, numbers = rotation_table(a.data, a.exp, a.method, a.title)
-        write_text(a.exp / f"RESULTS_fsdd_{a.method}.md", text)
+        text, numbers = rotation_table(a.data, a.exp, a.method, a.title, a.family)
+        name = f"RESULTS_fsdd_{a.method}" + ("" if a.family == "loso" else f"_{a.family}")
+        write_text(a.exp / f"{name}.md", text)
         from asrlib.io_utils import write_json
-        write_json(a.exp / f"RESULTS_fsdd_{a.method}.json", numbers)
+        write_json(a.exp / f"{name}.json", numbers)
         print(text)
         return 0
 
@@ -290,7 +315,7 @@ def report_main(argv: List[str]) -> int:
 
 
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
-    prepare_fsdd(corpus_dir, out_dir, data.speed_perturb, nj, data.sample_rate, data.level_db)
+    prepare_fsdd(corpus_dir, out_dir, data.speed_perturb, nj, data.sample_rate, data.level_db, data.subsets)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

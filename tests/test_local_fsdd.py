@@ -129,3 +129,16 @@ def test_level_normalisation(tmp_path):
         assert 20 * np.log10(np.sqrt(np.mean(y ** 2))) == pytest.approx(-25.0, abs=0.1)
     with pytest.raises(AsrError, match="level_db"):
         prepare_fsdd(corpus, tmp_path / "d2", sample_rate=8000, level_db=3.0)
+
+
+def test_loso4_family(tmp_path):
+    corpus = _fixture(tmp_path / "recordings", indices=range(7))
+    out = tmp_path / "data"
+    fold_dirs = prepare_fsdd(corpus, out, sample_rate=8000, families=["loso4"])
+    assert set(fold_dirs) == {"loso4_alice", "loso4_bob", "loso4_carol"}
+    d = out / "loso4_alice"
+    assert (_spk(d / "train"), _spk(d / "dev"), _spk(d / "test")) == ({"bob", "carol"}, {"bob", "carol"}, {"alice"})
+    idx = lambda s: {int(u.rsplit("_", 1)[1]) for u in read_table_dict(d / s / "text")}  # noqa: E731
+    assert idx("train") == {5, 6} and idx("dev") == set(range(5))
+    with pytest.raises(AsrError, match="fold families"):
+        prepare_fsdd(corpus, tmp_path / "d2", sample_rate=8000, families=["loso5"])

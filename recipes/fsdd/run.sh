@@ -47,6 +47,10 @@ for fold in $folds; do
   at 6 && stage_score $eval_sets
 done
 if at 7; then
-  for m in tlg greedy; do run local.fsdd report --data "$data_root" --exp "$exp_root" --method $m --title "$corpus"; done
+  for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
+    for m in tlg greedy; do
+      run local.fsdd report --data "$data_root" --exp "$exp_root" --method $m --title "$corpus" --family $fam
+    done
+  done
 fi
 exit 0

@@ -5,8 +5,8 @@ script so that its entries point at the *final* archive name, and only then rena
 script into place. A writer that is killed or raises leaves neither final file behind (the ``.scp`` appears last,
 so its presence means the archive is complete).
 
-Paths inside a ``.scp`` are written exactly as the caller passed the archive path (Kaldi convention): pass a path
-relative to the directory the recipe runs from, or an absolute one.
+Paths inside a ``.scp`` are absolute, so an archive written by one front-end (Snakemake runs in its workdir) is read
+correctly by another (run.sh runs in the recipe dir) or by any tool started elsewhere.
 
 Readers open the archive for each item read (``ark:offset``), so a :class:`MatrixReader` holds no open file
 handle and can be shared by forked data-loader workers.
@@ -56,7 +56,7 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
                 key, rx = line.rstrip("\n").split(" ", 1)
                 if not rx.startswith(prefix):  # cannot happen unless kaldi_native_io changes its output
                     raise RuntimeError(f"unexpected scp entry written by kaldi_native_io: {line!r}")
-                lines.append(f"{key} {ark}:{rx[len(prefix):]}\n")
+                lines.append(f"{key} {ark.resolve()}:{rx[len(prefix):]}\n")  # absolute: readable from any cwd
         with open(tmp_scp, "w", encoding="utf-8") as f:
             f.writelines(lines)
             f.flush()

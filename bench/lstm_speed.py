@@ -4,7 +4,9 @@
 
 Times forward and forward+backward of the acoustic model's recurrent stack (``num_layers`` layers, input
 ``feat_dim * stack``, hidden ``hidden``, projection ``proj``) on random input, for
-- ``torch_lstmp``: torch.nn.LSTM with proj_size (what the model uses when ``model.peephole`` is false),
+- ``torch_lstm``: torch.nn.LSTM without projection (a plain LSTM of the same hidden size; more parameters),
+- ``torch_lstmp``: torch.nn.LSTM with proj_size (what the model uses when ``model.peephole`` is false; torch's
+  oneDNN CPU kernel does not support projections, so this runs torch's slower generic path),
 - ``custom_lstmp``: asrlib's LstmpLayer without peepholes (the same maths through the Python time loop),
 - ``custom_lstmp_peephole``: LstmpLayer with peepholes (what ``model.peephole: true`` trains),
 Times are medians over ``--reps`` calls. Prints a table, then one JSON line with the times and the ratios to torch_lstmp (last line).
@@ -30,8 +32,10 @@ class _Stack(torch.nn.Module):
         super().__init__()
         mods = []
         for i in range(layers):
-            d = in_dim if i == 0 else proj
-            if kind == "torch_lstmp":
+            d = in_dim if i == 0 else (hidden if kind == "torch_lstm" else proj)
+            if kind == "torch_lstm":
+                mods.append(torch.nn.LSTM(d, hidden, batch_first=True))
+            elif kind == "torch_lstmp":
                 mods.append(torch.nn.LSTM(d, hidden, batch_first=True, proj_size=proj))
             else:
                 mods.append(LstmpLayer(d, hidden, proj, peephole=kind.endswith("peephole")))
@@ -73,7 +77,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     x = torch.randn(a.batch, a.frames, a.feat_dim * a.stack)
     res = {}
-    for kind in ("torch_lstmp", "custom_lstmp", "custom_lstmp_peephole"):
+    for kind in ("torch_lstm", "torch_lstmp", "custom_lstmp", "custom_lstmp_peephole"):
         m = _Stack(kind, a.feat_dim * a.stack, a.hidden, a.proj, a.layers)
 
         def fwd():

@@ -292,7 +292,8 @@ def report(R: dict, a) -> str:
               f"{R['pruned_int8_speedup']:.2f}× (pruned int8). int8 ops: {R['int8_ops']['int8_matmuls']} matrix "
               f"products as MatMulInteger (inside the Scan too), {R['int8_ops']['float_matmuls']} left in float; "
               f"Sigmoid/Tanh/cell state in float32.", "",
-          "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |", "|---|---:|---:|---:|",
+          "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |",
+          "|---|---:|---:|---:|",
           f"| asrlib streaming recogniser, 320 ms chunks | {R['e2e_rtf']['ours streaming int8']:.4f} | "
           f"{w['ours streaming int8 (wav)']:.2f} | {R['peak_rss_mb']['streaming']:.0f} MB |",
           f"| asrlib, whole utterance | {R['e2e_rtf']['ours whole-utterance int8']:.4f} | "

@@ -32,7 +32,7 @@ from asrlib.config import load_config
 from asrlib.export import prune
 from asrlib.export.bundle import write_bundle
 from asrlib.export.onnx_model import ScanAcousticModel, export_onnx, verify_onnx
-from asrlib.export.quantize import convert_fp16_weights, op_report, quantize_int8
+from asrlib.export.quantize import convert_fp16_weights, quantize_int8
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import count_parameters
 
@@ -155,7 +155,8 @@ def main(argv=None):
     bundle = write_bundle(out / "bundle", out / "pruned.int8.onnx", out / "pruned.streaming.int8.onnx", a.lang_dir,
                           feat_dim=pruned.model.feat_dim, subsampling=pruned.model.stack, sample_rate=sr,
                           extra={"compression": {"rank_ratio": cfg.export.rank_ratio,
-                                                 "sparsity": report["sparsity"]}})
+                                                 "sparsity": report["sparsity"]},
+                                 "streaming": {"chunk_ms": cfg.export.chunk_ms}})
     report["bundle"] = {"dir": str(bundle.dir), "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
     write_json(out / "export.json", report)
     mark_done(done, {"bundle": str(bundle.dir)}, fingerprint=fp)

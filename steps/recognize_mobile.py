@@ -1,7 +1,7 @@
 """Recognise audio files with a mobile bundle: asrlib's streaming recogniser or sherpa-onnx (the on-device engine).
 
     python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa] \
-        [--chunk-ms 320] [--num-threads 1] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
+        [--chunk-ms MS] [--num-threads 1] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). A summary line (utterances, audio seconds, processing seconds, RTF, peak memory) goes to
@@ -36,7 +36,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--engine", choices=("streaming", "sherpa"), default="streaming")
-    p.add_argument("--chunk-ms", type=int, default=320, help="streaming: audio per call (0 = whole file at once)")
+    p.add_argument("--chunk-ms", type=int, default=None,
+                   help="streaming: audio per call (0 = whole file at once; default: the bundle's chunk_ms, or 320)")
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
     p.add_argument("-o", "--output", type=Path)
@@ -63,7 +64,10 @@ def main(argv=None):
 
         rec = StreamingRecognizer(a.bundle, num_threads=a.num_threads)
         rate = rec.bundle.sample_rate
-        chunk = int(rate * a.chunk_ms / 1000) or None
+        chunk_ms = a.chunk_ms
+        if chunk_ms is None:
+            chunk_ms = rec.bundle.info.get("streaming", {}).get("chunk_ms", 320)
+        chunk = int(rate * chunk_ms / 1000) or None
 
         def run(x):
             return rec.recognize(x, rate, chunk_samples=chunk)

@@ -83,3 +83,20 @@ def test_bad_input_gives_clear_errors(bundle, tmp_path):
         read_wav(tmp_path / "a8k.wav", 16000)
     with pytest.raises(AsrError, match="does not exist"):
         read_wav(tmp_path / "none.wav", 16000)
+
+
+def test_recognize_mobile_cli_both_engines_agree(bundle, tmp_path):
+    from steps import recognize_mobile
+
+    tm, out = bundle
+    outs = {}
+    for engine in ("streaming", "sherpa"):
+        outs[engine] = tmp_path / f"{engine}.txt"
+        assert recognize_mobile.main(["--bundle", str(out / "bundle"), "--engine", engine, "--wav-scp",
+                                      str(tm.data / "test" / "wav.scp"), "-o", str(outs[engine])]) == 0
+    text = outs["streaming"].read_text()
+    assert text == outs["sherpa"].read_text() and len(text.splitlines()) == len(utterance_audio(tm, "test"))
+    import soundfile as sf
+    sf.write(str(tmp_path / "x8k.wav"), np.zeros(4000, np.float32), 8000)
+    with pytest.raises(AsrError, match="x8k.wav: sample rate 8000 Hz"):
+        recognize_mobile.main(["--bundle", str(out / "bundle"), str(tmp_path / "x8k.wav")])

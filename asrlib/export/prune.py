@@ -112,8 +112,8 @@ def low_rank_factorize(model: StackedLstmAcousticModel, rank_ratio: float = 0.0,
         proj.weight.copy_(b)
         model.layers[i] = BottleneckLayer(proj, _with_input_size(layer, r, a))
         kept = float((s[:r] ** 2).sum() / (s ** 2).sum())
-        (log.debug if ranks is not None else log.info)("layer %d: W_ih %s -> rank %d (%.1f%% of the squared singular values)", i, tuple(w.shape), r,
-                 100 * kept)
+        (log.debug if ranks is not None else log.info)(
+            "layer %d: W_ih %s -> rank %d (%.1f%% of the squared singular values)", i, tuple(w.shape), r, 100 * kept)
         out.append(r)
     return out
 

@@ -20,7 +20,7 @@ Latency of a chunk = chunk duration (buffering) + processing time of the chunk +
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 

@@ -4,8 +4,9 @@
     asr info MODEL [--json] [--verify]
     asr package EXP_DIR LANG_DIR OUT_DIR [--config recipes/digits/config.yaml] [--force]
 
-MODEL is a packaged model dir (``asr package``) or a training experiment dir (``final.pt``; its lang dir is found
-as described in :mod:`asrlib.model_dir`). INPUTs are audio files (wav, flac, ogg, mp3: any sample rate, any
+MODEL is a packaged model dir (``asr package``), a mobile bundle (``steps.export_mobile``: int8 ONNX run with ONNX
+Runtime, the files sherpa-onnx deploys) or a training experiment dir (``final.pt``; its lang dir is found as
+described in :mod:`asrlib.model_dir`). INPUTs are audio files (wav, flac, ogg, mp3: any sample rate, any
 number of channels), directories (searched recursively for those extensions) or Kaldi ``wav.scp`` files
 (``KEY PATH`` lines; a file named ``*.scp``). A file's key is its name without the extension; keys must be unique.
 
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("transcribe", help="transcribe audio files, directories or wav.scp lists")
-    t.add_argument("model", help="packaged model dir (asr package) or training experiment dir")
+    t.add_argument("model", help="packaged model dir (asr package), mobile bundle dir or training experiment dir")
     t.add_argument("inputs", nargs="+", help="audio files, directories, or Kaldi wav.scp files")
     t.add_argument("--format", choices=["text", "jsonl"], default="text")
     t.add_argument("--method", choices=["tlg", "greedy"], default="tlg")

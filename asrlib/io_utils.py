@@ -6,6 +6,7 @@ killed process never leaves a file that a later stage (or a rerun) could mistake
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,15 @@ os.umask(_UMASK)
 
 class AsrError(Exception):
     """An error caused by the user's input or set-up; printed as one clear message, without a traceback."""
+
+
+def sha256_file(path: PathLike) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """A trained model as a directory that ``asr transcribe`` and :class:`asrlib.recognizer.Recognizer` can load.
 
-Two layouts are accepted by :func:`open_model_dir`:
+Three layouts are accepted by :func:`open_model_dir`:
 
 * a **packaged model** (written by :func:`package_model` / ``asr package``): ``model.json`` plus the files it names,
   self-contained and relocatable::
@@ -9,12 +9,16 @@ Two layouts are accepted by :func:`open_model_dir`:
       final.pt             weights, model config, CMVN (asrlib.models.saved)
       lang/tokens.txt  lang/words.txt  lang/lexicon.txt  lang/TLG.fst
 
+* a **mobile bundle** (``steps.export_mobile``: ``bundle.json``, the int8 ONNX models, ``tokens.txt``,
+  ``words.txt``, ``lexicon.txt``, ``TLG.fst``): type ``onnx-bundle``, run with ONNX Runtime (the streaming model,
+  LSTM state carried), decoded with the bundle's settings (those sherpa-onnx uses);
+
 * a **training experiment dir** (e.g. ``recipes/digits/exp/lstm_ctc``) holding ``final.pt``; its lang dir is
   ``lang/`` beside ``final.pt`` if present, else the ``lang_dir`` recorded in ``final.pt`` at training time (an
   absolute path, or a relative one found from the current directory or from a parent of the experiment dir).
 
 ``model.json`` keys: ``format``, ``format_version`` (this asrlib reads :data:`MODEL_DIR_VERSION` and older),
-``type`` (which backend runs the network: ``torch``; a mobile/ONNX bundle adds its own type to :data:`BACKENDS`),
+``type`` (which backend runs the network: ``torch``, or ``onnx-bundle`` for a mobile bundle; see :data:`BACKENDS`),
 ``model`` and ``lang`` (paths relative to the dir), ``files`` (size and sha256 of every file, checked by
 ``asr info --verify``), ``sample_rate``, ``num_mel_bins``, ``frame_shift``, ``subsampling``, ``decode`` (beam,
 max_active, acoustic_scale, blank_penalty: the recipe's decode settings) and ``source`` / ``asrlib_version``
@@ -27,7 +31,6 @@ overlapping windows (see :class:`_BidirectionalStream`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -41,7 +44,7 @@ from typing import Callable, Dict, List, Optional, Protocol
 import numpy as np
 
 from asrlib.config import DecodeConfig
-from asrlib.io_utils import AsrError, PathLike, atomic_open
+from asrlib.io_utils import AsrError, PathLike, atomic_open, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -169,9 +172,60 @@ class TorchBackend:
         return {"parameters": count_parameters(self.saved.model), **asdict(self.saved.model.cfg)}
 
 
+class _OnnxStream:
+    """Raw fbank → the bundle's streaming ONNX model (CMVN folded in), whole stacks at a time, (h, c) carried."""
+
+    def __init__(self, backend: "OnnxBundleBackend") -> None:
+        self.b = backend
+        self.pending = np.zeros((0, backend.num_mel_bins), np.float32)
+        self.h = np.zeros((backend.num_layers, 1, backend.state_dim), np.float32)
+        self.c = np.zeros((backend.num_layers, 1, backend.cell_dim), np.float32)
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        buf = np.concatenate([self.pending, feats]) if len(self.pending) else np.asarray(feats, np.float32)
+        usable = len(buf) // self.b.subsampling * self.b.subsampling
+        self.pending = np.array(buf[usable:], np.float32)
+        if usable == 0:
+            return np.zeros((0, self.b.vocab_size), np.float32)
+        x = np.ascontiguousarray(buf[None, :usable], np.float32)
+        logp, self.h, self.c = self.b.session.run(None, {"x": x, "h": self.h, "c": self.c})
+        return logp[0]
+
+    def finish(self) -> np.ndarray:  # fewer than `subsampling` frames left: dropped, as in training
+        return np.zeros((0, self.b.vocab_size), np.float32)
+
+
+class OnnxBundleBackend:
+    """A mobile bundle (``steps.export_mobile``): ``model.streaming.int8.onnx`` run with ONNX Runtime, its LSTM
+    state carried from chunk to chunk (the same network sherpa-onnx runs from ``model.int8.onnx``)."""
+
+    def __init__(self, bundle_dir: Path, num_threads: int = 1) -> None:
+        from asrlib.export.bundle import check_bundle
+        from asrlib.export.runtime import ort_session
+
+        self.bundle = check_bundle(bundle_dir, verify=False)  # open_model_dir has verified the files
+        self.model_path = self.bundle.path("model.streaming.int8.onnx")
+        self.session = ort_session(self.model_path, num_threads)
+        x, h, c = self.session.get_inputs()
+        self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
+        self.num_layers, self.state_dim, self.cell_dim = int(h.shape[0]), int(h.shape[2]), int(c.shape[2])
+        self.vocab_size = int(self.session.get_outputs()[0].shape[2])
+
+    def stream(self) -> AcousticStream:
+        return _OnnxStream(self)
+
+    def describe(self) -> Dict[str, object]:
+        files = self.bundle.info.get("files", {})
+        return {"engine": "onnxruntime (int8)", "layers": self.num_layers, "state_dim": self.state_dim,
+                "cell_dim": self.cell_dim, "vocab_size": self.vocab_size,
+                "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
+                **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")}}
+
+
 #: model.json ``type`` → loader(model dir, model.json dict) → backend. A new bundle type registers itself here.
 BACKENDS: Dict[str, Callable[[Path, dict], AcousticBackend]] = {
     "torch": lambda root, meta: TorchBackend(root / meta.get("model", "final.pt")),
+    "onnx-bundle": lambda root, meta: OnnxBundleBackend(root),
 }
 
 
@@ -247,6 +301,8 @@ def open_model_dir(path: PathLike) -> ModelDir:
             return _experiment_dir(path.parent, path)
         else:
             raise AsrError(f"model {path} is a file; give a model directory (with model.json or final.pt)")
+    if (path / "bundle.json").is_file() and not (path / "model.json").is_file():
+        return _bundle_dir(path)
     if (path / "model.json").is_file():
         meta = _read_model_json(path / "model.json")
         model_path = path / meta.get("model", "final.pt")
@@ -263,6 +319,24 @@ def open_model_dir(path: PathLike) -> ModelDir:
                                f"{info['size']} (truncated or replaced copy?); re-copy the model dir")
         return ModelDir(path, meta["type"], model_path, lang_dir, meta, packaged=True)
     return _experiment_dir(path, path / "final.pt")
+
+
+def _bundle_dir(path: Path) -> ModelDir:
+    """A mobile bundle as a model dir: the bundle is its own lang dir (tokens, words, lexicon, TLG.fst)."""
+    from asrlib.export.bundle import check_bundle
+
+    b = check_bundle(path)
+    if not (path / "lexicon.txt").is_file():
+        raise AsrError(f"bundle {path} has no lexicon.txt (made by an older asrlib), which `asr transcribe` needs "
+                       f"for word times: re-run steps.export_mobile, or copy the recipe's data/lang/lexicon.txt "
+                       f"into the bundle")
+    dec = b.info.get("decode", {})
+    meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "onnx-bundle",
+            "model": "model.streaming.int8.onnx", "lang": ".", "sample_rate": b.sample_rate,
+            "num_mel_bins": b.feat_dim, "frame_shift": b.info.get("frame_shift_ms", 10) / 1000,
+            "subsampling": b.subsampling, "decode": {k: v for k, v in dec.items() if k in DECODE_KEYS},
+            "files": b.info.get("files", {}), "bundle": {k: b.info[k] for k in ("format", "version")}}
+    return ModelDir(path, "onnx-bundle", path / "model.streaming.int8.onnx", path, meta, packaged=True)
 
 
 def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
@@ -294,14 +368,6 @@ def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
 
 
 # ------------------------------------------------------------------------------------------------ packaging
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify_files(md: ModelDir) -> List[str]:
     """Problems found by re-hashing the files listed in ``model.json`` (empty list: all intact)."""
     problems = []
@@ -309,7 +375,7 @@ def verify_files(md: ModelDir) -> List[str]:
         p = md.root / name
         if not p.is_file():
             problems.append(f"{name}: missing")
-        elif info.get("sha256") and _sha256(p) != info["sha256"]:
+        elif info.get("sha256") and sha256_file(p) != info["sha256"]:
             problems.append(f"{name}: checksum differs from model.json (corrupt or replaced)")
     return problems
 
@@ -357,7 +423,7 @@ def package_model(exp_dir: PathLike, lang_dir: PathLike, out_dir: PathLike, deco
                 "num_mel_bins": backend.num_mel_bins, "frame_shift": FRAME_SHIFT,
                 "subsampling": backend.subsampling,
                 "decode": {k: v for k, v in asdict(decode or DecodeConfig()).items() if k in DECODE_KEYS},
-                "files": {n: {"size": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in names},
+                "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names},
                 "asrlib_version": __version__,
                 "source": {"model": str(model_path.resolve()), "lang_dir": str(lang_dir.resolve())}}
         with atomic_open(tmp / "model.json") as f:

@@ -133,6 +133,12 @@ def test_same_words_as_the_decode_stage(tm, tmp_path, method):
     ours = {utt: rec.transcribe_file(path).text for utt, path in read_table_dict(tm.data / "test" / "wav.scp").items()}
     assert ours == stage
     assert ours == read_texts(tm.data / "test" / "text")
+    # the command line gives the same words too (keys of a wav.scp input are its utterance ids)
+    from asrlib.cli_asr import main as asr_main
+
+    assert asr_main(["transcribe", str(tm.exp), str(tm.data / "test" / "wav.scp"), "--method", method, "-q",
+                     "--beam", "12", "-o", str(tmp_path / "asr.txt")]) == 0
+    assert read_texts(tmp_path / "asr.txt") == stage
 
 
 def test_word_times_are_where_the_words_are(rec):

@@ -7,6 +7,7 @@ Bundle layout (written by :func:`write_bundle`, checked by :func:`check_bundle`)
     tokens.txt                 CTC tokens, <blk> = 0 (sherpa-onnx reads it)
     words.txt                  word ids of the graph's output labels (sherpa-onnx returns ids: map them here)
     TLG.fst                    decoding graph, OpenFst binary; input label = token id + 1 (0 = epsilon)
+    lexicon.txt                pronunciations (word times in ``asr transcribe BUNDLE``; not needed on device)
     bundle.json                format, sizes and sha256 of every file, front-end and decoding settings
     README.md                  how to run it (sherpa-onnx Python/C++/Android, and asrlib's streaming recogniser)
 
@@ -20,7 +21,6 @@ when no final state is reached; ``result.words`` holds word ids. Its reported ti
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike, atomic_path, write_json, write_text
+from asrlib.io_utils import AsrError, PathLike, atomic_path, sha256_file as sha256, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,7 @@ BUNDLE_FORMAT = "asrlib-mobile-bundle"
 BUNDLE_VERSION = 1
 SHERPA_BEAM = 16.0  # kaldi-decoder FasterDecoderOptions default; sherpa-onnx does not expose it
 REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words.txt", "TLG.fst")
-
-
-def sha256(path: PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of asrlib < 0.2 lack it)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -91,11 +84,11 @@ def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: Path
     (out / "bundle.json").unlink(missing_ok=True)  # an incomplete bundle has no bundle.json
     _copy(Path(offline_int8), out / "model.int8.onnx")
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
-    for name in ("tokens.txt", "words.txt", "TLG.fst"):
+    for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
     write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate))
     files = {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
-             for name in (*REQUIRED, "README.md")}
+             for name in (*REQUIRED, *OPTIONAL, "README.md")}
     info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
             "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
             "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}

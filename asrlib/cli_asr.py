@@ -180,7 +180,8 @@ def cmd_info(a: argparse.Namespace) -> int:
     backend = md.load_backend()
     lang = md.lang_dir
     words = [w for w in read_words(lang / "words.txt").values() if not (w.startswith("#") or w.startswith("<"))]
-    info = {"model_dir": str(md.root), "kind": "packaged" if md.packaged else "experiment dir",
+    kind = "mobile bundle" if md.type == "onnx-bundle" else "packaged" if md.packaged else "experiment dir"
+    info = {"model_dir": str(md.root), "kind": kind,
             "type": md.type, "format_version": md.meta.get("format_version"), "model_file": str(md.model_path),
             "lang_dir": str(lang), "sample_rate": md.sample_rate, "num_mel_bins": backend.num_mel_bins,
             "subsampling": backend.subsampling, "tokens": len(read_tokens(lang / "tokens.txt")),
@@ -188,9 +189,9 @@ def cmd_info(a: argparse.Namespace) -> int:
             "tlg": (lang / "TLG.fst").is_file(),
             "decode": {k: getattr(md.decode_config(), k) for k in DECODE_KEYS},
             "network": backend.describe()}
-    if md.packaged:
-        info["asrlib_version"] = md.meta.get("asrlib_version")
-        info["source"] = md.meta.get("source")
+    for k in ("asrlib_version", "source"):
+        if md.meta.get(k) is not None:
+            info[k] = md.meta[k]
     if a.verify:
         problems = verify_files(md) if md.packaged else []
         info["verified"] = "ok" if not problems else problems

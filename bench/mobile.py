@@ -1,6 +1,6 @@
 """Mobile export report for a recipe: size, 1-thread speed, accuracy, memory, streaming latency, bad-input errors.
 
-    python bench/mobile.py [--recipe recipes/digits] [--exp exp/lstm_ctc] [--set test] [--rounds 3] \
+    python bench/mobile.py [--quick] [--recipe recipes/digits] [--exp exp/lstm_ctc] [--set test] [--rounds 3] \
         [--max-utts N] [--no-scaling] [--out exp/lstm_ctc/mobile/bench.md]
 
 Needs the recipe's stage 7 (``steps.export_mobile``: ``<exp>/mobile``). Everything runs on ONE thread (ONNX Runtime
@@ -157,7 +157,11 @@ def main(argv=None) -> int:
     p.add_argument("--chunks-ms", default="80,160,320,640")
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--out", type=Path)
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run under a minute: 40 utterances, 1 round, chunks 160/320 ms, no scaling model")
     a = p.parse_args(argv)
+    if a.quick:
+        a.max_utts, a.rounds, a.chunks_ms, a.no_scaling = a.max_utts or 40, 1, "160,320", True
     import torch
 
     torch.set_num_threads(1)

@@ -189,7 +189,7 @@ def cmd_info(a: argparse.Namespace) -> int:
             "tlg": (lang / "TLG.fst").is_file(),
             "decode": {k: getattr(md.decode_config(), k) for k in DECODE_KEYS},
             "network": backend.describe()}
-    for k in ("asrlib_version", "source"):
+    for k in ("asrlib_version", "source", "decode_source"):
         if md.meta.get(k) is not None:
             info[k] = md.meta[k]
     if a.verify:

@@ -15,7 +15,9 @@ Three layouts are accepted by :func:`open_model_dir`:
 
 * a **training experiment dir** (e.g. ``recipes/digits/exp/lstm_ctc``) holding ``final.pt``; its lang dir is
   ``lang/`` beside ``final.pt`` if present, else the ``lang_dir`` recorded in ``final.pt`` at training time (an
-  absolute path, or a relative one found from the current directory or from a parent of the experiment dir).
+  absolute path, or a relative one found from the current directory or from a parent of the experiment dir). Its
+  decode settings are those of its newest TLG decode stage run after training (``decode_*/.decode.done``: the
+  recipe's tuned beam, acoustic scale and blank penalty), else :class:`DecodeConfig`'s defaults.
 
 ``model.json`` keys: ``format``, ``format_version`` (this asrlib reads :data:`MODEL_DIR_VERSION` and older),
 ``type`` (which backend runs the network: ``torch``, or ``onnx-bundle`` for a mobile bundle; see :data:`BACKENDS`),
@@ -363,8 +365,26 @@ def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
     if missing:
         raise AsrError(f"lang dir {lang_dir} lacks {', '.join(missing)}; run the lang stage (steps.prepare_lang)")
     meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "torch",
-            "model": os.path.relpath(model_path, exp_dir)}
+            "model": os.path.relpath(model_path, exp_dir), **_recipe_decode_settings(exp_dir, model_path)}
     return ModelDir(exp_dir, "torch", model_path, lang_dir, meta, packaged=False)
+
+
+def _recipe_decode_settings(exp_dir: Path, model_path: Path) -> dict:
+    """``{"decode": ..., "decode_source": ...}`` from the newest TLG decode stage of ``exp_dir``
+    (``decode_*/.decode.done``, written by steps.decode after ``model_path``), so that an experiment dir
+    decodes with the recipe's (tuned) settings, as its decode stage did; ``{}`` (the defaults) if there is none."""
+    best, best_mtime = None, model_path.stat().st_mtime
+    for done in exp_dir.glob("decode_*/.decode.done"):
+        try:
+            fp = json.loads(done.read_text(encoding="utf-8")).get("_fingerprint", {})
+        except (OSError, ValueError):
+            continue
+        if fp.get("method") == "tlg" and done.stat().st_mtime >= best_mtime:
+            best, best_mtime = (done, fp), done.stat().st_mtime
+    if best is None:
+        return {}
+    done, fp = best
+    return {"decode": {k: fp[k] for k in DECODE_KEYS if k in fp}, "decode_source": str(done)}
 
 
 # ------------------------------------------------------------------------------------------------ packaging

@@ -277,6 +277,41 @@ def test_experiment_dir_finds_relative_lang_dir(tm, tmp_path, monkeypatch):
         Recognizer.from_dir(recipe / "exp" / "m")
 
 
+def test_experiment_dir_decodes_with_its_decode_stage_settings(tm, tmp_path):
+    """An experiment dir uses the settings of its newest TLG decode stage after training (the recipe's tuned
+    acoustic scale / blank penalty), so `asr transcribe EXP` gives the decode stage's words; greedy stages and
+    stages older than final.pt do not count."""
+    import os
+
+    from asrlib.model_dir import open_model_dir
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    shutil.copy(tm.exp / "final.pt", exp / "final.pt")
+    (exp / "lang").symlink_to(tm.lang)
+    assert open_model_dir(exp).decode_config().acoustic_scale == 1.0      # no decode stage: defaults
+
+    def stage(name, **fp):
+        d = exp / name
+        d.mkdir()
+        (d / ".decode.done").write_text(json.dumps({"_fingerprint": fp}))
+        return d / ".decode.done"
+
+    old = stage("decode_dev_tlg", method="tlg", beam=7.0, acoustic_scale=3.0, blank_penalty=2.0, max_active=100)
+    t = (exp / "final.pt").stat().st_mtime
+    os.utime(old, (t - 60, t - 60))                                        # decoded before this model existed
+    assert open_model_dir(exp).decode_config().acoustic_scale == 1.0
+    new = stage("decode_test_tlg", method="tlg", beam=9.0, acoustic_scale=2.5, blank_penalty=0.7, max_active=500,
+                num_threads=1)
+    stage("decode_test_greedy", method="greedy", beam=1.0, acoustic_scale=9.0, blank_penalty=0.0, max_active=1)
+    os.utime(exp / "decode_test_greedy" / ".decode.done", (t + 120, t + 120))
+    md = open_model_dir(exp)
+    c = md.decode_config()
+    assert (c.beam, c.acoustic_scale, c.blank_penalty, c.max_active) == (9.0, 2.5, 0.7, 500)
+    assert md.meta["decode_source"] == str(new)
+    assert Recognizer.from_dir(exp, acoustic_scale=1.5).decode_config.acoustic_scale == 1.5   # an override wins
+
+
 # ------------------------------------------------------------------------------------------------ alignment
 def test_alignment_of_words_to_emitted_tokens():
     prons = {"A": [[1]], "B": [[2]], "X": [[3, 4], [3]]}

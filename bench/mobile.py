@@ -177,6 +177,7 @@ def main(argv=None) -> int:
     if not (mobile / ".export.done").is_file():
         print(f"{mobile} is not exported: run {recipe}/run.sh --stage 7 first", file=sys.stderr)
         return 2
+    out = a.out.resolve() if a.out else None  # relative to the caller's directory, not the recipe's
     os.chdir(recipe)  # the recipe's scp files hold paths relative to it
     load0 = os.getloadavg()
     t_start = time.time()
@@ -262,8 +263,8 @@ def main(argv=None) -> int:
     R["bench_seconds"] = round(time.time() - t_start, 1)
     md = report(R, a)
     print(md)
-    if a.out:
-        with atomic_open(a.out) as f:
+    if out:
+        with atomic_open(out) as f:
             f.write(md)
     print(json.dumps({"bench": "mobile", **R}, default=float))
     return 0

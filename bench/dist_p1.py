@@ -78,6 +78,8 @@ def main() -> None:
                    help="an override for one algorithm's runs only")
     p.add_argument("--tag", default="", help="suffix of the run names (a second configuration of the same algos)")
     p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--epochs", type=int, default=0,
+                   help="train.epochs for every run, the 1-learner baseline included (0 = the recipe config's)")
     a = p.parse_args()
     rd = a.recipe_dir.resolve()
     a.out = a.out.resolve()
@@ -90,7 +92,8 @@ def main() -> None:
         name = f"{algo}_n{n}" + (a.tag if n > 1 else "")
         exp = a.out / name
         own = [o.split(":", 1)[1] for o in a.algo_set if o.split(":", 1)[0] == algo]
-        ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *(a.overrides if n > 1 else []), *own]
+        ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *(a.overrides if n > 1 else []), *own,
+              *([f"train.epochs={a.epochs}"] if a.epochs else [])]
         train_args = ["--config", str(rd / "config.yaml"), *sum((["--set", o] for o in ov), []), *data,
                       "--exp-dir", str(exp)]
         load_before = os.getloadavg()

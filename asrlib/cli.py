@@ -1,13 +1,21 @@
-"""Shared plumbing for the ``steps/`` and ``local/`` command-line scripts."""
+"""Shared plumbing for the ``steps/`` and ``local/`` command-line scripts.
+
+:func:`run_main` runs a step's ``main`` holding the lock of the directory it writes into (by convention the one
+given with ``--out-dir`` or ``--exp-dir``; a step that writes elsewhere names its option, e.g. prepare_lang's
+``--lang-dir``), so that two runs of the same recipe at once cannot write into the same directory: the second
+refuses with a message naming the lock and its holder. Errors the user can fix become one ``ERROR`` line.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Iterator, List, Optional, Sequence
 
-from asrlib.io_utils import AsrError
+from asrlib.io_utils import AsrError, dir_lock, disk_write_error
 
 
 def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) -> None:
@@ -20,13 +28,55 @@ def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) ->
                         format="%(asctime)s %(levelname)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
 
 
-def run_main(main: Callable[[Optional[List[str]]], Optional[int]], argv: Optional[List[str]] = None) -> None:
-    """Run a step's ``main``: an :class:`AsrError` becomes one ``ERROR:`` line and exit status 2 (no traceback)."""
+OUTPUT_DIR_OPTIONS = ("--out-dir", "--exp-dir")   # by convention, the directory a step writes into
+
+
+def output_dirs(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS) -> List[Path]:
+    """The directories that ``argv`` names with ``options`` (exact option names, ``--opt DIR`` or ``--opt=DIR``).
+
+    Under torchrun only the learner with RANK 0 returns them: it holds the locks for the whole job, so the
+    other learners of the same run (which write only their own logs) are not locked out.
+    """
+    if not options or os.environ.get("RANK", "0") != "0":
+        return []
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for opt in options:
+        p.add_argument(opt, dest=opt)
     try:
-        rc = main(argv)
-    except AsrError as e:
+        known, _ = p.parse_known_args(list(argv))
+    except argparse.ArgumentError:   # e.g. the option without a value: the step's own parser says so
+        return []
+    return [Path(v) for v in (getattr(known, opt) for opt in options) if v]
+
+
+@contextlib.contextmanager
+def output_locks(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS) -> Iterator[List[Path]]:
+    """Hold :func:`asrlib.io_utils.dir_lock` on every directory ``argv`` names with ``options``."""
+    dirs = output_dirs(argv, options)
+    with contextlib.ExitStack() as stack:
+        for d in dirs:
+            stack.enter_context(dir_lock(d))
+        yield dirs
+
+
+def run_main(main: Callable[[Optional[List[str]]], Optional[int]], argv: Optional[List[str]] = None,
+             writes: Sequence[str] = OUTPUT_DIR_OPTIONS) -> None:
+    """Run a step's ``main`` holding the lock of its output directories, the ones given by the options ``writes``
+    (:func:`output_locks`: a second run writing there at the same time refuses to start).
+
+    An :class:`AsrError`, and a write the disk could not take (full, over quota, read-only: see
+    :func:`asrlib.io_utils.disk_write_error`), become one ``ERROR:`` line and exit status 2 (no traceback).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        with output_locks(args, writes):
+            rc = main(argv)
+    except (AsrError, OSError) as e:
+        err = e if isinstance(e, AsrError) else disk_write_error(e)
+        if err is None:
+            raise
         prog = Path(sys.argv[0]).stem
-        print(f"ERROR [{prog}]: {e}", file=sys.stderr)
+        print(f"ERROR [{prog}]: {err}", file=sys.stderr)
         sys.exit(2)
     sys.exit(rc or 0)
 

@@ -1,18 +1,26 @@
-"""Atomic file writes, stage-completion markers and Kaldi-style text tables.
+"""Atomic file writes, output-directory locks, stage-completion markers and Kaldi-style text tables.
 
 Every output of a stage is written under a temporary name in the same directory and renamed into place, so a
-killed process never leaves a file that a later stage (or a rerun) could mistake for complete.
+killed process never leaves a file that a later stage (or a rerun) could mistake for complete. A write that fails
+because the disk is full (or over quota, read-only, past the file size limit) removes its temporary file and
+becomes one :class:`AsrError` naming the file. A stage holds an exclusive lock on its output directory
+(:func:`dir_lock`) so that a second run writing into the same directory at the same time refuses to start.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 PathLike = Union[str, os.PathLike]
 _UMASK = os.umask(0)
@@ -32,26 +40,66 @@ def sha256_file(path: PathLike) -> str:
     return h.hexdigest()
 
 
+# errno of a write the disk cannot take → (what happened, what to do)
+_DISK_ERRORS = {
+    errno.ENOSPC: ("no space left on device", "free some space (or move the data/exp dirs to a bigger disk)"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or ask for a larger quota"),
+    errno.EROFS: ("read-only file system", "write the outputs to a writable disk"),
+    errno.EFBIG: ("file too large (over the file size limit, see ulimit -f)", "raise the limit"),
+}
+
+
+def disk_write_error(e: BaseException, path: Optional[PathLike] = None,
+                     probe: Optional[PathLike] = None) -> Optional[AsrError]:
+    """For an error meaning the disk cannot take the output (full, over quota, read-only, file size limit): an
+    :class:`AsrError` naming the file (``path``, else the error's own file name); None for any other exception.
+
+    Libraries that write in C++ (torch.save, kaldi_native_io) report a failed write as a RuntimeError without an
+    errno: for such an error ``probe``, the (temporary) file that was being written, gets 64 KiB appended from
+    Python, and a full disk answers with its errno again.
+    """
+    if isinstance(e, Exception) and not isinstance(e, (OSError, AsrError)) and probe is not None:
+        try:
+            with open(probe, "ab") as f:
+                f.write(bytes(1 << 16))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as probed:
+            e = probed
+    if not isinstance(e, OSError) or e.errno not in _DISK_ERRORS:
+        return None
+    what, todo = _DISK_ERRORS[e.errno]
+    where = path if path is not None else e.filename
+    return AsrError(f"{what} while writing {where or 'an output file'}; {todo}, then rerun (finished steps are "
+                    f"skipped)")
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it to ``path`` (atomic on POSIX).
 
-    On an exception the temporary file is removed and ``path`` is left as it was.
+    On an exception the temporary file is removed and ``path`` is left as it was; a full disk (or quota, read-only
+    file system, file size limit) becomes an :class:`AsrError` naming ``path`` (:func:`disk_write_error`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; outputs get the usual umask-based permissions
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path: Optional[Path] = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp_path = Path(tmp)
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; outputs get the usual umask-based permissions
+        os.close(fd)
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+    except BaseException as e:
+        err = disk_write_error(e, path, probe=tmp_path)
+        if tmp_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
+        if err is not None:
+            raise err from e
         raise
 
 
@@ -116,6 +164,63 @@ def write_table(path: PathLike, rows: Iterable[Tuple[str, str]], sort: bool = Tr
     with atomic_open(path) as f:
         for k, v in rows:
             f.write(f"{k} {v}\n" if v != "" else f"{k}\n")
+
+
+# ---------------------------------------------------------------- output-directory locks
+LOCK_NAME = ".lock"
+_held: Dict[Path, int] = {}   # directories this process has locked → nesting depth
+
+
+def _lock_holder(lock: Path) -> str:
+    try:
+        h = json.loads(lock.read_text())
+        return f"pid {h['pid']} on {h['host']}, started {h['started']}"
+    except (OSError, ValueError, KeyError, TypeError):   # the holder is between locking and writing its details
+        return "pid unknown"
+
+
+@contextlib.contextmanager
+def dir_lock(directory: PathLike) -> Iterator[Path]:
+    """Hold an exclusive lock on ``directory/.lock`` while writing into ``directory`` (created if missing).
+
+    Non-blocking: when another process holds it, raise an :class:`AsrError` naming the lock file and the holder's
+    PID. The lock is an ``flock`` on the open file, so the kernel releases it when the holder exits or is killed
+    (even by SIGKILL): a killed run never leaves a stale lock. The file stays (deleting it could let two processes
+    lock different files); its content (holder's PID, host, start time, command), emptied on release, only names
+    the holder. Nested calls for the same directory in one process are no-ops; forked children share the lock.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    key = d.resolve()
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield key / LOCK_NAME
+        finally:
+            _held[key] -= 1
+        return
+    lock = key / LOCK_NAME
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AsrError(f"another run ({_lock_holder(lock)}) is writing {d} (lock {lock}); wait for it to "
+                           f"finish, or stop it and rerun — a stopped or killed run releases the lock") from None
+        info = {"pid": os.getpid(), "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
+        with contextlib.suppress(OSError):   # details only; on a full disk the lock itself still holds
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        _held[key] = 1
+        try:
+            yield lock
+        finally:
+            del _held[key]
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)   # an empty lock file: nobody holds it (a killed holder's details stay)
+    finally:
+        os.close(fd)   # releases the flock
 
 
 # ---------------------------------------------------------------- stage markers

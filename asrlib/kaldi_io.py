@@ -3,7 +3,8 @@
 Writers put the archive and its script file under temporary names in the destination directory, rewrite the
 script so that its entries point at the *final* archive name, and only then rename the archive and, last, the
 script into place. A writer that is killed or raises leaves neither final file behind (the ``.scp`` appears last,
-so its presence means the archive is complete).
+so its presence means the archive is complete). A write that fails (full disk, quota, read-only file system) is an
+:class:`AsrError` naming the archive, with the temporary files removed.
 
 Paths inside a ``.scp`` are absolute, so an archive written by one front-end (Snakemake runs in its workdir) is read
 correctly by another (run.sh runs in the recipe dir) or by any tool started elsewhere.
@@ -21,7 +22,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Tuple
 import kaldi_native_io as knio
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike, read_table
+from asrlib.io_utils import AsrError, PathLike, disk_write_error, read_table
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -43,11 +44,11 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
         raise ValueError(f"archive name must end in .ark: {ark}")
     _check_path(ark)
     scp = _scp_path(ark)
-    ark.parent.mkdir(parents=True, exist_ok=True)
     tag = f".tmp{os.getpid()}."
     tmp_ark = ark.with_name(tag + ark.name)
     tmp_scp = scp.with_name(tag + scp.name)
     try:
+        ark.parent.mkdir(parents=True, exist_ok=True)
         yield f"ark,scp:{tmp_ark},{tmp_scp}"
         lines: List[str] = []
         prefix = f"{tmp_ark}:"
@@ -65,10 +66,13 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
             os.fsync(f.fileno())
         os.replace(tmp_ark, ark)
         os.replace(tmp_scp, scp)
-    except BaseException:
+    except BaseException as e:
+        err = disk_write_error(e, ark, probe=tmp_ark)   # kaldi_native_io's RuntimeError has no errno: probe
         for p in (tmp_ark, tmp_scp):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+        if err is not None:
+            raise err from e
         raise
 
 
@@ -84,7 +88,11 @@ def _write_table(ark_path: PathLike, items: Iterable[Tuple[str, object]], writer
                 writer.write(key, convert(key, value))
                 n += 1
         finally:
-            writer.close()
+            # the wrapper's close() drops TableWriter::Close()'s status, so a buffered tail lost on a full disk
+            # would go unnoticed: ask the C++ writer itself
+            closed = not writer.is_open or writer._impl.close()
+        if not closed:
+            raise RuntimeError(f"kaldi_native_io could not finish writing {ark_path} (TableWriter::Close failed)")
     return n
 
 

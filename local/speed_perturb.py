@@ -31,4 +31,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, writes=("--dst", "--wav-dir"))

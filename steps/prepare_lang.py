@@ -58,4 +58,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, writes=("--lang-dir",))

@@ -8,7 +8,8 @@
     python -m steps.train_dist --nnodes 2 --num-learners 8 --rdzv-endpoint host0:29400 --rdzv-id job7 -- ...
 
 Everything after ``--`` goes to ``steps.train`` unchanged. With ``--num-learners 1`` and ``--nnodes 1`` this runs
-``steps.train`` directly (no torchrun). Exit status: 0 when every learner succeeded, 1 otherwise.
+``steps.train`` directly (no torchrun). Exit status: 0 when every learner succeeded, 1 otherwise; 2 (with one
+``ERROR`` line) when another run is writing the same ``--exp-dir`` (its lock, see asrlib.io_utils.dir_lock).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from asrlib.cli import run_main
+from asrlib.cli import output_locks, run_main
 from asrlib.io_utils import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                                             if os.environ.get("PYTHONPATH") else "")
     if a.num_learners == 1 and a.nnodes == 1:
         from steps.train import main as train_main
-        return train_main(train_args) or 0
+        with output_locks(train_args, ("--exp-dir",)):   # what run_main does for steps.train
+            return train_main(train_args) or 0
+    if a.nnodes == 1:   # another run writing the exp dir: refuse now, before any learner starts
+        with output_locks(train_args, ("--exp-dir",)):
+            pass        # the learner with rank 0 holds the lock for the job (asrlib.cli.output_dirs)
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 

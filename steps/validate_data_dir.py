@@ -34,4 +34,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, writes=("--data-dir",))

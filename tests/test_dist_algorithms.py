@@ -1,14 +1,18 @@
 """Every distributed algorithm (Gloo learners on CPU, toy CTC task): uneven shard ends finish without deadlock;
-each algorithm trains to a dev loss below a bound a single learner reaches; H-ADPSGD runs as 2 simulated nodes x 2
+a learner with no data at all (more learners than batches) takes part in every step and says so in its log; each
+algorithm trains to a dev loss below a bound a single learner reaches; H-ADPSGD runs as 2 simulated nodes x 2
 learners with identical models inside each node; hierarchical model averaging on 2 levels."""
+import logging
 import os
 
 import pytest
 import torch
 
+from asrlib.config import load_config
 from asrlib.dist import ALGOS
 from asrlib.dist.harness import run_learners, run_toy_scenarios, train_toy
 from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from asrlib.train.data import CtcDataset, make_batches
 
 
 def _dev(run):
@@ -28,6 +32,44 @@ def test_uneven_shard_ends_do_not_deadlock(tmp_path):
         for k in r0["params"]:   # every algorithm leaves all learners with the final model
             assert torch.allclose(r0["params"][k], r1["params"][k], atol=1e-6), (algo, k)
         assert _dev(r0)[0] < 1.6, algo   # log(5) = 1.61 is the untrained loss
+
+
+class _Messages(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _toy_scenarios_with_log(rank, world, scenarios):
+    """run_toy_scenarios in a learner process, also returning the trainer's log messages of that learner."""
+    handler, logger = _Messages(), logging.getLogger("asrlib.train.trainer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return {"runs": run_toy_scenarios(rank, world, scenarios), "log": handler.messages}
+
+
+def test_learner_with_an_empty_shard_does_not_hang_and_says_so(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 3, "dev": 2})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=2, batch_seconds=4.0)
+    c = load_config(cfg)
+    ds = CtcDataset(setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text", setup / "lang",
+                    setup / "fbank" / "train" / "cmvn.scp", c.model.stack)
+    assert len(make_batches(ds.utts, int(c.train.batch_seconds * 100), c.train.seed, 0)) == 1   # 2 learners
+    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+                      exp_dir=str(tmp_path / a)) for a in ALGOS]
+    res = run_learners(_toy_scenarios_with_log, 2, args=(scenarios,), timeout=150)   # a hang fails here
+    for i, algo in enumerate(ALGOS):
+        r0, r1 = res[0]["runs"][i], res[1]["runs"][i]
+        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 2, algo   # learner 1: one empty step per epoch
+        for k in r0["params"]:
+            assert torch.allclose(r0["params"][k], r1["params"][k], atol=1e-6), (algo, k)
+    for epoch in (1, 2):   # every scenario, every epoch: learner 1 says it has no data, learner 0 does not
+        line = f"learner 1 of 2 has no data in epoch {epoch} (fewer batches than learners)"
+        assert sum(line in m for m in res[1]["log"]) == len(ALGOS), res[1]["log"]
+    assert not any("has no data" in m for m in res[0]["log"]), res[0]["log"]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
-from asrlib.io_utils import AsrError, PathLike, read_table, read_table_dict, write_json, write_table
+from asrlib.io_utils import (AsrError, PathLike, disk_write_error, read_table, read_table_dict, write_json,
+                             write_table)
 from asrlib.kaldi_io import write_matrices
 
 log = logging.getLogger(__name__)
@@ -236,8 +237,12 @@ def _job_main(job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, 
               progress: "mp.Queue") -> None:
     try:
         _run_job(job, segs, opts, out_dir, job_hash, progress)
-    except BaseException:  # report to the parent, which raises; the exit code also says it failed
-        progress.put(("error", job, traceback.format_exc()))
+    except BaseException as e:  # report to the parent, which raises; the exit code also says it failed
+        err = e if isinstance(e, AsrError) else disk_write_error(e)
+        if err is not None:     # e.g. the disk filled up: the parent repeats the message, no traceback
+            progress.put(("fatal", job, str(err)))
+        else:
+            progress.put(("error", job, traceback.format_exc()))
         raise SystemExit(1)
 
 
@@ -256,12 +261,15 @@ def _run_jobs(todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, ou
     for p in procs.values():
         p.start()
     errors: List[str] = []
+    fatal: List[str] = []
     total = sum(len(segs) for _, segs, _ in todo)
     with tqdm(total=total, desc=f"fbank {out_dir}", unit="utt", disable=not show_progress,
               mininterval=1.0) as bar:
         def handle(msg) -> None:
             if msg[0] == "progress":
                 bar.update(msg[1])
+            elif msg[0] == "fatal":
+                fatal.append(msg[2])
             else:
                 errors.append(f"job {msg[1]}:\n{msg[2]}")
         while any(p.is_alive() for p in procs.values()):
@@ -278,6 +286,8 @@ def _run_jobs(todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, ou
                 break
     if errors:
         raise RuntimeError("feature extraction job failed (a bug, not a data problem):\n" + "\n".join(errors))
+    if fatal:
+        raise AsrError(fatal[0])
     dead = [f"job {job} (exit code {p.exitcode})" for job, p in procs.items() if p.exitcode != 0]
     if dead:
         raise AsrError(f"feature jobs died: {', '.join(dead)} (out of memory or killed?); rerun to resume — "

@@ -174,6 +174,7 @@ class Trainer:
         tb = SummaryWriter(str(self.exp_dir / "tensorboard"), purge_step=self.step) if main else None
         while self.epoch < self.tcfg.epochs:
             batches = self._epoch_batches(self.epoch)
+            self._log_shard(batches)
             bar = tqdm(total=len(batches), initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}",
                        disable=not main, unit="batch", dynamic_ncols=True, mininterval=2.0)
             run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
@@ -212,6 +213,17 @@ class Trainer:
         if tb is not None:
             tb.close()
         return self.finish()
+
+    def _log_shard(self, batches: List[List[str]]) -> None:
+        """Say so when this learner's shard is empty or shorter than the others' (padded with empty batches)."""
+        empty = sum(1 for b in batches if not b)
+        rank, world, epoch = self.algo.rank, self.algo.world_size, self.epoch + 1
+        if empty and empty == len(batches):
+            log.warning("learner %d of %d has no data in epoch %d (fewer batches than learners): it takes part in "
+                        "all %d steps with empty batches", rank, world, epoch, empty)
+        elif empty:
+            log.info("learner %d of %d: %d of its %d steps in epoch %d have no data (uneven shard end)", rank, world,
+                     empty, len(batches), epoch)
 
     def _log_train(self, tb, loss: float, frames_per_s: float) -> None:
         lr = self.optimizer.param_groups[0]["lr"]

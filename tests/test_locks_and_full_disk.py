@@ -56,13 +56,19 @@ def _listing(d: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ locks
-def test_dir_lock_is_exclusive_reentrant_and_names_its_holder(tmp_path):
-    d = tmp_path / "exp"
+def _lock_holder(d: Path) -> subprocess.Popen:
+    """Another process holding dir_lock(d) until its stdin closes (or it is killed)."""
     holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom asrlib.io_utils import dir_lock\n"
                                f"with dir_lock({str(d)!r}):\n    print('locked', flush=True)\n    sys.stdin.read()"],
                               cwd=ROOT, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_dir_lock_is_exclusive_reentrant_and_names_its_holder(tmp_path):
+    d = tmp_path / "exp"
+    holder = _lock_holder(d)
     try:
-        assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(AsrError) as e:
             with dir_lock(d):
                 pass
@@ -152,11 +158,8 @@ def _fbank_args(root: Path, out: Path):
 def test_a_second_run_of_a_stage_is_refused_and_a_rerun_after_the_holder_is_killed_works(tmp_path):
     _wav_dir(tmp_path)
     out = tmp_path / "fbank"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom asrlib.io_utils import dir_lock\n"
-                               f"with dir_lock({str(out)!r}):\n    print('locked', flush=True)\n    sys.stdin.read()"],
-                              cwd=ROOT, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = _lock_holder(out)
     try:
-        assert holder.stdout.readline().strip() == "locked"
         res = _run(["-m", "steps.compute_fbank", *_fbank_args(tmp_path, out)])
         assert res.returncode == 2
         assert f"another run (pid {holder.pid} on " in _error_line(res)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 PY = sys.executable
 
 DONE_RE = re.compile(r"^(\d\d:\d\d:\d\d) INFO \[asrlib\.train\.trainer\] epoch (\d+) done: step (\d+), "
@@ -78,14 +79,23 @@ def main() -> None:
                    help="an override for one algorithm's runs only")
     p.add_argument("--tag", default="", help="suffix of the run names (a second configuration of the same algos)")
     p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: the baseline and bmuf, 1 epoch on 240 training utterances (out: OUT/quick)")
     p.add_argument("--epochs", type=int, default=0,
                    help="train.epochs for every run, the 1-learner baseline included (0 = the recipe config's)")
     a = p.parse_args()
     rd = a.recipe_dir.resolve()
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
-    data = ["--data-dir", str(rd / "data"), "--feats-dir", str(rd / "data" / "fbank"),
-            "--lang-dir", str(rd / "data" / "lang")]
+    data_dir, feats_dir = rd / "data", rd / "data" / "fbank"
+    if a.quick:
+        from asrlib.data.subset import subset_training_tables
+
+        a.out, a.algos, a.epochs = a.out / "quick", ["bmuf"], 1
+        sub = subset_training_tables(data_dir, feats_dir, a.out / "subset", {"train": 240, "dev": 50})
+        data_dir, feats_dir = sub / "data", sub / "fbank"
+        (a.out / "p1.json").unlink(missing_ok=True)
+    data = ["--data-dir", str(data_dir), "--feats-dir", str(feats_dir), "--lang-dir", str(rd / "data" / "lang")]
     results = json.loads((a.out / "p1.json").read_text()) if (a.out / "p1.json").is_file() else {}
     runs = ([("local", 1)] if not a.skip_baseline else []) + [(algo, a.learners) for algo in a.algos]
     for algo, n in runs:
@@ -124,6 +134,12 @@ def main() -> None:
               f"{results[name]['time_to_target']}, test WER {wer:.2f}, load after {load_after}", flush=True)
         (a.out / "p1.json").write_text(json.dumps(results, indent=1))
     write_table(results, a.out / "p1.md", a.target_loss)
+    base = results.get("local_n1", {}).get("time_to_target")
+    print(json.dumps({"bench": "dist_p1", "target_loss": a.target_loss, "runs": {
+        name: {"wall_s": round(r["wall_s"], 1), "time_to_target_s": r["time_to_target"],
+               "speedup_to_target": round(base / r["time_to_target"], 3) if base and r["time_to_target"] else None,
+               "test_wer_greedy": r["test_wer_greedy"], "final_dev_loss": r["final_dev_loss"]}
+        for name, r in results.items()}}))
 
 
 def write_table(results: Dict, path: Path, target: float) -> None:

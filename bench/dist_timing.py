@@ -27,6 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from asrlib.data.subset import subset_training_tables  # noqa: E402
 from asrlib.dist.timing import LINKS, TimingParams, fit_link, save_params  # noqa: E402
 
 
@@ -100,21 +101,6 @@ def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
             "numel": sum(p.numel() for p in model.parameters())}
 
 
-def make_subset(recipe: Path, out: Path, n_train: int, n_dev: int) -> Path:
-    """A smaller copy of the digits data/fbank tables (same archives: paths stay relative to the recipe dir)."""
-    from asrlib.io_utils import read_table, write_table
-    sub = out / "subset"
-    for name, n in (("train", n_train), ("dev", n_dev)):
-        keep = [r for r in read_table(recipe / "data" / name / "text")][:n]
-        ids = {k for k, _ in keep}
-        write_table(sub / "data" / name / "text", keep)
-        for f in ("feats.scp", "utt2num_frames"):
-            write_table(sub / "fbank" / name / f, [r for r in read_table(recipe / "data" / "fbank" / name / f)
-                                                   if r[0] in ids])
-    write_table(sub / "fbank" / "train" / "cmvn.scp", read_table(recipe / "data" / "fbank" / "train" / "cmvn.scp"))
-    return sub
-
-
 def run_algo(recipe: Path, sub: Path, out: Path, algo: str, n: int, extra: List[str]) -> Dict:
     exp = out / f"{algo}_n{n}"
     if exp.exists():
@@ -147,7 +133,10 @@ def main() -> None:
     p.add_argument("--ns", nargs="+", type=int, default=[1, 2, 4])
     p.add_argument("--period", type=int, default=4)
     p.add_argument("--train-utts", type=int, default=1200)
+    p.add_argument("--quick", action="store_true", help="a smoke run: sync and bmuf, N = 1 and 2, 200 utterances")
     a = p.parse_args()
+    if a.quick:
+        a.algos, a.ns, a.train_utts = ["sync", "bmuf"], [1, 2], 200
     recipe, out = a.recipe_dir.resolve(), a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     from asrlib.dist.harness import run_learners
@@ -156,7 +145,7 @@ def main() -> None:
     sizes = [4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20]
     pp = run_learners(pingpong, 2, args=(sizes, 10), timeout=300)[0]
     link = fit_link(list(pp), list(pp.values()))
-    ct = compute_times(recipe, 12)
+    ct = compute_times(recipe, 4 if a.quick else 12)
     ar = {n: run_learners(allreduce_time, n, args=(ct["numel"], 10), timeout=300)[0] for n in (2, 4)}
     params = TimingParams(t_calc=ct["t_calc"], t_merge=ct["t_merge"], model_bytes=ct["model_bytes"],
                           link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count())
@@ -166,7 +155,8 @@ def main() -> None:
     (out / "fit.json").write_text(json.dumps(fit, indent=1))
     print(json.dumps(fit, indent=1), flush=True)
 
-    sub = make_subset(recipe, out, a.train_utts, 50)
+    sub = subset_training_tables(recipe / "data", recipe / "data" / "fbank", out / "subset",
+                                 {"train": a.train_utts, "dev": 50})
     measured = []
     for n in a.ns:
         for algo in (a.algos if n > 1 else ["sync"]):
@@ -180,6 +170,9 @@ def main() -> None:
             print(f"{algo} n={n}: {m['step_s']:.3f} s/step, {m['sent_bytes_per_step'] / 1e6:.2f} MB sent/step, "
                   f"load {m['load_before'][0]:.1f}", flush=True)
             (out / "measured.json").write_text(json.dumps(measured, indent=1))
+    print(json.dumps({"bench": "dist_timing", "t_calc_s": ct["t_calc"], "t_merge_s": ct["t_merge"],
+                      "model_bytes": ct["model_bytes"], "link": vars(link),
+                      "step_s": {f"{m['algo']}_n{m['n']}": round(m["step_s"], 4) for m in measured}}))
 
 
 if __name__ == "__main__":

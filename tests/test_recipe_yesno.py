@@ -36,3 +36,4 @@ def test_yesno_recipe_end_to_end(tmp_path):
     assert wer["num_words"] == 240 and wer["wer"] < WER_BOUND
     assert "| test |" in (exp / "RESULTS.md").read_text()
     assert not (exp / "decode_dev_tlg").exists()            # dev = training recordings: not decoded
+    assert "stage 7 (mobile export) skipped" in r.stdout and not (exp / "mobile").exists()   # a BLSTM: no bundle

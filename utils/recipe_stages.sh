@@ -100,6 +100,13 @@ stage_score() {  # stage_score SET...: WER per set × method, then exp/RESULTS.m
 }
 
 stage_export() {  # stage_export TRAIN_SET DEV_SET: low-rank + pruning (fine-tuned), ONNX fp32/int8, sherpa-onnx bundle
+  local bi
+  bi=$(cfg model.bidirectional) || return 1
+  if [ "$bi" = True ]; then  # a BLSTM needs the whole utterance: no streaming on-device model to export
+    echo "stage 7 (mobile export) skipped: $config has a bidirectional model, which cannot stream on a device" \
+         "(set model.bidirectional: false to get a mobile bundle)"
+    return 0
+  fi
   run steps.export_mobile --config "$config" --model "$exp/final.pt" --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --out-dir "$exp/mobile" --train-set "$1" --dev-set "$2"
 }

@@ -10,7 +10,7 @@ ROOT=$(cd "$here/../.." && pwd)
 cd "$here"
 
 stage=1
-stop_stage=6
+stop_stage=7
 config=$here/config.yaml
 corpus_dir=""
 nj=32
@@ -34,4 +34,5 @@ at 3 && stage_lang train
 at 4 && stage_train train dev
 at 5 && stage_decode $eval_sets
 at 6 && stage_score $eval_sets
+at 7 && stage_export train dev           # mobile bundle (unidirectional models; a BLSTM is skipped with a message)
 exit 0

@@ -83,27 +83,44 @@ class AcousticBackend(Protocol):
         """Facts for ``asr info`` (parameters, layers, ...)."""
 
 
-class _UnidirectionalStream:
+class _StackedStream:
+    """Buffers raw fbank frames and hands whole stacks of ``stack`` frames to :meth:`_run`; frames that do not fill
+    a last stack are dropped at the end, exactly as the model does for a whole utterance."""
+
+    def __init__(self, stack: int, feat_dim: int, vocab_size: int) -> None:
+        self.stack, self.vocab_size = stack, vocab_size
+        self.pending = np.zeros((0, feat_dim), np.float32)
+
+    def _run(self, feats: np.ndarray) -> np.ndarray:
+        """Log-probs ``[len(feats) // stack, V]`` of raw fbank ``feats`` (a whole number of stacks)."""
+        raise NotImplementedError
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        buf = np.concatenate([self.pending, feats]) if len(self.pending) else np.asarray(feats, np.float32)
+        usable = len(buf) // self.stack * self.stack
+        self.pending = np.array(buf[usable:], np.float32)
+        if usable == 0:
+            return np.zeros((0, self.vocab_size), np.float32)
+        return self._run(buf[:usable])
+
+    def finish(self) -> np.ndarray:
+        return np.zeros((0, self.vocab_size), np.float32)
+
+
+class _UnidirectionalStream(_StackedStream):
     """Frame stacking + LSTM layers run chunk by chunk with the recurrent state carried over (exact)."""
 
     def __init__(self, saved) -> None:
         self.saved, self.model = saved, saved.model
-        self.stack = self.model.stack
-        self.pending = np.zeros((0, self.model.feat_dim), np.float32)
+        super().__init__(self.model.stack, self.model.feat_dim, self.model.vocab_size)
         self.state: List[Optional[tuple]] = [None] * len(self.model.layers)
 
-    def accept(self, feats: np.ndarray) -> np.ndarray:
+    def _run(self, feats: np.ndarray) -> np.ndarray:
         import torch
 
         from asrlib.models.lstm import _PeepholeLayer, _TorchLstmLayer
 
-        buf = np.concatenate([self.pending, feats]) if len(self.pending) else feats
-        usable = len(buf) // self.stack * self.stack
-        self.pending = np.array(buf[usable:], np.float32)
-        if usable == 0:
-            return np.zeros((0, self.model.vocab_size), np.float32)
-        x = torch.from_numpy(self.saved.normalise(buf[:usable]))
-        x = x.reshape(1, usable // self.stack, -1)
+        x = torch.from_numpy(self.saved.normalise(feats)).reshape(1, len(feats) // self.stack, -1)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
             for i, layer in enumerate(self.model.layers):
@@ -114,10 +131,6 @@ class _UnidirectionalStream:
                 else:  # pragma: no cover - a new layer type must say how it streams
                     raise AsrError(f"internal error: cannot stream layer type {type(layer).__name__}")
             return self.model.output(x).log_softmax(dim=-1)[0].numpy()
-
-    def finish(self) -> np.ndarray:
-        # fewer than `stack` frames left: dropped, exactly as the model does for a whole utterance
-        return np.zeros((0, self.model.vocab_size), np.float32)
 
 
 class _BidirectionalStream:
@@ -174,27 +187,17 @@ class TorchBackend:
         return {"parameters": count_parameters(self.saved.model), **asdict(self.saved.model.cfg)}
 
 
-class _OnnxStream:
+class _OnnxStream(_StackedStream):
     """Raw fbank → the bundle's streaming ONNX model (CMVN folded in), whole stacks at a time, (h, c) carried."""
 
     def __init__(self, backend: "OnnxBundleBackend") -> None:
-        self.b = backend
-        self.pending = np.zeros((0, backend.num_mel_bins), np.float32)
-        self.h = np.zeros((backend.num_layers, 1, backend.state_dim), np.float32)
-        self.c = np.zeros((backend.num_layers, 1, backend.cell_dim), np.float32)
+        super().__init__(backend.subsampling, backend.num_mel_bins, backend.vocab_size)
+        self.model = backend.model
+        self.h, self.c = self.model.zero_state()
 
-    def accept(self, feats: np.ndarray) -> np.ndarray:
-        buf = np.concatenate([self.pending, feats]) if len(self.pending) else np.asarray(feats, np.float32)
-        usable = len(buf) // self.b.subsampling * self.b.subsampling
-        self.pending = np.array(buf[usable:], np.float32)
-        if usable == 0:
-            return np.zeros((0, self.b.vocab_size), np.float32)
-        x = np.ascontiguousarray(buf[None, :usable], np.float32)
-        logp, self.h, self.c = self.b.session.run(None, {"x": x, "h": self.h, "c": self.c})
-        return logp[0]
-
-    def finish(self) -> np.ndarray:  # fewer than `subsampling` frames left: dropped, as in training
-        return np.zeros((0, self.b.vocab_size), np.float32)
+    def _run(self, feats: np.ndarray) -> np.ndarray:
+        logp, self.h, self.c = self.model.run(feats, self.h, self.c)
+        return logp
 
 
 class OnnxBundleBackend:
@@ -203,23 +206,21 @@ class OnnxBundleBackend:
 
     def __init__(self, bundle_dir: Path, num_threads: int = 1) -> None:
         from asrlib.export.bundle import check_bundle
-        from asrlib.export.runtime import ort_session
+        from asrlib.export.runtime import StreamingOnnxModel
 
         self.bundle = check_bundle(bundle_dir, verify=False)  # open_model_dir has verified the files
-        self.model_path = self.bundle.path("model.streaming.int8.onnx")
-        self.session = ort_session(self.model_path, num_threads)
-        x, h, c = self.session.get_inputs()
         self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
-        self.num_layers, self.state_dim, self.cell_dim = int(h.shape[0]), int(h.shape[2]), int(c.shape[2])
-        self.vocab_size = int(self.session.get_outputs()[0].shape[2])
+        self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins,
+                                        num_threads)
+        self.vocab_size = self.model.vocab_size
 
     def stream(self) -> AcousticStream:
         return _OnnxStream(self)
 
     def describe(self) -> Dict[str, object]:
-        files = self.bundle.info.get("files", {})
-        return {"engine": "onnxruntime (int8)", "layers": self.num_layers, "state_dim": self.state_dim,
-                "cell_dim": self.cell_dim, "vocab_size": self.vocab_size,
+        m, files = self.model, self.bundle.info.get("files", {})
+        return {"engine": "onnxruntime (int8)", "layers": m.num_layers, "state_dim": m.state_dim,
+                "cell_dim": m.hidden, "vocab_size": m.vocab_size,
                 "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
                 **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")}}
 

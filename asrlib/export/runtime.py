@@ -60,3 +60,31 @@ class OnnxAcousticModel:
         lens = np.full((x.shape[0],), x.shape[1], dtype=np.int64)
         logp, _ = self.session.run(None, {"x": x, "x_lens": lens})
         return logp[0] if feats.ndim == 2 else logp
+
+
+class StreamingOnnxModel:
+    """Run an exported streaming model: raw fbank chunks (a multiple of ``stack`` frames) → log-probs, with the
+    LSTM state ``h`` (L, 1, P), ``c`` (L, 1, H) carried by the caller (:meth:`zero_state`, :meth:`run`)."""
+
+    def __init__(self, path: PathLike, feat_dim: int, num_threads: int = 1):
+        self.path = Path(path)
+        self.session = ort_session(self.path, num_threads)
+        ins = self.session.get_inputs()
+        names = [i.name for i in ins]
+        if names != ["x", "h", "c"]:
+            raise AsrError(f"{self.path}: inputs {names} are not a streaming model's ['x', 'h', 'c']")
+        if ins[0].shape[2] != feat_dim:
+            raise AsrError(f"{self.path}: the model expects {ins[0].shape[2]}-dim features, the bundle's front end "
+                           f"produces {feat_dim}")
+        self.feat_dim = int(feat_dim)
+        self.num_layers, self.state_dim, self.hidden = int(ins[1].shape[0]), int(ins[1].shape[2]), int(ins[2].shape[2])
+        self.vocab_size = int(self.session.get_outputs()[0].shape[2])
+
+    def zero_state(self):
+        return (np.zeros((self.num_layers, 1, self.state_dim), np.float32),
+                np.zeros((self.num_layers, 1, self.hidden), np.float32))
+
+    def run(self, feats: np.ndarray, h: np.ndarray, c: np.ndarray):
+        """(log-probs [T // stack, V], h, c) for raw fbank ``feats`` [T, F] of one utterance."""
+        logp, h, c = self.session.run(None, {"x": np.ascontiguousarray(feats[None], np.float32), "h": h, "c": c})
+        return logp[0], h, c

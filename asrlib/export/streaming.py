@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from asrlib.export.bundle import SHERPA_BEAM, Bundle, check_audio, check_bundle
-from asrlib.export.runtime import ort_session
+from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.io_utils import AsrError, PathLike
 
 
@@ -82,15 +82,7 @@ class StreamingRecognizer:
 
         self.bundle: Bundle = check_bundle(bundle_dir)
         path = self.bundle.path("model.streaming.int8.onnx") if model == "int8" else Path(model)
-        self.session = ort_session(path, num_threads)
-        names = [i.name for i in self.session.get_inputs()]
-        if names != ["x", "h", "c"]:
-            raise AsrError(f"{path}: inputs {names} are not a streaming model's ['x', 'h', 'c']")
-        ins = self.session.get_inputs()
-        if ins[0].shape[2] != self.bundle.feat_dim:
-            raise AsrError(f"{path}: the model expects {ins[0].shape[2]}-dim features, the bundle's front end "
-                           f"produces {self.bundle.feat_dim}")
-        self.num_layers, self.state_dim, self.hidden = int(ins[1].shape[0]), int(ins[1].shape[2]), int(ins[2].shape[2])
+        self.model = StreamingOnnxModel(path, self.bundle.feat_dim, num_threads)
         self.stack = self.bundle.subsampling
         self.id2word = self.bundle.id2word()
         self.graph = read_fst(self.bundle.path("TLG.fst"))
@@ -121,8 +113,7 @@ class Stream:
         b = rec.bundle
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
         self.frames_used = 0                      # fbank frames given to the network
-        self.h = np.zeros((rec.num_layers, 1, rec.state_dim), np.float32)
-        self.c = np.zeros((rec.num_layers, 1, rec.hidden), np.float32)
+        self.h, self.c = rec.model.zero_state()
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
         self.frames_decoded = 0                   # network output frames searched
@@ -149,9 +140,7 @@ class Stream:
             return
         feats = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
         self.frames_used += n
-        logp, self.h, self.c = self.rec.session.run(None, {"x": feats[None].astype(np.float32), "h": self.h,
-                                                           "c": self.c})
-        scores = logp[0]
+        scores, self.h, self.c = self.rec.model.run(feats, self.h, self.c)
         self.logprobs.append(scores)
         if self.rec.blank_penalty or self.rec.acoustic_scale != 1.0:
             scores = scores.copy()

@@ -55,10 +55,10 @@ def disk_write_error(e: BaseException, path: Optional[PathLike] = None,
     :class:`AsrError` naming the file (``path``, else the error's own file name); None for any other exception.
 
     Libraries that write in C++ (torch.save, kaldi_native_io) report a failed write as a RuntimeError without an
-    errno: for such an error ``probe``, the (temporary) file that was being written, gets 64 KiB appended from
+    errno: for such an error (and only then) ``probe``, the (temporary) file that was being written, gets 64 KiB appended from
     Python, and a full disk answers with its errno again.
     """
-    if isinstance(e, Exception) and not isinstance(e, (OSError, AsrError)) and probe is not None:
+    if isinstance(e, RuntimeError) and probe is not None:   # the C++ writers' error type; others are not I/O
         try:
             with open(probe, "ab") as f:
                 f.write(bytes(1 << 16))

@@ -47,8 +47,9 @@ def summarise(exp: Path, target: float) -> Dict:
     wers = {}
     for w in sorted(exp.glob("decode_*/wer.json")):
         wers[w.parent.name.removeprefix("decode_")] = round(json.loads(w.read_text())["wer"], 2)
-    cfg = load_model(exp / "final.pt").model.cfg
-    return {"exp": str(exp), "parameters": count_parameters(load_model(exp / "final.pt").model),
+    model = load_model(exp / "final.pt").model
+    cfg = model.cfg
+    return {"exp": str(exp), "parameters": count_parameters(model),
             "model": f"{cfg.num_layers}x{cfg.hidden_size}" + (f"/p{cfg.proj_size}" if cfg.proj_size else "")
                      + (" peephole" if cfg.peephole else ""),
             "epochs": len(dev), "steps": dev[-1]["step"] if dev else 0,

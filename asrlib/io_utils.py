@@ -188,6 +188,9 @@ def dir_lock(directory: PathLike) -> Iterator[Path]:
     (even by SIGKILL): a killed run never leaves a stale lock. The file stays (deleting it could let two processes
     lock different files); its content (holder's PID, host, start time, command), emptied on release, only names
     the holder. Nested calls for the same directory in one process are no-ops; forked children share the lock.
+
+    Once the lock is held, temporary files of :func:`atomic_path` left in the directory by a killed run (nobody
+    else can be writing there) are removed (:func:`remove_stale_temps`), so interrupted runs do not leak disk.
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -214,6 +217,7 @@ def dir_lock(directory: PathLike) -> Iterator[Path]:
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         _held[key] = 1
         try:
+            remove_stale_temps(key)
             yield lock
         finally:
             del _held[key]
@@ -221,6 +225,30 @@ def dir_lock(directory: PathLike) -> Iterator[Path]:
                 os.ftruncate(fd, 0)   # an empty lock file: nobody holds it (a killed holder's details stay)
     finally:
         os.close(fd)   # releases the flock
+
+
+def remove_stale_temps(directory: PathLike) -> List[Path]:
+    """Remove the temporary files (``.NAME.XXXX.tmp``, see :func:`atomic_path`) under ``directory``.
+
+    Call only while holding the directory's lock: any such file then belongs to a run that was killed before it
+    could rename or remove it. Subdirectories with a lock file of their own are another step's and are left alone.
+    Returns the removed paths (also logged with their count).
+    """
+    root = Path(directory)
+    removed: List[Path] = []
+    for d, subdirs, files in os.walk(root):
+        subdirs[:] = [s for s in subdirs if not (Path(d) / s / LOCK_NAME).exists()]
+        for f in files:
+            if f.startswith(".") and f.endswith(".tmp") and f != LOCK_NAME:
+                p = Path(d) / f
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    removed.append(p)
+    if removed:
+        logging.getLogger(__name__).info("removed %d temporary file(s) left in %s by an interrupted run: %s",
+                                         len(removed), root, ", ".join(str(p.relative_to(root)) for p in removed[:5])
+                                         + (" ..." if len(removed) > 5 else ""))
+    return removed
 
 
 # ---------------------------------------------------------------- stage markers

@@ -89,6 +89,25 @@ def test_dir_lock_is_exclusive_reentrant_and_names_its_holder(tmp_path):
     assert d.resolve() not in io_utils._held
 
 
+def test_taking_the_lock_removes_temporaries_a_killed_run_left_but_not_another_steps(tmp_path):
+    d = tmp_path / "exp"
+    (d / "checkpoints").mkdir(parents=True)
+    (d / "decode").mkdir()
+    (d / "decode" / ".lock").touch()                              # another step's directory: left alone
+    keep = [d / "final.pt", d / "checkpoints" / "ckpt-10.pt", d / "decode" / ".hyp.txt.x1y2.tmp", d / ".hidden"]
+    stale = [d / ".final.pt.ab12cd.tmp", d / "checkpoints" / ".latest.pt.9zq_w1.tmp"]
+    with atomic_path(d / "done.txt") as t:                     # the name atomic_path gives its temporaries
+        stale.append(t)
+    for p in keep + stale:
+        p.write_text("x")
+    with dir_lock(d):
+        pass
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in stale)
+    with dir_lock(d):                                              # nothing left to remove: nothing else changes
+        pass
+    assert all(p.exists() for p in keep)
+
+
 def test_output_dirs_come_from_the_options_and_only_rank_0_of_torchrun_locks(monkeypatch):
     argv = ["--config", "c.yaml", "--out-dir", "o", "--exp-dir=e", "--set", "a.b=1"]
     assert output_dirs(argv) == [Path("o"), Path("e")]

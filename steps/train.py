@@ -25,6 +25,7 @@ from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
 from asrlib.train.ce import init_from_ce
+from asrlib.train.checkpoint import seed_everything
 from asrlib.train.data import CtcDataset, read_token_ids
 from asrlib.train.trainer import Trainer
 
@@ -65,7 +66,7 @@ def main(argv=None):
     rank = int(os.environ.get("RANK", "0"))  # set by torchrun for distributed training (steps.train_dist)
     setup_logging(a.exp_dir / "log" / ("train.log" if rank == 0 else f"train.rank{rank}.log"))
     torch.set_num_threads(cfg.train.num_threads)
-    torch.manual_seed(cfg.train.seed)
+    seed_everything(cfg.train.seed)
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
     stack = cfg.model.stack
 

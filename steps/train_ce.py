@@ -25,6 +25,7 @@ from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargetDataset
+from asrlib.train.checkpoint import seed_everything
 from asrlib.train.trainer import Trainer
 
 log = logging.getLogger("train_ce")
@@ -59,7 +60,7 @@ def main(argv=None):
     a.exp_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(a.exp_dir / "log" / "train.log")
     torch.set_num_threads(cfg.train.num_threads)
-    torch.manual_seed(cfg.train.seed)
+    seed_everything(cfg.train.seed)
     num_pdfs = int(ali_info["num_pdfs"])
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
     stack = cfg.model.stack

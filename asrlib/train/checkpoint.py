@@ -11,6 +11,14 @@ import torch
 from asrlib.io_utils import atomic_path
 
 
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and Python's global generators: a fresh run's every RNG (and so its checkpoints) is
+    reproducible, not only the torch one the model uses."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
 def rng_state() -> Dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 

@@ -231,24 +231,38 @@ def mismatches(ref: Path, work: Path) -> List[str]:
 # ------------------------------------------------------------------------------------------ the loop
 def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: random.Random,
                 max_attempts: int = 10) -> Dict[str, Any]:
-    """Run the recipe (``cmd``, writing into ``work``) with 1–3 random SIGKILLs; return what happened."""
+    """Run the recipe (``cmd``, writing into ``work``) with 1–3 random SIGKILLs; return what happened.
+
+    A fresh run that ends before its first kill lands (a late offset into the last stage) is started afresh, so
+    that every trial is killed at least once."""
     work.mkdir(parents=True)
     planned = rng.randint(1, 3)
     kills: List[Dict[str, Any]] = []
     problems: List[str] = []
+    restarted = 0
     for attempt in range(1, max_attempts + 1):
         run = RecipeRun(cmd, work, attempt)
-        if len(kills) < planned and attempt < max_attempts:
-            target = rng.choice(sorted(durations))
-            offset = rng.random() * durations[target]
-            if run.wait_for_stage(target) and not run.run_for(offset):
-                stage = run.kill()
-                found = integrity_problems(work)
-                problems += [f"after kill {len(kills) + 1} (stage {stage}): {p}" for p in found]
-                kills.append({"target_stage": target, "offset_s": round(offset, 2), "stage": stage})
-                continue
-        run.proc.wait()
-        return {"kills": kills, "attempts": attempt, "exit": run.proc.returncode, "integrity": problems}
+        try:
+            if len(kills) < planned and attempt < max_attempts:
+                target = rng.choice(sorted(durations))
+                offset = rng.random() * durations[target]
+                if run.wait_for_stage(target) and not run.run_for(offset):
+                    stage = run.kill()
+                    found = integrity_problems(work)
+                    problems += [f"after kill {len(kills) + 1} (stage {stage}): {p}" for p in found]
+                    kills.append({"target_stage": target, "offset_s": round(offset, 2), "stage": stage})
+                    continue
+            run.proc.wait()
+        finally:   # the bench itself interrupted: take the recipe down with it
+            if run.proc.poll() is None:
+                run.kill()
+        if not kills and attempt < max_attempts:
+            shutil.rmtree(work)
+            work.mkdir()
+            restarted += 1
+            continue
+        return {"kills": kills, "attempts": attempt - restarted, "exit": run.proc.returncode,
+                "integrity": problems, "unkilled_fresh_runs": restarted}
     raise AssertionError("unreachable: the last attempt is never killed")
 
 

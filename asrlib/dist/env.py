@@ -4,11 +4,19 @@ or, without torchrun, a one-learner world so a distributed algorithm still runs 
 Backend: NCCL when CUDA is available (communication buffers on ``cuda:LOCAL_RANK``), Gloo on CPU. Background
 point-to-point traffic (gossip, parameter server, ring) always uses separate Gloo groups on CPU tensors, because
 NCCL point-to-point from a second thread is not safe.
+
+Under torchrun every learner asks the kernel to SIGKILL it when its torchrun agent (the launcher process) dies
+(:func:`die_with_agent`): torchrun starts each learner in a session of its own, so killing the launcher's process
+group, even with SIGKILL, would otherwise leave the learners training on, orphaned, holding the exp dir's lock.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import List, Optional, Tuple
@@ -42,6 +50,24 @@ def choose_backend(name: str) -> str:
     return name
 
 
+def die_with_agent() -> None:
+    """Under torchrun (Linux): SIGKILL this learner when the torchrun agent that started it dies (prctl
+    PR_SET_PDEATHSIG); exit at once if it has died already. A no-op elsewhere."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # 1 = PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as e:
+        log.warning("cannot tie this learner's life to its torchrun agent (%s): if the launcher is killed, kill "
+                    "the learners too", e)
+        return
+    if os.getppid() == 1:   # the agent died before the prctl: nobody will restart or stop this learner
+        log.error("the torchrun agent that started this learner is gone: exiting")
+        os._exit(1)
+
+
 def init_process_group(cfg: DistConfig) -> DistInfo:
     """Initialise torch.distributed once (torchrun env vars, else a one-learner world) and describe this learner."""
     if not dist.is_available():
@@ -50,6 +76,7 @@ def init_process_group(cfg: DistConfig) -> DistInfo:
         backend = choose_backend(cfg.backend)
         timeout = timedelta(seconds=cfg.timeout_s)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            die_with_agent()
             if backend == "nccl":
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, timeout=timeout)

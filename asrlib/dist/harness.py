@@ -5,15 +5,22 @@
 with its traceback instead of hanging the caller. :func:`train_toy` trains on a toy set-up written by
 :func:`asrlib.testing.make_toy_ctc_setup` with the real Trainer and a distributed algorithm, and can check after
 every step that the learners that should hold identical parameters do.
+
+Faults of real jobs (``steps.train_dist``, learners under torchrun): :func:`learner_pids` finds a learner's process
+(rank and torchrun attempt), :func:`wait_for_step` waits until a job has a checkpoint and has logged a given step, so
+a SIGKILL from outside lands mid-epoch after a checkpoint, and :func:`restart_report` reads from the learners' logs
+how many steps were done before the failure, which checkpoint step the next attempt resumed from and the steps
+lost (exact with ``train.log_every=1``).
 """
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -127,7 +134,9 @@ def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequenc
     ``uneven``: per-learner batch counts to use instead of the round-robin split (each learner gets that many
     batches from the epoch's list, then padding) — for the uneven-shard-end test. ``stop_after``: raise after the
     checkpoint at that step (the learners' state is as a crash would leave it). Returns final parameters,
-    metrics, the algorithm's summary and the identity check record.
+    metrics, the algorithm's summary, the identity check record and ``fit_s`` (this learner's wall time in
+    ``Trainer.fit``). ``setup`` may be any directory laid out like the toy one (``fbank/<set>``, ``data/<set>``,
+    ``lang``), e.g. a subset of a recipe's data (asrlib.data.subset) with ``lang`` linked in.
     """
     from asrlib.config import load_config
     from asrlib.models.lstm import build_model
@@ -167,15 +176,107 @@ def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequenc
                 dist.barrier()  # rank 0 has written the checkpoint before anyone goes on to resume from it
                 raise StopAfter(stop_after)
         trainer.save = save_then_stop
+    t0 = time.perf_counter()
     try:
         summary = trainer.fit()
     except StopAfter:
         return {"stopped_at": stop_after}
     return {"params": {k: v.detach().clone() for k, v in model.state_dict().items()}, "summary": summary,
             "metrics": trainer.metrics, "algo": algo.summary() if hasattr(algo, "summary") else None,
-            "identity": record}
+            "identity": record, "fit_s": time.perf_counter() - t0}
 
 
 def run_toy_scenarios(rank: int, world: int, scenarios: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Several :func:`train_toy` runs one after another in the same process group (saves process start-ups)."""
     return [train_toy(rank, world, **sc) for sc in scenarios]
+
+
+# ------------------------------------------------------------------------------ faults of steps.train_dist jobs
+STEP_RE = re.compile(r"\] step (\d+) epoch \d+ loss ")
+START_RE = re.compile(r"INFO \[train\] model: ")   # steps.train logs it once per attempt, on every learner
+RESUMED_RE = re.compile(r"resumed from \S+: epoch \d+, batch \d+, step (\d+)")
+RESTART_RE = re.compile(r"torchrun restart (\d+) of")
+
+
+def _argv_value(argv: List[str], opt: str) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a == opt and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(opt + "="):
+            return a[len(opt) + 1:]
+    return None
+
+
+def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
+    """``{rank: pid}`` of the live learners of torchrun attempt ``attempt`` (0 = the first start, k = its k-th
+    restart) that train into ``exp_dir``, found in /proc (Linux): a ``steps.train`` process whose ``--exp-dir`` is
+    ``exp_dir`` and whose environment holds RANK and TORCHELASTIC_RESTART_COUNT."""
+    want = Path(exp_dir).resolve()
+    out: Dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0")]
+            exp = _argv_value(argv, "--exp-dir")
+            if "steps.train" not in argv or exp is None:
+                continue
+            if Path(os.readlink(d / "cwd"), exp).resolve() != want:
+                continue
+            env = dict(kv.split("=", 1) for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
+                       if "=" in kv)
+        except OSError:   # the process ended meanwhile, or is not ours
+            continue
+        if "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == str(attempt):
+            out[int(env["RANK"])] = int(d.name)
+    return out
+
+
+def log_attempts(log_file: Union[str, Path]) -> List[Dict[str, Any]]:
+    """One entry per attempt (start of steps.train) in a learner's log (``log/train.log`` or ``train.rank<R>.log``):
+    ``steps`` logged, ``resumed`` (the checkpoint step it resumed from, else None), ``restart`` (torchrun's restart
+    count when it logged one, else None)."""
+    attempts: List[Dict[str, Any]] = []
+    text = Path(log_file).read_text() if Path(log_file).is_file() else ""
+    for line in text.splitlines():
+        if START_RE.search(line):
+            attempts.append({"steps": [], "resumed": None, "restart": None})
+        elif attempts:
+            for key, rx in (("steps", STEP_RE), ("resumed", RESUMED_RE), ("restart", RESTART_RE)):
+                m = rx.search(line)
+                if m and key == "steps":
+                    attempts[-1]["steps"].append(int(m.group(1)))
+                elif m:
+                    attempts[-1][key] = int(m.group(1))
+    return attempts
+
+
+def wait_for_step(exp_dir: Union[str, Path], step: int, job, timeout: float = 120.0, poll: float = 0.02) -> None:
+    """Wait until the job (a ``subprocess.Popen`` of steps.train_dist) has written a checkpoint and logged ``step``
+    in rank 0's log (``train.log_every`` must divide ``step``); raise when it ends first or after ``timeout``."""
+    exp = Path(exp_dir)
+    deadline = time.time() + timeout
+    while True:
+        if (exp / "checkpoints" / "latest.pt").is_file():
+            attempts = log_attempts(exp / "log" / "train.log")
+            if attempts and step in attempts[-1]["steps"]:
+                return
+        if job.poll() is not None:
+            raise RuntimeError(f"the job ended (exit {job.returncode}) before step {step} of {exp}")
+        if time.time() > deadline:
+            raise TimeoutError(f"{exp}: step {step} not reached in {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def restart_report(exp_dir: Union[str, Path]) -> Dict[str, Any]:
+    """What the learners' logs of a job that failed once (then restarted by torchrun, or rerun) say: ``attempts``,
+    ``restarts`` (torchrun restarts rank 0 logged), ``steps_before_failure`` (the highest step any learner logged in
+    the first attempt), ``resumed_step`` (the checkpoint step the second attempt resumed from; 0 when it started
+    afresh), ``steps_lost`` (their difference: completed steps done again) and ``final_step``."""
+    per_log = [log_attempts(f) for f in sorted(Path(exp_dir, "log").glob("train*.log"))]
+    rank0 = log_attempts(Path(exp_dir, "log", "train.log"))
+    before = max((max(a[0]["steps"], default=0) for a in per_log if a), default=0)
+    resumed = (rank0[1]["resumed"] or 0) if len(rank0) > 1 else 0
+    return {"attempts": len(rank0), "restarts": sum(1 for a in rank0 if a["restart"]),
+            "steps_before_failure": before, "resumed_step": resumed, "steps_lost": before - resumed,
+            "final_step": max(rank0[-1]["steps"], default=0) if rank0 else 0}

@@ -58,6 +58,11 @@ def ctc_loss(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> tuple:
     return CtcCriterion().loss(model, batch)
 
 
+def _restart_count() -> int:
+    """How often torchrun has restarted this job (its TORCHELASTIC_RESTART_COUNT; 0 without torchrun)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+
+
 class Trainer:
     def __init__(self, cfg: RecipeConfig, model: torch.nn.Module, train_ds: CtcDataset,
                  dev_ds: Optional[CtcDataset], exp_dir: Path, algo: Optional[TrainAlgo] = None,
@@ -107,6 +112,10 @@ class Trainer:
 
     def try_resume(self) -> bool:
         ck = latest_checkpoint(self.ckpt_dir)
+        restart = _restart_count()
+        if restart:   # torchrun --max-restarts (steps.train_dist): a learner of the previous attempt failed
+            log.warning("torchrun restart %d of %s: %s", restart, os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"),
+                        "resuming from the last checkpoint" if ck else "no checkpoint yet: starting from scratch")
         if ck is None:
             return False
         st = load_checkpoint(ck)
@@ -190,8 +199,8 @@ class Trainer:
                     run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
                 if self.step % self.tcfg.checkpoint_every == 0:
                     self.save()
-                if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps:
-                    log.warning("kill_after_steps=%d reached: SIGKILL (testing aid)", self.step)
+                if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps and not _restart_count():
+                    log.warning("kill_after_steps=%d reached: SIGKILL (testing aid; first attempt only)", self.step)
                     os.kill(os.getpid(), signal.SIGKILL)
             bar.close()
             self.algo.end_epoch(self.model, self.optimizer)

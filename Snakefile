@@ -29,9 +29,10 @@ CL = RCFG.cluster  # training layout + resources (profiles/slurm turns them into
 if CL.nodes > 1:   # one torchrun per node (srun), c10d rendezvous on the job's first node
     TRAIN_LAUNCH = (f"srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1 {PY} -m steps.train_dist "
                     f"--nnodes $SLURM_NNODES --num-learners {CL.learners_per_node} --rdzv-id $SLURM_JOB_ID "
+                    f"--max-restarts {CL.max_restarts} "
                     "--rdzv-endpoint $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400 --")
-elif CL.learners_per_node > 1:
-    TRAIN_LAUNCH = f"{PY} -m steps.train_dist --num-learners {CL.learners_per_node} --"
+elif CL.learners_per_node > 1 or CL.max_restarts > 0:
+    TRAIN_LAUNCH = f"{PY} -m steps.train_dist --num-learners {CL.learners_per_node} --max-restarts {CL.max_restarts} --"
 else:
     TRAIN_LAUNCH = f"{PY} -m steps.train"
 TRAIN_RES = {"nodes": CL.nodes, "tasks": CL.nodes, "cpus_per_task": CL.cpus_per_learner * CL.learners_per_node,

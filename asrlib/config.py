@@ -101,7 +101,7 @@ class TrainConfig:
     spec_augment: bool = True
     freq_warp: float = 0.0        # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
     log_every: int = 10
-    kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never)
+    kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     dist: DistConfig = field(default_factory=DistConfig)
     init: str = "random"          # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
 
@@ -156,6 +156,7 @@ class ClusterConfig:
     the training rule (steps.train_dist: ``nodes`` x ``learners_per_node`` torchrun processes)."""
     nodes: int = 1                # machines for training (SLURM nodes); > 1 starts torchrun on each with c10d rendezvous
     learners_per_node: int = 1    # training processes per node (1 = plain steps.train when nodes == 1)
+    max_restarts: int = 0         # torchrun restarts the job this often when a learner dies (resumes from checkpoint)
     gpus_per_node: int = 0        # requested as --gres=gpu:N (the trainer itself runs on CPU today)
     cpus_per_learner: int = 2
     train_mem_mb: int = 8000      # per node

@@ -44,14 +44,15 @@ def test_slurm_profile_multi_node_training(tmp_path):
     assert "--gres=gpu:4" in train and "cpus_per_task=32" in train
     assert "srun --nodes=$SLURM_NNODES --ntasks-per-node=1" in train
     assert "steps.train_dist --nnodes $SLURM_NNODES --num-learners 4" in train and "--rdzv-endpoint" in train
+    assert "--max-restarts 0" in train
     fbank = out[out.index("rule fbank:"):]
     assert "mem_mb=4000" in fbank[: fbank.index("\n\n")]            # default-resources of the profile
 
 
 def test_single_node_learners_use_torchrun_standalone(tmp_path):
     cfg = yaml.safe_load((ROOT / "recipes/yesno/config.yaml").read_text())
-    cfg["cluster"] = {"learners_per_node": 2}
+    cfg["cluster"] = {"learners_per_node": 2, "max_restarts": 3}
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     out = _dry_run("local", conf, tmp_path / "w")
-    assert "-m steps.train_dist --num-learners 2 -- --config" in out
+    assert "-m steps.train_dist --num-learners 2 --max-restarts 3 -- --config" in out

@@ -68,9 +68,10 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
     init_opt=(--init-model "$ce/final.pt")
   fi
   local launch=(steps.train)  # several learners (train.dist.algo picks the algorithm): torchrun via steps.train_dist
-  if [ "${num_learners:-1}" -gt 1 ] || [ "${nnodes:-1}" -gt 1 ]; then
+  if [ "${num_learners:-1}" -gt 1 ] || [ "${nnodes:-1}" -gt 1 ] || [ "${max_restarts:-0}" -gt 0 ]; then
     launch=(steps.train_dist --num-learners "${num_learners:-1}" --nnodes "${nnodes:-1}"
-            --threads-per-learner "${threads_per_learner:-1}" ${rdzv_endpoint:+--rdzv-endpoint "$rdzv_endpoint"} --)
+            --threads-per-learner "${threads_per_learner:-1}" ${rdzv_endpoint:+--rdzv-endpoint "$rdzv_endpoint"}
+            --max-restarts "${max_restarts:-0}" --)
   fi
   cmd=${train_cmd:-${cmd:-}} run "${launch[@]}" --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"

@@ -17,7 +17,8 @@ num_learners=1          # >1: distributed training (train.dist.algo) through tor
 nnodes=1
 threads_per_learner=1
 rdzv_endpoint=
-__po_options="stage stop_stage config nj data exp python num_learners nnodes threads_per_learner rdzv_endpoint"
+max_restarts=0          # torchrun restarts the job this often when a learner dies (it resumes from the last checkpoint)
+__po_options="stage stop_stage config nj data exp python num_learners nnodes threads_per_learner rdzv_endpoint max_restarts"
 . "$ROOT/utils/parse_options.sh"
 . "$ROOT/utils/recipe_stages.sh"
 at() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }

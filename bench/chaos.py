@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/chaos.py                # 20 trials (README figures)
     PYTHONPATH=. python bench/chaos.py --quick        # 3 trials (CI runs this through tests/test_chaos.py)
+    PYTHONPATH=. python bench/chaos.py --learners 2 --algo bmuf --stages 4 --trials 10   # 2 BMUF learners
 
 The recipe is ``recipes/digits/run.sh --stop-stage 6`` (data, fbank, lang, training, decoding, scoring) on tiny
 settings (:data:`TINY`). First one uninterrupted run (the reference), timed stage by stage. Then each trial runs the
@@ -18,6 +19,11 @@ pipeline is deterministic on one machine: seeded TTS and noise, fbank, FST const
 (model, optimizer, sampler position, every RNG), decoding. Only logs, TensorBoard events and the timing fields
 (:func:`is_timing`: ``*_seconds``, ``*_s``, ``*_mtime_ns``, ``elapsed``, ...) are left out of the comparison, because they record
 wall-clock times.
+
+With ``--learners 2 --algo bmuf`` stage 4 is a 2-learner BMUF run under torchrun (``run.sh --num-learners 2``,
+block period 3 steps, a checkpoint every 10 steps: most kills in training land inside a block); the kill takes
+the learners down with their torchrun agent (asrlib.dist.env.die_with_agent) and the rerun resumes every learner's
+model, optimizer and RNG and the global model and block momentum, so the outputs are bit-identical again.
 
 Ends with one JSON line: trials, kills per stage, recoveries, integrity problems and mismatches.
 """
@@ -44,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_SH = ROOT / "recipes/digits/run.sh"
 STAGES = {1: "data", 2: "features", 3: "lang", 4: "train", 5: "decode", 6: "score"}
 STAGE_OF = {"local.digits": 1, "steps.validate_data_dir": 1, "steps.compute_fbank": 2, "steps.compute_cmvn": 2,
-            "steps.prepare_lang": 3, "steps.train": 4, "steps.compute_logprobs": 5, "steps.decode": 5,
+            "steps.prepare_lang": 3, "steps.train": 4, "steps.train_dist": 4, "steps.compute_logprobs": 5, "steps.decode": 5,
             "steps.score": 6, "steps.make_results": 6}
 # Tiny settings: 90/9/9 utterances, a 1 x 64 LSTM, 6 epochs with a checkpoint every 10 steps (~35 s on 2 cores).
 TINY = {"data": {"size": 0.03}, "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
@@ -59,17 +65,19 @@ def is_timing(key: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ running the recipe
-def tiny_config(out: Path) -> Path:
+def tiny_config(out: Path, algo: str = "local") -> Path:
     cfg = yaml.safe_load((ROOT / "recipes/digits/config.yaml").read_text())
     for section, vals in TINY.items():
         cfg[section].update(vals)
+    if algo != "local":
+        cfg["train"]["dist"] = {"algo": algo, "period": 3}
     out.write_text(yaml.safe_dump(cfg))
     return out
 
 
-def recipe_cmd(cfg: Path, work: Path) -> List[str]:
+def recipe_cmd(cfg: Path, work: Path, learners: int = 1) -> List[str]:
     return [str(RUN_SH), "--config", str(cfg), "--data", str(work / "data"), "--exp", str(work / "exp/lstm_ctc"),
-            "--stop-stage", "6", "--python", sys.executable]
+            "--stop-stage", "6", "--python", sys.executable, "--num-learners", str(learners)]
 
 
 class RecipeRun:
@@ -231,7 +239,8 @@ def mismatches(ref: Path, work: Path) -> List[str]:
 # ------------------------------------------------------------------------------------------ the loop
 def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: random.Random,
                 max_attempts: int = 10) -> Dict[str, Any]:
-    """Run the recipe (``cmd``, writing into ``work``) with 1–3 random SIGKILLs; return what happened.
+    """Run the recipe (``cmd``, writing into ``work``) with 1–3 random SIGKILLs, each aimed at a random stage of
+    ``durations`` (stage -> its reference duration) and a random offset into it; return what happened.
 
     A fresh run that ends before its first kill lands (a late offset into the last stage) is started afresh, so
     that every trial is killed at least once."""
@@ -271,16 +280,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="3 trials")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--learners", type=int, default=1, help="training learners (torchrun when > 1)")
+    p.add_argument("--algo", default="local", help="train.dist.algo with --learners > 1 (e.g. bmuf, sync, ma)")
+    p.add_argument("--stages", type=int, nargs="+", default=sorted(STAGES), help="stages the kills aim at")
     p.add_argument("--work-dir", type=Path, default=None, help="default: a temporary directory, removed at the end")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     a = p.parse_args(argv)
     trials = 3 if a.quick else a.trials
     base = Path(tempfile.mkdtemp(prefix="chaos-")) if a.work_dir is None else a.work_dir
     base.mkdir(parents=True, exist_ok=True)
-    cfg = tiny_config(base / "tiny.yaml")
+    if (a.learners > 1) != (a.algo != "local"):
+        p.error("--learners > 1 needs a distributed --algo (and --algo needs --learners > 1)")
+    cfg = tiny_config(base / "tiny.yaml", a.algo)
 
     run_dir, ref = base / "run", base / "reference"
-    cmd = recipe_cmd(cfg, run_dir)
+    cmd = recipe_cmd(cfg, run_dir, a.learners)
     for d in (run_dir, ref):
         shutil.rmtree(d, ignore_errors=True)
     run_dir.mkdir()
@@ -296,7 +310,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     report: List[Dict[str, Any]] = []
     for i in range(trials):
         t1 = time.monotonic()
-        res = chaos_trial(cmd, run_dir, durations, rng)
+        res = chaos_trial(cmd, run_dir, {s: d for s, d in durations.items() if s in a.stages}, rng)
         res["mismatches"] = mismatches(ref, run_dir) if res["exit"] == 0 else ["did not complete"]
         res["seconds"] = round(time.monotonic() - t1, 1)
         kills_per_stage.update(STAGES[k["stage"]] for k in res["kills"])
@@ -313,7 +327,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:   # kept for a look
             run_dir.rename(base / f"failed-trial{i + 1:02d}")
     recovered = sum(r["exit"] == 0 and not r["mismatches"] and not r["integrity"] for r in report)
-    summary = {"bench": "chaos", "trials": trials, "recovered": recovered,
+    summary = {"bench": "chaos", "learners": a.learners, "algo": a.algo, "trials": trials, "recovered": recovered,
                "kills": sum(len(r["kills"]) for r in report),
                "kills_per_stage": {STAGES[s]: kills_per_stage[STAGES[s]] for s in STAGES},
                "integrity_problems": sum(len(r["integrity"]) for r in report),

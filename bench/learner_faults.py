@@ -227,6 +227,8 @@ def main() -> None:
     p.add_argument("--victim", type=int, default=1, help="the rank of the learner to kill")
     p.add_argument("--sleep-factor", type=float, default=1.5, help="straggler sleep / normal step time")
     p.add_argument("--sleep", type=float, default=None, help="straggler sleep in s (overrides --sleep-factor)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="more config overrides for every run (e.g. train.lr=0.003)")
     a = p.parse_args()
     t0 = time.perf_counter()
     tmp = None
@@ -244,6 +246,7 @@ def main() -> None:
     else:   # toy: 160 train utts = 20 steps per learner per epoch (quick), 320 = 40 (full without digits data)
         setup = toy_setup(out, 160 if a.quick else 320)
         ckpt, kill_after = 8, 12
+    setup["overrides"] = [*setup["overrides"], *a.set]
     kill = kill_run(setup, out, ckpt, kill_after, a.victim, overlap=a.quick)
     print(f"kill: {json.dumps(kill)}", flush=True)
     st = straggler_runs(setup, out, a.sleep_factor, a.sleep)

@@ -1,12 +1,13 @@
 """Mobile export report for a recipe: size, 1-thread speed, accuracy, memory, streaming latency, bad-input errors.
 
     python bench/mobile.py [--quick] [--recipe recipes/digits] [--exp exp/lstm_ctc] [--set test] [--rounds 3] \
-        [--max-utts N] [--no-scaling] [--out exp/lstm_ctc/mobile/bench.md]
+        [--max-utts N] [--no-scaling] [--mobile DIR] [--out exp/lstm_ctc/mobile/bench.md]
 
-Needs the recipe's stage 7 (``steps.export_mobile``: ``<exp>/mobile``). Everything runs on ONE thread (ONNX Runtime
-intra-op threads = 1, torch threads = 1, sherpa-onnx num_threads = 1); speed ratios are measured in the same run,
-the variants interleaved round by round, and the best round is reported (the machine may be shared: the load
-average is printed beside the timings).
+Needs the recipe's stage 7 (``steps.export_mobile``: ``<exp>/mobile``, or ``--mobile DIR``). Everything runs on ONE
+thread (ONNX Runtime intra-op threads = 1, torch threads = 1, sherpa-onnx num_threads = 1); speed ratios are
+measured in the same run: the networks interleaved per utterance (order rotated per round), the median round and
+the median per-round ratio reported (the machine may be shared: the load average is printed beside the timings);
+the end-to-end engines interleaved round by round, best round.
 
 * **Size**: bytes of each ONNX file (and zlib-compressed bytes: pruned zeros compress), ratio to fp32.
 * **Speed**: network RTF = network seconds / audio seconds on the set's recipe features (whole utterances);
@@ -70,19 +71,34 @@ def wer(refs: Dict[str, str], hyps: Dict[str, List[str]]) -> float:
 
 
 def network_speed(models: Dict[str, object], keys: List[str], feats: Dict[str, np.ndarray], rounds: int
-                  ) -> Tuple[Dict[str, float], Dict[str, Dict[str, np.ndarray]]]:
-    """Best-round network seconds per model (interleaved rounds) and each model's log-probs."""
-    best = {n: float("inf") for n in models}
-    logprobs: Dict[str, Dict[str, np.ndarray]] = {n: {} for n in models}
+                  ) -> Tuple[Dict[str, float], Dict[str, Dict[str, np.ndarray]], Dict[str, List[float]]]:
+    """Median-round network seconds per model, each model's log-probs, and every round's seconds. The models are
+    interleaved per utterance (each utterance runs on every model before the next; the order rotates per round),
+    so load changes on a shared machine hit all models alike; 3 untimed warm-up utterances first."""
+    names = list(models)
+    for k in keys[:3]:  # warm-up (first-run allocations), untimed
+        for name in names:
+            models[name](feats[k])
+    secs: Dict[str, List[float]] = {n: [] for n in names}
+    logprobs: Dict[str, Dict[str, np.ndarray]] = {n: {} for n in names}
     for r in range(rounds):
-        for name, run in models.items():
-            t0 = time.perf_counter()
-            for k in keys:
-                lp = run(feats[k])
+        order = names[r % len(names):] + names[:r % len(names)]
+        tot = {n: 0.0 for n in names}
+        for k in keys:
+            for name in order:
+                t0 = time.perf_counter()
+                lp = models[name](feats[k])
+                tot[name] += time.perf_counter() - t0
                 if r == 0:
                     logprobs[name][k] = lp
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best, logprobs
+        for n in names:
+            secs[n].append(tot[n])
+    return {n: float(np.median(v)) for n, v in secs.items()}, logprobs, secs
+
+
+def speedup(secs: Dict[str, List[float]], slow: str, fast: str) -> float:
+    """Median over rounds of the per-round time ratio ``slow`` / ``fast`` (both measured in the same round)."""
+    return float(np.median([a / b for a, b in zip(secs[slow], secs[fast])]))
 
 
 def peak_rss(engine: str, bundle: Path, wav_scp: Path) -> Tuple[float, float]:
@@ -142,8 +158,8 @@ def scaling(tmp: Path, rounds: int) -> Dict[str, float]:
     x = np.random.default_rng(0).normal(0, 1, (3000, 80)).astype(np.float32)
     models = {"fp32": OnnxAcousticModel(tmp / "big.onnx").log_probs,
               "int8": OnnxAcousticModel(tmp / "big.int8.onnx").log_probs}
-    best, _ = network_speed(models, ["x"], {"x": x}, rounds)
-    return {"fp32_rtf": best["fp32"] / 30.0, "int8_rtf": best["int8"] / 30.0, "speedup": best["fp32"] / best["int8"],
+    best, _, secs = network_speed(models, ["x"], {"x": x}, rounds)
+    return {"fp32_rtf": best["fp32"] / 30.0, "int8_rtf": best["int8"] / 30.0, "speedup": speedup(secs, "fp32", "int8"),
             "params": sum(p.numel() for p in m.parameters())}
 
 
@@ -156,6 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-utts", type=int, default=0)
     p.add_argument("--chunks-ms", default="80,160,320,640")
     p.add_argument("--no-scaling", action="store_true")
+    p.add_argument("--mobile", type=Path, help="the export directory (default: <recipe>/<exp>/mobile); e.g. a "
+                   "steps.export_mobile --out-dir made elsewhere for an experiment")
     p.add_argument("--out", type=Path)
     p.add_argument("--quick", action="store_true",
                    help="a smoke run under a minute: 40 utterances, 1 round, chunks 160/320 ms, no scaling model")
@@ -172,7 +190,7 @@ def main(argv=None) -> int:
     from asrlib.export.streaming import StreamingRecognizer
 
     recipe = a.recipe.resolve()
-    mobile = recipe / a.exp / "mobile"
+    mobile = a.mobile.resolve() if a.mobile else recipe / a.exp / "mobile"
     bundle = mobile / "bundle"
     if not (mobile / ".export.done").is_file():
         print(f"{mobile} is not exported: run {recipe}/run.sh --stage 7 first", file=sys.stderr)
@@ -200,14 +218,19 @@ def main(argv=None) -> int:
                    "pruned int8": "pruned.int8.onnx"}
     if (mobile / "pruned.fp16.onnx").is_file():
         onnx_models["pruned fp16"] = "pruned.fp16.onnx"
-    runners = {n: OnnxAcousticModel(mobile / f).log_probs for n, f in onnx_models.items()}
+    onnx_runners = {n: OnnxAcousticModel(mobile / f) for n, f in onnx_models.items()}
+    runners_meta = {n: m.meta.get("recurrence", "ops") for n, m in onnx_runners.items()}
+    runners = {n: m.log_probs for n, m in onnx_runners.items()}
     for n, pt in (("torch fp32", recipe / a.exp / "final.pt"), ("torch pruned", mobile / "pruned.pt")):
         saved = load_compressed(pt)
         runners[n] = saved.log_probs
-    best, logprobs = network_speed(runners, keys, feats, a.rounds)
+    best, logprobs, secs = network_speed(runners, keys, feats, a.rounds)
     R["network_rtf"] = {n: best[n] / audio_s for n in runners}
-    R["int8_speedup"] = best["fp32"] / best["int8"]
-    R["pruned_int8_speedup"] = best["fp32"] / best["pruned int8"]
+    R["network_rtf_rounds"] = {n: [t / audio_s for t in v] for n, v in secs.items()}
+    R["int8_speedup"] = speedup(secs, "fp32", "int8")
+    R["pruned_int8_speedup"] = speedup(secs, "fp32", "pruned int8")
+    R["pruned_fp32_to_int8_speedup"] = speedup(secs, "pruned fp32", "pruned int8")
+    R["recurrence"] = {n: runners_meta.get(n, "") for n in onnx_models}
     dec = TlgDecoder(bundle, beam=SHERPA_BEAM, max_active=3000)
     R["wer"] = {n: wer(refs, {k: dec.decode(logprobs[n][k]) for k in keys}) for n in runners}
 
@@ -277,9 +300,11 @@ def _kb(b: int) -> str:
 def report(R: dict, a) -> str:
     s, w, n = R["size"], R["wer"], R["network_rtf"]
     L = [f"## Mobile export: {a.recipe.name} ({R['set']}: {R['utts']} utterances, {R['audio_s']:.0f} s)", "",
-         f"`python bench/mobile.py --recipe {a.recipe} --set {R['set']}` — one thread; load average "
+         f"`python bench/mobile.py --recipe {a.recipe} --set {R['set']}"
+         f"{f' --mobile {a.mobile}' if a.mobile else ''}` — one thread; load average "
          f"{R['loadavg_before'][0]:.1f} before, {R['loadavg_after'][0]:.1f} after (2-core machine, shared); "
-         f"best of {a.rounds} interleaved rounds. WER with the TLG search at sherpa-onnx's fixed beam 16.", "",
+         f"network times: median of {a.rounds} rounds, the models interleaved per utterance; speed-ups: median of "
+         f"the per-round ratios. WER with the TLG search at sherpa-onnx's fixed beam 16.", "",
          "| model | bytes (zipped) | × fp32 | network RTF | test WER % |", "|---|---:|---:|---:|---:|"]
     rows = [("fp32 (trained model, ONNX)", "baseline.fp32.onnx", "fp32"),
             ("int8 (no pruning)", "baseline.int8.onnx", "int8"),
@@ -293,10 +318,14 @@ def report(R: dict, a) -> str:
                      f"{n[key]:.4f} | {w[key]:.2f} |")
     L.append(f"| PyTorch eager fp32 / pruned (reference) | | | {n['torch fp32']:.4f} / {n['torch pruned']:.4f} | "
              f"{w['torch fp32']:.2f} / {w['torch pruned']:.2f} |")
+    ops = R["int8_ops"]["ops"]
+    int8_kinds = ", ".join(f"{ops[op]} {op}" for op in ("DynamicQuantizeLSTM", "MatMulInteger", "DynamicQuantizeMatMul")
+                           if op in ops)
     L += ["", f"int8 network speed-up over fp32 (1 thread): {R['int8_speedup']:.2f}× (int8 alone), "
-              f"{R['pruned_int8_speedup']:.2f}× (pruned int8). int8 ops: {R['int8_ops']['int8_matmuls']} matrix "
-              f"products as MatMulInteger (inside the Scan too), {R['int8_ops']['float_matmuls']} left in float; "
-              f"Sigmoid/Tanh/cell state in float32.", "",
+              f"{R['pruned_int8_speedup']:.2f}× (pruned int8; {R['pruned_fp32_to_int8_speedup']:.2f}× over pruned "
+              f"fp32). Recurrence: {R['recurrence'].get('pruned int8', '?')} (asrlib.export.onnx_model). int8 ops: "
+              f"{R['int8_ops']['int8_matmuls']} matrix products in int8 ({int8_kinds}; inside the Scan too), "
+              f"{R['int8_ops']['float_matmuls']} left in float; Sigmoid/Tanh/cell state in float32.", "",
           "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |",
           "|---|---:|---:|---:|",
           f"| asrlib streaming recogniser, 320 ms chunks | {R['e2e_rtf']['ours streaming int8']:.4f} | "

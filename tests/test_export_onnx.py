@@ -1,5 +1,6 @@
 """ONNX export of the LSTM(P) model: numerically equal to PyTorch on two lengths (offline and streaming signatures,
-peepholes on/off, low-rank bottleneck, CMVN folded), int8 really quantized (Scan body included), fp16, clear
+peepholes on/off, low-rank bottleneck, CMVN folded; the ``ops``, ``lstm`` and ``hybrid`` recurrences), int8 really
+quantized (Scan body and LSTM nodes included) with chunked int8 equal to whole-utterance int8, fp16, clear
 errors."""
 from __future__ import annotations
 
@@ -44,9 +45,76 @@ def plain(tmp_path_factory):
     return m, mean, inv, export_onnx(ScanAcousticModel.from_model(m, mean, inv), d / "off.onnx"), d
 
 
+def _no_proj_model(peephole: bool, ranks, seed: int):
+    torch.manual_seed(seed)
+    m = build_model(FEAT, 9, ModelConfig(num_layers=3, hidden_size=20, proj_size=0, peephole=peephole, stack=3,
+                                         dropout=0.0)).eval()
+    prune.low_rank_factorize(m, ranks=ranks)
+    rng = np.random.default_rng(seed)
+    return m, rng.normal(5, 2, FEAT).astype(np.float32), (1 / rng.uniform(0.5, 3, FEAT)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def lstm_nodes(tmp_path_factory):
+    """No recurrent projection, so ONNX LSTM nodes: {recurrence: (model, mean, inv, offline, streaming)} for
+    ``hybrid`` (the default; bottlenecks on layers 0 and 1: layer 1's is folded) and ``lstm`` (with peepholes)."""
+    d = tmp_path_factory.mktemp("onnx_lstm")
+    out = {}
+    for rec, peephole, ranks in (("hybrid", False, [10, 8, None]), ("lstm", True, [10, None, 8])):
+        m, mean, inv = _no_proj_model(peephole, ranks, seed=3)
+        core = ScanAcousticModel.from_model(m, mean, inv, recurrence="auto" if rec == "hybrid" else rec)
+        assert core.recurrence == rec
+        out[rec] = (m, mean, inv, export_onnx(core, d / f"{rec}.onnx"),
+                    export_onnx(core, d / f"{rec}.str.onnx", streaming=True), core)
+    return out
+
+
 def test_offline_matches_torch_on_two_lengths(peephole_lowrank, plain):
     for m, mean, inv, path, *_ in (peephole_lowrank, plain):
         assert verify_onnx(path, m, mean, inv, lengths=(40, 301)) <= 1e-4
+
+
+def test_lstm_node_recurrences_match_torch(lstm_nodes):
+    for rec, (m, mean, inv, path, spath, core) in lstm_nodes.items():
+        assert verify_onnx(path, m, mean, inv, lengths=(40, 301)) <= 1e-4, rec
+        assert verify_onnx(spath, m, mean, inv, lengths=(33, 150)) <= 1e-4, rec
+        assert OnnxAcousticModel(path).meta["recurrence"] == rec
+        x = (mean + np.random.default_rng(4).normal(0, 1, (2, 47, FEAT)) / inv).astype(np.float32)
+        with torch.no_grad():   # the module itself (torch ops where the export has LSTM nodes) agrees too
+            eager = core(torch.from_numpy(x), torch.tensor([47, 47]))[0].numpy()
+        assert np.abs(eager - torch_reference(m, mean, inv, x, np.array([47, 47]))).max() <= 1e-4
+    scan_body = lambda rep: [x for x in rep["float_matmuls"] if not x.startswith("main_graph/")]  # noqa: E731
+    hyb = op_report(lstm_nodes["hybrid"][3])
+    assert hyb["ops"]["LSTM"] == 3 and len([x for x in scan_body(hyb) if "(LSTM)" in x]) == 1  # layer 0 per frame
+    per_frame = op_report(lstm_nodes["lstm"][3])
+    assert per_frame["ops"]["LSTM"] == 3 and all(not x.startswith("main_graph/") for x in per_frame["float_matmuls"])
+
+
+def test_lstm_nodes_int8_chunked_equals_whole_utterance(lstm_nodes):
+    """int8 activation scales per frame (layer 0) or constant (upper layers, output): any chunking gives exactly
+    the whole-utterance int8 log-probs."""
+    rng = np.random.default_rng(6)
+    for rec, (m, mean, inv, path, spath, _) in lstm_nodes.items():
+        rep = quantize_int8(path, path.with_suffix(".int8.onnx"))
+        assert rep["ops"]["DynamicQuantizeLSTM"] == 3 and "LSTM" not in rep["ops"], rec
+        assert rep["float_matmuls"] == [] and rep["float_weights"] == 0, rec
+        quantize_int8(spath, spath.with_suffix(".int8.onnx"))
+        x = (mean + rng.normal(0, 1, (1, 201, FEAT)) / inv).astype(np.float32)
+        fp = OnnxAcousticModel(path).log_probs(x[0])
+        q8 = OnnxAcousticModel(path.with_suffix(".int8.onnx")).log_probs(x[0])
+        assert 0 < np.abs(q8 - fp).max() < 0.1, rec   # really int8 (not bit-equal), and close
+        f16 = OnnxAcousticModel(convert_fp16_weights(path, path.with_suffix(".f16.onnx"))).log_probs(x[0])
+        assert np.abs(f16 - fp).max() < 1e-2, rec
+        pc = quantize_int8(path, path.with_suffix(".pc.onnx"), per_channel=True)
+        assert pc["ops"]["DynamicQuantizeLSTM"] == 3 and pc["float_matmuls"] == [], rec
+        assert 0 < np.abs(OnnxAcousticModel(path.with_suffix(".pc.onnx")).log_probs(x[0]) - fp).max() < 0.1, rec
+        sess = ort_session(spath.with_suffix(".int8.onnx"))
+        h, c = np.zeros((3, 1, 20), np.float32), np.zeros((3, 1, 20), np.float32)
+        outs = []
+        for a, b in ((0, 30), (30, 33), (33, 99), (99, 201)):
+            lp, h, c = sess.run(None, {"x": x[:, a:b], "h": h, "c": c})
+            outs.append(lp[0])
+        assert np.array_equal(np.concatenate(outs), q8), rec
 
 
 def test_streaming_signature_matches_torch_and_carries_state(peephole_lowrank):
@@ -103,7 +171,8 @@ def test_int8_quantizes_every_matmul_including_the_scan_body(peephole_lowrank, p
     quantize_int8(ppath, pd / "off.int8.onnx")
     assert (pd / "off.int8.onnx").stat().st_size < 0.4 * ppath.stat().st_size
     assert all(not x.startswith("main_graph/") for x in op_report(pd / "off.int8.onnx")["int8_matmuls"])
-    assert OnnxAcousticModel(pd / "off.int8.onnx").session.get_modelmeta().custom_metadata_map["precision"] == "int8"
+    meta = OnnxAcousticModel(pd / "off.int8.onnx").session.get_modelmeta().custom_metadata_map
+    assert meta["precision"] == "int8" and meta["recurrence"] == "ops"   # LSTMP: no ONNX LSTM node, the auto pick
 
 
 def test_fp16_weights(plain):
@@ -131,3 +200,8 @@ def test_clear_errors(plain, tmp_path):
     bi = build_model(FEAT, 9, ModelConfig(num_layers=1, hidden_size=8, proj_size=4, bidirectional=True))
     with pytest.raises(AsrError, match="bidirectional"):
         ScanAcousticModel.from_model(bi, np.zeros(FEAT), np.ones(FEAT))
+    lstmp = build_model(FEAT, 9, ModelConfig(num_layers=1, hidden_size=8, proj_size=4))
+    with pytest.raises(AsrError, match="no recurrent projection"):
+        ScanAcousticModel.from_model(lstmp, np.zeros(FEAT), np.ones(FEAT), recurrence="hybrid")
+    with pytest.raises(AsrError, match="recurrence must be one of"):
+        ScanAcousticModel.from_model(lstmp, np.zeros(FEAT), np.ones(FEAT), recurrence="gru")

@@ -11,20 +11,42 @@ The exported network (:class:`ScanAcousticModel`), from raw 80-dim fbank to CTC 
 * global CMVN as two graph ops, ``(x - mean) * inv_std`` (no runtime CMVN needed: sherpa-onnx applies none);
 * frame stacking ×``stack`` (also the subsampling), trailing frames that do not fill a stack dropped, as in
   training;
-* for every layer: an optional low-rank input bottleneck (from :mod:`asrlib.export.prune`), the input transform
-  ``W_ih x + b`` and the recurrence — all layers advance together inside ONE ``Scan`` (half the per-step overhead
-  of one Scan per layer). Without peepholes the gate rows are reordered to (i, f, o, g) so one Sigmoid covers
-  three gates; with peepholes the cell is Kaldi's LSTMP as in :class:`asrlib.models.lstm.LstmpLayer`;
+* the LSTM layers, in one of three forms (``recurrence``, below);
 * the output layer and log-softmax.
 
-**Frame-local** (the default): every matrix product, layer 0's input transform and the output layer included,
-runs per frame inside the loop. This matters for int8: ONNX Runtime's dynamic quantization scales activations
-per *tensor*, so a product over all frames at once would give every frame a scale that depends on the whole
-utterance (or on the chunk, when streaming) — measured: chunked and whole-utterance int8 hypotheses then
-differ. Per frame, the scale depends only on that frame (and on the other utterances of a batch: decode one
-utterance per call for bit-stable results), so streaming equals whole-utterance decoding. Measured on the digits
-model, one thread: no fp32 speed difference against hoisting layer 0's input transform out of the loop
-(``frame_local=False``, also exportable).
+**Frame-local int8.** ONNX Runtime's dynamic quantization scales activations per *tensor*, so a product over all
+frames at once would give every frame a scale that depends on the whole utterance (or on the chunk, when
+streaming) — measured: chunked and whole-utterance int8 hypotheses then differ. Every form below therefore gives
+each frame's activations a scale that depends on that frame only (or a constant one), so streaming equals
+whole-utterance decoding, bit for bit, in int8 too (for one utterance per call: in a batch the per-frame scale
+covers the batch's frames of that time step).
+
+``recurrence`` (keyword of :meth:`ScanAcousticModel.from_model`; metadata ``recurrence``):
+
+* ``hybrid`` (the default where possible: no recurrent projection): layer 0 runs per frame inside a ``Scan``
+  as one ONNX ``LSTM`` node (one time step; its input is unbounded CMVN'd fbank, quantized per frame). Layers
+  1.. run as ONE ``LSTM`` node each over all frames, and so does the output layer (a MatMul): their input is the
+  previous layer's output h, |h| ≤ 1, with two constant columns ±b appended (zero weights; b = 1 + 2^-10, as
+  ORT's Tanh/Sigmoid approximations overshoot 1 by up to 2e-7, measured): the per-tensor int8 range is then
+  exactly [-b, b] for any frames, i.e. a fixed activation scale (2b/255); their recurrent state is quantized
+  per time step inside the node. A low-rank bottleneck of layers 1.. (its output
+  is not bounded) is folded into W_ih (W_ih·W_in: larger; on the pruned digits model +0.2 MB int8). int8: ORT's
+  ``DynamicQuantizeLSTM`` (:func:`asrlib.export.quantize.quantize_lstm_nodes`).
+* ``lstm``: every layer per frame inside the Scan, one ``LSTM`` node each (bottlenecks kept as MatMuls).
+* ``ops``: the cell as elementwise ops inside the Scan (every matrix product per frame; with ``frame_local=False``
+  layer 0's input transform and the output layer are hoisted out of the loop, float-only use). The only form
+  for LSTMP (recurrent projection: ONNX's LSTM node has none), chosen automatically there. Without peepholes
+  the gate rows are reordered to (i, f, o, g) so one Sigmoid covers three gates; with peepholes the cell is
+  Kaldi's LSTMP as in :class:`asrlib.models.lstm.LstmpLayer`.
+
+Why (digits model, 3×256 LSTM; 1 thread on a shared 2-core AMD EPYC, AVX2 without VNNI; fp32 and int8 of the
+same export interleaved per utterance over the 300 test utterances, median of 5-7 rounds, several runs): per
+frame, ``ops`` runs ~34 ONNX nodes (7 products + 27 elementwise/split ops); in int8 the fixed cost of a node
+(dispatch, on-the-fly activation quantization) weighs as much as the int8 products, so int8 is only 2.0-2.1×
+faster than fp32. An ``LSTM`` node does a layer's step in one kernel call: ``lstm`` 2.3-2.4×; ``hybrid``, where
+only layer 0 pays per-frame calls and the upper layers' input products are one GEMM over all frames, 2.5-2.7×
+(and in absolute terms fp32 1.5×, int8 1.9× faster than ``ops``; same int8 WER). Also measured, not kept: one
+product [x; h]·[W_ih | W_hh] per layer with elementwise gates (2.2-2.3×).
 
 Two signatures:
 
@@ -37,7 +59,8 @@ Two signatures:
 
 Model metadata (``metadata_props``): ``model_type`` = ``asrlib_lstm_ctc``, ``version``, ``feat_dim``,
 ``sample_rate``, ``frame_shift_ms``, ``subsampling``, ``vocab_size``, ``num_layers``, ``hidden_size``,
-``state_size`` (P), ``peephole``, ``cmvn`` = ``folded``, ``streaming`` (0/1), ``fbank`` (the front-end settings).
+``state_size`` (P), ``peephole``, ``cmvn`` = ``folded``, ``streaming`` (0/1), ``frame_local`` (0/1),
+``recurrence``, ``fbank`` (the front-end settings).
 """
 from __future__ import annotations
 
@@ -117,13 +140,21 @@ def _reorder_ifgo_to_ifog(w: torch.Tensor) -> torch.Tensor:
     return torch.cat([i, f, o, g], dim=0)
 
 
+RECURRENCES = ("auto", "hybrid", "lstm", "ops")
+# > max |h| = |sigmoid(o)·tanh(c)| as ONNX Runtime computes it: its approximations reach 1.0000002 (Tanh) and
+# 1.0000001 (Sigmoid), measured; exact in float32
+H_BOUND = 1.0 + 2.0 ** -10
+
+
 class ScanAcousticModel(nn.Module):
     """The exportable network (see the module docstring); built from a trained model with :meth:`from_model`."""
 
     def __init__(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor,
-                 cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, stack: int, frame_local: bool = True):
+                 cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, stack: int, frame_local: bool = True,
+                 recurrence: str = "auto"):
         super().__init__()
         self.frame_local = frame_local
+        self._exporting = False  # True while export_onnx traces: LSTM nodes are emitted instead of torch ops
         if not layers:
             raise AsrError("the model has no LSTM layers")
         self.num_layers, self.stack = len(layers), int(stack)
@@ -141,6 +172,10 @@ class ScanAcousticModel(nn.Module):
         self.register_buffer("cmvn_inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)).reshape(-1))
         self.has_in = [lw.w_in is not None for lw in layers]
         self.has_hr = [lw.w_hr is not None for lw in layers]
+        self.recurrence = self._pick_recurrence(recurrence)
+        if self.recurrence != "ops":
+            self._lstm_buffers(layers, out_weight, out_bias)
+            return
         for k, lw in enumerate(layers):
             w_ih, b, w_hh = lw.w_ih, lw.bias, lw.w_hh
             if not self.peephole:  # (i, f, o, g): one Sigmoid over 3H
@@ -158,15 +193,61 @@ class ScanAcousticModel(nn.Module):
         self.register_buffer("w_out", out_weight.float().contiguous())
         self.register_buffer("b_out", out_bias.float().contiguous())
 
+    def _pick_recurrence(self, recurrence: str) -> str:
+        if recurrence not in RECURRENCES:
+            raise AsrError(f"recurrence must be one of {', '.join(RECURRENCES)}, not {recurrence!r}")
+        lstm_ok = self.frame_local and not any(self.has_hr)
+        if recurrence == "auto":
+            return "hybrid" if lstm_ok else "ops"
+        if recurrence != "ops" and not lstm_ok:
+            raise AsrError(f"recurrence {recurrence!r} needs frame_local and no recurrent projection (proj_size 0): "
+                           "ONNX's LSTM node has none; use recurrence 'ops'")
+        return recurrence
+
+    def _lstm_buffers(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor):
+        """Weights in ONNX ``LSTM`` layout: ``W{k}`` (1, 4H, in), ``R{k}`` (1, 4H, H), ``B{k}`` (1, 8H), ``P{k}``
+        (1, 3H), gates (i, o, f, c). Whole-sequence layers (hybrid, k > 0) get their bottleneck folded into W and
+        two zero input columns for the constant ±H_BOUND inputs; so does the output layer."""
+        from torch.onnx import ops  # noqa: F401 - registers torch.ops.onnx_symbolic
+
+        H = self.H
+        self.in_scan = 1 if self.recurrence == "hybrid" else self.num_layers  # layers run per frame in the Scan
+        # the LSTM node's one attribute, encoded as torch.ops.onnx_symbolic expects it
+        self._lstm_attrs = dict(attr_keys=["hidden_size"], attr_types=["i"], attr_pos=[[0, 1]], attr_ints=[H],
+                                attr_floats=[], attr_strs=[], metadata_props_keys=[], metadata_props_values=[],
+                                domain="", version=None)
+        iofc = lambda w: torch.cat([w.chunk(4, dim=0)[j] for j in (0, 3, 1, 2)], dim=0).float()  # noqa: E731
+        for k, lw in enumerate(layers):
+            whole = k >= self.in_scan
+            w_ih = lw.w_ih
+            if lw.w_in is not None and whole:  # folded: a whole-sequence layer's input must be the bounded h
+                w_ih = (lw.w_ih.double() @ lw.w_in.double()).float()
+                self.has_in[k] = False
+            if self.has_in[k]:
+                self.register_buffer(f"w_in{k}", lw.w_in.float().contiguous())
+            w = iofc(w_ih)
+            self.register_buffer(f"W{k}", (F.pad(w, (0, 2)) if whole else w)[None].contiguous())
+            self.register_buffer(f"R{k}", iofc(lw.w_hh)[None].contiguous())
+            self.register_buffer(f"B{k}", torch.cat([iofc(lw.bias), torch.zeros(4 * H)])[None].contiguous())
+            if lw.peep is not None:
+                w_ci, w_cf, w_co = lw.peep
+                self.register_buffer(f"P{k}", torch.cat([w_ci, w_co, w_cf]).float()[None].contiguous())
+        whole_out = self.recurrence == "hybrid"
+        self.register_buffer("w_out", (F.pad(out_weight.float(), (0, 2)) if whole_out else out_weight.float())
+                             .contiguous())
+        self.register_buffer("b_out", out_bias.float().contiguous())
+        self.register_buffer("h_bound", torch.tensor([-H_BOUND, H_BOUND]))
+
     @classmethod
     def from_model(cls, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-                   frame_local: bool = True) -> "ScanAcousticModel":
+                   frame_local: bool = True, recurrence: str = "auto") -> "ScanAcousticModel":
         """From a :class:`~asrlib.models.lstm.StackedLstmAcousticModel` (possibly compressed by
-        :mod:`asrlib.export.prune`) and its CMVN; ``frame_local``: every matrix product inside the loop."""
+        :mod:`asrlib.export.prune`) and its CMVN; ``frame_local``: every matrix product inside the loop (for
+        ``recurrence`` ``ops``); ``recurrence``: see the module docstring."""
         layers = [_lstm_layer_weights(layer) for layer in model.layers]
         out = model.output
         return cls(layers, out.weight.detach().clone(), out.bias.detach().clone(), cmvn_mean, cmvn_inv_std,
-                   model.stack, frame_local)
+                   model.stack, frame_local, recurrence)
 
     # ------------------------------------------------------------------ the network
     def _cell(self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
@@ -190,9 +271,78 @@ class ScanAcousticModel(nn.Module):
             x = F.linear(x, w[f"w_in{k}"])
         return F.linear(x, w[f"w_ih{k}"], w[f"b{k}"])
 
+    def _lstm(self, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
+              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer k as one ONNX ``LSTM`` node over x (S, N, in) from h, c (1, N, H): Y (S, 1, N, H), h, c."""
+        H = self.H
+        W, R, B, P = w[f"W{k}"], w[f"R{k}"], w[f"B{k}"], w.get(f"P{k}")
+        if self._exporting:
+            # the custom op behind torch.onnx.ops.symbolic_multi_out, called directly: dynamo (which traces the
+            # Scan body) refuses to trace into torch.onnx, and folds torch.onnx.is_in_onnx_export() to False
+            y, h2, c2 = torch.ops.onnx_symbolic._symbolic_multi_out.default(
+                [x, W, R, B, None, h, c, P], "LSTM", [1, 1, 1],
+                shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]], **self._lstm_attrs)
+            return y, h2, c2
+        gx = F.linear(x, W[0], B[0, : 4 * H])   # the same arithmetic in torch (eager use of this module)
+        ys = []
+        for t in range(x.shape[0]):
+            gi, go, gf, gc = (gx[t:t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
+            if P is not None:
+                pi, po, pf = P[0].chunk(3)
+                gi, gf = gi + pi * c, gf + pf * c
+            c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gc)
+            h = torch.sigmoid(go + (po * c if P is not None else 0.0)) * torch.tanh(c)
+            ys.append(h)
+        return torch.cat(ys, 0).unsqueeze(1), h, c
+
+    def _bounded(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., d) with two more columns, -H_BOUND and +H_BOUND: for |x| < H_BOUND (LSTM outputs) the per-tensor
+        int8 range of the result is exactly ±H_BOUND whatever the frames, so its activation scale is constant."""
+        return torch.cat([x, self.h_bound.expand(*x.shape[:-1], 2)], dim=-1)
+
+    def _run_lstm(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
+        """``lstm`` / ``hybrid``: x (N, T, F) raw fbank → log-probs, final (h, c) per layer."""
+        from torch._higher_order_ops.scan import scan
+
+        n, t, d = x.shape
+        t_out = t // self.stack
+        x = (x - self.cmvn_mean) * self.cmvn_inv_std
+        x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
+        w = dict(self.named_buffers())
+        ns, hybrid = self.in_scan, self.recurrence == "hybrid"
+        h0, c0 = [h.unsqueeze(0) for h in h0], [c.unsqueeze(0) for c in c0]
+
+        def step(carry, xt):  # xt (1, N, F): one frame, as the LSTM node's X
+            rs, cs = carry
+            new_r, new_c = [], []
+            inp = xt
+            for k in range(ns):
+                if self.has_in[k]:
+                    inp = F.linear(inp, w[f"w_in{k}"])
+                y, inp, c2 = self._lstm(k, inp, rs[k], cs[k], w)
+                new_r.append(inp)
+                new_c.append(c2)
+            # hybrid: the node's Y output (a copy of h written by the kernel: no extra node for the scan output)
+            return (new_r, new_c), (y if hybrid else F.linear(inp, w["w_out"], w["b_out"]))
+
+        (hs, cs), ys = scan(step, (h0[:ns], c0[:ns]), x.transpose(0, 1).unsqueeze(1))
+        hs, cs = list(hs), list(cs)
+        seq = ys.reshape(ys.shape[0], n, ys.shape[-1])  # (T, N, H), or (T, N, V) with all layers in the Scan
+        for k in range(ns, self.num_layers):  # whole-sequence layers: one LSTM node each over all frames
+            seq, h2, c2 = self._lstm(k, self._bounded(seq), h0[k], c0[k], w)
+            seq = seq.squeeze(1)
+            hs.append(h2)
+            cs.append(c2)
+        if hybrid:
+            seq = F.linear(self._bounded(seq), self.w_out, self.b_out)
+        return seq.transpose(0, 1).log_softmax(dim=-1), [h[0] for h in hs], [c[0] for c in cs]
+
     def _run(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
         """x: (N, T, F) raw fbank → log-probs (N, T // stack, V), final (h, c) per layer."""
         from torch._higher_order_ops.scan import scan
+
+        if self.recurrence != "ops":
+            return self._run_lstm(x, h0, c0)
 
         n, t, d = x.shape
         t_out = t // self.stack
@@ -245,7 +395,7 @@ class ScanAcousticModel(nn.Module):
                 "vocab_size": str(self.vocab_size), "num_layers": str(self.num_layers),
                 "hidden_size": str(self.H), "state_size": str(self.P), "peephole": str(int(self.peephole)),
                 "cmvn": "folded", "streaming": str(int(streaming)), "frame_local": str(int(self.frame_local)),
-                "fbank": FBANK_SETTINGS}
+                "recurrence": self.recurrence, "fbank": FBANK_SETTINGS}
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -258,6 +408,22 @@ def strip_debug_info(model) -> None:
         for node in g.node:
             del node.metadata_props[:]
             node.doc_string = ""
+
+
+def drop_unused_lstm_outputs(model) -> None:
+    """Name LSTM nodes after their W (``lstm_W0``...) and unname their outputs that nothing reads (the per-frame
+    node's Y, final states of the offline signature): ORT then does not write them."""
+    from asrlib.export.quantize import _graphs
+
+    graphs = list(_graphs(model.graph))
+    used = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
+    for g in graphs:
+        for node in g.node:
+            if node.op_type == "LSTM":
+                node.name = f"lstm_{node.input[1]}"
+                for j, name in enumerate(node.output):
+                    if name and name not in used:
+                        node.output[j] = ""
 
 
 class _Streaming(nn.Module):
@@ -298,14 +464,17 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
         lg.setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
+        m._exporting = True
         try:
             prog = torch.onnx.export(module, args, None, dynamo=True, input_names=names_in, output_names=names_out,
                                      dynamic_shapes=dyn, opset_version=OPSET, verbose=False)
         finally:
+            m._exporting = False
             for lg, lv in zip(quiet, levels):
                 lg.setLevel(lv)
     proto = prog.model_proto
     strip_debug_info(proto)
+    drop_unused_lstm_outputs(proto)
     onnx.helper.set_model_props(proto, m.metadata(sample_rate, streaming))
     path = Path(path)
     with atomic_path(path) as tmp:

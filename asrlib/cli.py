@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from asrlib.io_utils import AsrError, dir_lock, disk_write_error
 
@@ -31,6 +31,20 @@ def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) ->
 OUTPUT_DIR_OPTIONS = ("--out-dir", "--exp-dir")   # by convention, the directory a step writes into
 
 
+def option_values(argv: Sequence[str], options: Sequence[str]) -> Dict[str, Optional[str]]:
+    """``{option: value or None}`` for the exact option names ``options`` in ``argv`` (``--opt V`` or ``--opt=V``;
+    everything else in ``argv`` is ignored). An option given without a value counts as absent (the step's own
+    parser says so)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for opt in options:
+        p.add_argument(opt, dest=opt)
+    try:
+        known, _ = p.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return {opt: None for opt in options}
+    return {opt: getattr(known, opt) for opt in options}
+
+
 def output_dirs(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS) -> List[Path]:
     """The directories that ``argv`` names with ``options`` (exact option names, ``--opt DIR`` or ``--opt=DIR``).
 
@@ -39,14 +53,7 @@ def output_dirs(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS
     """
     if not options or os.environ.get("RANK", "0") != "0":
         return []
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for opt in options:
-        p.add_argument(opt, dest=opt)
-    try:
-        known, _ = p.parse_known_args(list(argv))
-    except argparse.ArgumentError:   # e.g. the option without a value: the step's own parser says so
-        return []
-    return [Path(v) for v in (getattr(known, opt) for opt in options) if v]
+    return [Path(v) for v in option_values(argv, options).values() if v]
 
 
 @contextlib.contextmanager

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from asrlib.cli import option_values
+
 
 def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, args: tuple,
            env: Dict[str, str], threads: int) -> None:
@@ -198,15 +200,6 @@ RESUMED_RE = re.compile(r"resumed from \S+: epoch \d+, batch \d+, step (\d+)")
 RESTART_RE = re.compile(r"torchrun restart (\d+) of")
 
 
-def _argv_value(argv: List[str], opt: str) -> Optional[str]:
-    for i, a in enumerate(argv):
-        if a == opt and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(opt + "="):
-            return a[len(opt) + 1:]
-    return None
-
-
 def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
     """``{rank: pid}`` of the live learners of torchrun attempt ``attempt`` (0 = the first start, k = its k-th
     restart) that train into ``exp_dir``, found in /proc (Linux): a ``steps.train`` process whose ``--exp-dir`` is
@@ -218,7 +211,7 @@ def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
             continue
         try:
             argv = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0")]
-            exp = _argv_value(argv, "--exp-dir")
+            exp = option_values(argv, ["--exp-dir"])["--exp-dir"]
             if "steps.train" not in argv or exp is None:
                 continue
             if Path(os.readlink(d / "cwd"), exp).resolve() != want:

@@ -86,6 +86,7 @@ class RecipeRun:
     def __init__(self, cmd: List[str], work: Path, attempt: int):
         self.log = work / f"attempt{attempt}.log"
         self.t0 = time.monotonic()
+        self._seen: List[Tuple[float, str]] = []   # (seconds since start when first seen, module)
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                                          env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -96,9 +97,8 @@ class RecipeRun:
         for line in self.log.read_text(errors="replace").splitlines():
             if line.startswith("+ ") and len(line.split()) > 1 and line.split()[1] in STAGE_OF:
                 out.append(line.split()[1])
-        known = getattr(self, "_seen", [])
         now = time.monotonic() - self.t0
-        self._seen = known + [(now, m) for m in out[len(known):]]
+        self._seen += [(now, m) for m in out[len(self._seen):]]
         return self._seen
 
     def stage(self) -> int:

@@ -43,3 +43,43 @@ def test_bad_weights(tmp_path):
     fsdd = _dir(tmp_path, "fsdd", "alice", 3, "SEVEN")
     with pytest.raises(AsrError, match="mix_weights"):
         mix_train(fsdd, fsdd, tmp_path / "m", [0.0, 1.0], 8000)
+
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "fsdd" / "recordings"
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"real FSDD data not found at {REAL} (../shared/data)")
+def test_real_fsdd_with_synthetic_digits(tmp_path):
+    """The recipe's stage 1 on the real FSDD recordings (a tiny synthetic corpus: size 0.02 = 60 train utterances):
+    every fold keeps all its FSDD training utterances, gets about the configured synthetic share, dev/test stay
+    FSDD-only and speaker-disjoint, and test_synth holds only synthetic voices never heard in training."""
+    from asrlib.config import DataConfig
+    from asrlib.data.validate import clean_data_dir
+    from local.digits_fsdd import prepare_digits_fsdd
+    from local.fsdd import WORDS
+
+    data = DataConfig(corpus="digits_fsdd", size=0.02, sample_rate=8000, mix_weights=[0.75, 0.25],
+                      level_db=-25.0, min_duration=0.1)
+    out = tmp_path / "data"
+    folds = prepare_digits_fsdd(REAL, out, data, nj=2)
+    assert sorted(folds) == ["loso_george", "loso_jackson", "loso_lucas", "loso_nicolas", "loso_yweweler", "split04"]
+    synth_test_voices = set(read_table_dict(out / "digits" / "test" / "utt2spk").values())
+    synth_train_voices = set(read_table_dict(out / "digits" / "train" / "utt2spk").values())
+    assert synth_test_voices and not synth_test_voices & synth_train_voices
+    fsdd_speakers = {"george", "jackson", "lucas", "nicolas", "yweweler"}
+    fsdd_folds = read_table_dict(out / "fsdd" / "folds.txt")
+    for fold, d in folds.items():
+        u2s = read_table_dict(d / "train" / "utt2spk")
+        n_fsdd = len(read_table_dict(Path(fsdd_folds[fold]) / "train" / "text"))
+        n_real = sum(1 for u in u2s if not u.startswith(("espeak", "flite")))
+        assert n_real == n_fsdd, fold                       # every FSDD training utterance, once
+        assert (len(u2s) - n_real) / len(u2s) == pytest.approx(0.25, abs=0.05), fold
+        test_spk = {s.split("-")[-1] for s in read_table_dict(d / "test" / "utt2spk").values()}
+        dev_spk = {s.split("-")[-1] for s in read_table_dict(d / "dev" / "utt2spk").values()}
+        assert test_spk <= fsdd_speakers and dev_spk <= fsdd_speakers
+        if fold.startswith("loso_"):
+            train_spk = {s.split("-")[-1] for s in u2s.values()}
+            assert test_spk == {fold[5:]} and not test_spk & train_spk and not test_spk & dev_spk
+        assert set(read_table_dict(d / "test_synth" / "utt2spk").values()) == synth_test_voices
+    rep = clean_data_dir(folds["loso_nicolas"] / "train", set(WORDS), expected_sample_rate=8000, min_duration=0.1)
+    assert rep.num_kept == len(read_table_dict(folds["loso_nicolas"] / "train" / "text")), rep.summary()

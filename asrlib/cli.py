@@ -88,7 +88,7 @@ def run_main(main: Callable[[Optional[List[str]]], Optional[int]], argv: Optiona
     sys.exit(rc or 0)
 
 
-def add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="recipe YAML config")
+def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--config", required=required, help="recipe YAML config")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one config value (repeatable)")

@@ -1,0 +1,52 @@
+"""Estimate a word n-gram language model (interpolated modified Kneser-Ney) from text and write it as ARPA.
+
+    python -m steps.train_lm --text data/train_nosp/text --has-utt-ids --order 3 --words data/lang/words.txt \
+        --out data/local/lm/lm_3gram.arpa [--uppercase] [--config recipes/switchboard/config.yaml --set ...]
+
+One sentence a line (``--has-utt-ids``: a Kaldi ``text`` file, the first column is dropped); ``<s>``/``</s>`` are
+added. With ``--words`` (a ``words.txt`` or a word list) words outside it become ``<unk>`` and are counted. With
+``--config``, ``--order`` and ``--has-utt-ids`` default to ``lang.ngram_order`` and ``lang.lm_text_has_utt_ids``.
+Logs the sentences, tokens, OOVs and the n-grams per order (also kept in the marker ``.<name>.done`` beside
+``--out``, written last); rerun with the same texts (by content) and settings, it is skipped. The lang stage
+(``steps.prepare_lang`` with ``lang.lm_text``) calls the same estimator (asrlib/lang/ngram.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import List, Optional
+
+from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.config import load_config
+from asrlib.io_utils import dir_lock
+from asrlib.lang.ngram import build_arpa
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p, required=False)
+    p.add_argument("--text", type=Path, nargs="+", required=True, help="text file(s), one sentence a line")
+    p.add_argument("--order", type=int, help="n-gram order (default: lang.ngram_order of --config, else 3)")
+    p.add_argument("--words", type=Path, help="vocabulary (words.txt or a word list); other words become <unk>")
+    p.add_argument("--has-utt-ids", action=argparse.BooleanOptionalAction, default=None,
+                   help="the first column of every line is an utterance id (a Kaldi text file)")
+    p.add_argument("--uppercase", action="store_true", help="upper-case the words (as the lexicon's are)")
+    p.add_argument("--out", type=Path, required=True, help="the ARPA file to write")
+    a = p.parse_args(argv)
+    lang = load_config(a.config, a.overrides).lang if a.config else None
+    order = a.order if a.order is not None else (lang.ngram_order if lang else 3)
+    has_ids = a.has_utt_ids if a.has_utt_ids is not None else bool(lang and lang.lm_text_has_utt_ids)
+    with dir_lock(a.out.parent):
+        setup_logging(a.out.parent / "log" / f"train_lm.{a.out.stem}.log")
+        info = build_arpa(a.text, a.out, order, a.words, has_ids, a.uppercase)
+    if info["skipped"]:
+        print(f"train_lm: {a.out} complete; skipping")
+        return 0
+    logging.getLogger("train_lm").info("done: %s", json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, writes=())   # locks the directory of --out itself (run_main locks directories named by options)

@@ -9,7 +9,7 @@ import sys
 
 ROOT = workflow.basedir
 sys.path.insert(0, ROOT)
-from asrlib.config import load_config  # noqa: E402
+from asrlib.config import lm_texts, load_config  # noqa: E402
 
 RECIPE = os.path.join(ROOT, config.get("recipe", "recipes/digits"))
 CONFIG = os.path.abspath(config.get("recipe_config", os.path.join(RECIPE, "config.yaml")))
@@ -25,6 +25,8 @@ INIT = RCFG.train.init  # random | ce: with ce the GMM, alignment and cross-entr
 MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
 ALI = MONO + "_ali"
 CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
+LM_TEXT = [str(p) for p in lm_texts(RCFG.lang, "data")]  # lang.lm_text: G's n-gram is estimated from these
+LM_TEXT_OF_DATA = [p for p in LM_TEXT if not os.path.isabs(p)]  # relative ones: files of the data dir (stage 1)
 CL = RCFG.cluster  # training layout + resources (profiles/slurm turns them into sbatch options)
 if CL.nodes > 1:   # one torchrun per node (srun), c10d rendezvous on the job's first node
     TRAIN_LAUNCH = (f"srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1 {PY} -m steps.train_dist "
@@ -53,7 +55,7 @@ rule train:
 
 
 rule prepare_data:  # stage 1
-    output: expand("data/{s}/wav.scp", s=SETS)
+    output: expand("data/{s}/wav.scp", s=SETS), LM_TEXT_OF_DATA
     shell: "{PY} -m {PREPARE} --config {CONFIG} --out-dir data --nj {NJ}"
 
 
@@ -78,7 +80,7 @@ rule cmvn:
 
 
 rule lang:  # stage 3
-    input: "data/train/.validated"
+    input: "data/train/.validated", LM_TEXT
     output: "data/lang/.done"
     shell: "{PY} -m steps.prepare_lang --config {CONFIG} --text data/train/text --lang-dir data/lang"
 

@@ -9,7 +9,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
@@ -47,6 +47,11 @@ class LangConfig:
     grammar: str = "digit_loop"   # digit_loop | arpa
     arpa: Optional[str] = None    # path to an ARPA LM when grammar == arpa
     ngram_order: int = 3
+    # grammar == arpa without an arpa: steps.prepare_lang estimates <lang_dir>/lm_<order>gram.arpa (interpolated
+    # modified Kneser-Ney, asrlib/lang/ngram.py) from these texts (one path or a list). A relative path names a file
+    # of the data dir, the lang dir's parent (data/lang -> data/): "train/text" = the training transcripts.
+    lm_text: Union[str, List[str], None] = None
+    lm_text_has_utt_ids: bool = False   # the texts are Kaldi `text` files: the first column is an utterance id
 
 
 @dataclass
@@ -185,7 +190,13 @@ def _check_type(value: Any, tp: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _check_type(value, args[0])
+        for arg in args:
+            try:
+                return _check_type(value, arg)
+            except TypeError:
+                pass
+        names = " or ".join(str(getattr(a, "__name__", a)) for a in args)
+        raise TypeError(f"expected {names}, got {type(value).__name__} {value!r}")
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
@@ -242,6 +253,18 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                 raise AsrError(f"override '{ov}': '{name}' is not a section")
         node[leaf] = yaml.safe_load(val)
     return _build(RecipeConfig, raw, str(path))
+
+
+def lm_texts(lang: LangConfig, data_dir: str | Path) -> List[Path]:
+    """The texts G's n-gram is estimated from: ``lang.lm_text`` as paths (relative ones under ``data_dir``), when
+    ``lang.grammar`` is ``arpa`` and no ``lang.arpa`` is given; else ``[]``."""
+    if lang.grammar != "arpa" or lang.arpa or not lang.lm_text:
+        return []
+    given = [lang.lm_text] if isinstance(lang.lm_text, str) else lang.lm_text
+    if not all(isinstance(p, str) and p for p in given):
+        raise AsrError(f"lang.lm_text must be a path or a list of paths, got {lang.lm_text!r}")
+    paths = [Path(p).expanduser() for p in given]
+    return [p if p.is_absolute() else Path(data_dir) / p for p in paths]
 
 
 def config_to_dict(cfg) -> Dict[str, Any]:

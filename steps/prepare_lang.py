@@ -2,10 +2,13 @@
 
     python -m steps.prepare_lang --text data/train/text --lang-dir data/lang --config recipes/digits/config.yaml \
         [--set lang.grammar=arpa --set lang.arpa=path/lm.arpa --set lang.ngram_order=2]
+        [--set lang.grammar=arpa --set lang.lm_text=train/text --set lang.lm_text_has_utt_ids=true]
 
 The vocabulary is every word of the Kaldi ``text`` file (``utt-id word word ...``). Outputs in ``--lang-dir``:
 ``lexicon.txt tokens.txt words.txt disambig.txt T.fst L.fst G.fst TLG.fst`` and ``.done`` (written last; a
-finished directory is skipped — delete ``.done`` to rebuild).
+finished directory is skipped — delete ``.done`` to rebuild). With ``lang.grammar: arpa`` and ``lang.lm_text``
+instead of ``lang.arpa``, G's n-gram is first estimated into ``lm_<order>gram.arpa`` there (relative
+``lm_text`` paths are files of the data dir, the lang dir's parent; see ``steps.train_lm`` for the estimator).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import time
 from pathlib import Path
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import config_to_dict, load_config
+from asrlib.config import config_to_dict, lm_texts, load_config
 from asrlib.io_utils import AsrError, is_done, mark_done, read_table
 from asrlib.lang.graphs import build_tlg, check_grammar
 from asrlib.lang.lexicon import build_lexicon, write_lang_files
@@ -43,12 +46,14 @@ def main(argv=None):
     if is_done(done, fingerprint=config_to_dict(cfg)):
         print(f"prepare_lang: {a.lang_dir} complete; skipping")
         return 0
-    check_grammar(cfg.grammar, cfg.arpa)
+    lm_text = lm_texts(cfg, a.lang_dir.parent)
+    check_grammar(cfg.grammar, cfg.arpa, lm_text)
     setup_logging(a.lang_dir / "log" / "prepare_lang.log")
     t0 = time.perf_counter()
     lexicon = build_lexicon(vocabulary(a.text))
     write_lang_files(a.lang_dir, lexicon)
-    tlg = build_tlg(a.lang_dir, grammar=cfg.grammar, arpa=cfg.arpa, ngram_order=cfg.ngram_order)
+    tlg = build_tlg(a.lang_dir, grammar=cfg.grammar, arpa=cfg.arpa, ngram_order=cfg.ngram_order, lm_text=lm_text,
+                    lm_text_has_utt_ids=cfg.lm_text_has_utt_ids)
     info = {"words": len(lexicon), "pronunciations": sum(len(v) for v in lexicon.values()),
             "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
             "lang": config_to_dict(cfg), "tlg": str(tlg), "seconds": round(time.perf_counter() - t0, 3)}

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
 from asrlib.kaldi_imports import kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
+from asrlib.lang.ngram import build_arpa
 
 log = logging.getLogger(__name__)
 
@@ -179,27 +180,37 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kald
 
 
 # ---------------------------------------------------------------- the whole graph
-def check_grammar(grammar: str, arpa: Optional[PathLike]) -> None:
-    """AsrError unless ``grammar`` is known and, for ``arpa``, the ARPA file exists."""
+def check_grammar(grammar: str, arpa: Optional[PathLike], lm_text: Sequence[PathLike] = ()) -> None:
+    """AsrError unless ``grammar`` is known and, for ``arpa``, the ARPA file exists or, without one, the texts
+    ``lm_text`` to estimate it from do."""
     if grammar not in GRAMMARS:
         raise AsrError(f"lang.grammar must be one of {', '.join(GRAMMARS)}, got '{grammar}'")
     if grammar == "arpa":
-        if not arpa:
-            raise AsrError("lang.grammar is 'arpa' but lang.arpa (path of the ARPA file) is not set")
-        if not Path(arpa).is_file():
-            raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
+        if not arpa and not lm_text:
+            raise AsrError("lang.grammar is 'arpa' but neither lang.arpa (path of an ARPA file) nor lang.lm_text "
+                           "(text to estimate the n-gram from) is set")
+        if arpa:
+            if not Path(arpa).is_file():
+                raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
+            return
+        for t in lm_text:
+            if not Path(t).is_file():
+                raise AsrError(f"LM text {t} does not exist (lang.lm_text)")
 
 
 def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[PathLike] = None,
-              ngram_order: int = 3) -> Path:
+              ngram_order: int = 3, lm_text: Sequence[PathLike] = (), lm_text_has_utt_ids: bool = False) -> Path:
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
     ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
     :func:`asrlib.lang.lexicon.write_lang_files`). ``grammar`` is ``digit_loop`` (uniform word loop) or ``arpa``
-    (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). Returns the path of ``TLG.fst``.
+    (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). With ``arpa`` unset, the ``ngram_order``-gram is
+    first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
+    (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
+    ``<unk>``, whose n-grams G then leaves out). Returns the path of ``TLG.fst``.
     """
     lang_dir = Path(lang_dir)
-    check_grammar(grammar, arpa)
+    check_grammar(grammar, arpa, lm_text)
     tokens = read_tokens(lang_dir / "tokens.txt")
     words = {w: i for i, w in read_words(lang_dir / "words.txt").items()}
     for sym in SPECIAL_WORDS:
@@ -225,6 +236,10 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     if grammar == "digit_loop":
         G = make_word_loop(words)
     else:
+        if not arpa:
+            arpa = lang_dir / f"lm_{ngram_order}gram.arpa"
+            build_arpa(lm_text, arpa, ngram_order, words=lang_dir / "words.txt", has_utt_ids=lm_text_has_utt_ids,
+                       uppercase=True)
         G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
     T = make_ctc_topo(num_tokens, [i + 1 for i in disambig_ids], disambig_ids)
     write_fst(L, lang_dir / "L.fst")

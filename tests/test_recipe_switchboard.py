@@ -1,6 +1,7 @@
 """Switchboard recipe on a generated corpus in the LDC layout (2-channel SPHERE + MS98 transcripts, eval2000 audio and
 references): lhotse prepare_switchboard/prepare_eval2000 underneath, conversation sides as speakers, normalised
 transcripts, conversations without both transcript sides listed, then run.sh stages 1-4 with a tiny model."""
+import json
 import os
 import subprocess
 import sys
@@ -82,9 +83,8 @@ def test_prepare_sides_segments_and_exclusions(tmp_path):
 def test_tiny_training_step_through_run_sh(tmp_path):
     corpus = make_switchboard(tmp_path)
     cfg = yaml.safe_load((ROOT / "recipes/switchboard/config.yaml").read_text())
-    cfg["data"].update(corpus_dir=str(corpus), speed_perturb=[])
-    cfg["features"]["nj"] = 1
-    cfg["lang"] = {"grammar": "digit_loop"}
+    cfg["data"].update(corpus_dir=str(corpus))   # the recipe's speed perturbation and lang section as they are:
+    cfg["features"]["nj"] = 1                    # the 3-gram is estimated from data/train_nosp/text
     cfg["model"].update(num_layers=1, hidden_size=32, proj_size=16, bidirectional=True)
     cfg["train"].update(epochs=1, batch_seconds=4, warmup_steps=2, checkpoint_every=10, num_threads=1)
     cfg["train"]["dist"] = {"algo": "local"}
@@ -96,4 +96,8 @@ def test_tiny_training_step_through_run_sh(tmp_path):
                         "--python", sys.executable], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(read_table(tmp_path / "data/fbank/test/feats.scp")) == 6
+    assert len(read_table(tmp_path / "data/train/text")) == 3 * 24              # speed-perturbed x 3
+    info = json.loads((tmp_path / "data/lang/.lm_3gram.arpa.done").read_text())
+    assert info["sentences"] == 24 and info["oov_tokens"] == 0 and info["ngrams"][2] > 0   # the unperturbed text
+    assert "ngram 3=" in (tmp_path / "data/lang/lm_3gram.arpa").read_text()
     assert (tmp_path / "exp/final.pt").is_file()

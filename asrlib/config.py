@@ -150,6 +150,7 @@ class ExportConfig:
     sparsity: float = 0.5         # magnitude pruning: fraction of every weight matrix set to zero; 0 = off
     finetune_epochs: int = 1      # fine-tuning (same trainer) after the low-rank step and after pruning
     finetune_lr: float = 5e-4
+    finetune_utts: int = 0        # fine-tune on a seeded random subset of this many training utterances (0 = all)
     per_channel: bool = False     # int8 weights quantized per output channel instead of per tensor
     fp16: bool = True             # also write an fp16-weight model (size/accuracy point)
     chunk_ms: int = 320           # streaming chunk length the bundle's README and the benchmark default to

@@ -4,7 +4,8 @@ PyTorch, and write the sherpa-onnx bundle.
     python -m steps.export_mobile --config recipes/digits/config.yaml --model exp/lstm_ctc/final.pt \
         --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir exp/lstm_ctc/mobile
 
-Settings: the config's ``export`` section (rank_ratio, sparsity, finetune_epochs, finetune_lr, per_channel, fp16).
+Settings: the config's ``export`` section (rank_ratio, sparsity, finetune_epochs, finetune_lr, finetune_utts,
+per_channel, fp16).
 Outputs in ``--out-dir``:
 
 * ``compress/lowrank``, ``compress/prune``: fine-tuning runs (checkpoints, logs; resumable), ``pruned.pt`` (the
@@ -52,7 +53,7 @@ def compress(a, cfg, out: Path) -> Path:
     marker = out / "compress" / ".done"
     st = a.model.stat()
     fp = {"export": {k: v for k, v in dataclasses.asdict(ex).items() if k in
-                     ("rank_ratio", "sparsity", "finetune_epochs", "finetune_lr")},
+                     ("rank_ratio", "sparsity", "finetune_epochs", "finetune_lr", "finetune_utts")},
           "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns}
     if is_done(marker, fingerprint=fp) and target.is_file():
         log.info("compression done earlier (%s)", marker)

@@ -97,3 +97,31 @@ def test_no_exclusions_writes_an_empty_list_and_logs_nothing(tmp_path, caplog):
                         setup / "fbank" / "train" / "cmvn.scp", 3, excluded_path=excluded)
     assert len(ds.utts) == 4 and excluded.is_file() and excluded.read_text() == ""
     assert not [r for r in caplog.records if "excluded" in r.getMessage()]
+
+
+def test_keep_random_subset_is_seeded_and_all_when_not_smaller(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
+
+    def ds():
+        return CtcDataset(setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text", setup / "lang",
+                          setup / "fbank" / "train" / "cmvn.scp", 3)
+
+    full = [u.utt for u in ds().utts]
+    subsets = []
+    for seed in (1, 1, 2):
+        d = ds()
+        d.keep_random(3, seed)
+        assert len(d.utts) == 3 and set(d.by_id) == {u.utt for u in d.utts} <= set(full)
+        subsets.append([u.utt for u in d.utts])
+    assert subsets[0] == subsets[1]                      # the same seed, the same utterances
+    assert any(_subset(ds, 3, s) != subsets[0] for s in range(2, 12))   # other seeds, other utterances
+    for n in (0, 8, 20):                                 # 0 = all; not smaller than the set = all
+        d = ds()
+        d.keep_random(n, 1)
+        assert [u.utt for u in d.utts] == full
+
+
+def _subset(make, n, seed):
+    d = make()
+    d.keep_random(n, seed)
+    return [u.utt for u in d.utts]

@@ -168,7 +168,8 @@ def finetune(model: nn.Module, cfg: RecipeConfig, feats_dir: Path, data_dir: Pat
              exp_dir: Path, masks: Optional[Dict[str, torch.Tensor]] = None, train_set: str = "train",
              dev_set: str = "dev") -> dict:
     """Fine-tune ``model`` in place with the recipe's Trainer for ``export.finetune_epochs`` epochs at
-    ``export.finetune_lr`` (short warm-up, cosine decay), keeping ``masks``; resumable from ``exp_dir``."""
+    ``export.finetune_lr`` (short warm-up, cosine decay) over ``export.finetune_utts`` random training utterances
+    (0 = all), keeping ``masks``; resumable from ``exp_dir``."""
     from asrlib.train.data import CtcDataset
     from asrlib.train.trainer import Trainer
 
@@ -187,8 +188,10 @@ def finetune(model: nn.Module, cfg: RecipeConfig, feats_dir: Path, data_dir: Pat
         return CtcDataset(Path(feats_dir) / name / "feats.scp", Path(data_dir) / name / "text", Path(lang_dir),
                           cmvn, model.stack, excluded_path=exp_dir / f"excluded_{name}.txt")
 
+    train_ds = dataset(train_set)
+    train_ds.keep_random(ex.finetune_utts, tcfg.seed)
     torch.manual_seed(tcfg.seed)
-    trainer = Trainer(ft_cfg, model, dataset(train_set), dataset(dev_set), exp_dir,
+    trainer = Trainer(ft_cfg, model, train_ds, dataset(dev_set), exp_dir,
                       algo=MaskedAlgo(masks) if masks else LocalAlgo())
     return trainer.fit()
 

@@ -113,6 +113,12 @@ class CtcDataset:
     def total_frames(self) -> int:
         return sum(u.num_frames for u in self.utts)
 
+    def keep_random(self, n: int, seed: int) -> None:
+        """Keep a seeded random ``n`` of the usable utterances (all of them when ``n`` <= 0 or >= their number)."""
+        if 0 < n < len(self.utts):
+            self.utts = sorted(random.Random(seed).sample(self.utts, n), key=lambda u: u.utt)
+            self.by_id = {u.utt: u for u in self.utts}
+
 
 def make_batches(utts: Sequence[Utterance], max_frames_per_batch: int, seed: int, epoch: int) -> List[List[str]]:
     """Length-bucketed batches (sorted by length, packed up to a padded-frame budget), in a seeded random order."""

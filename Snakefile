@@ -20,8 +20,9 @@ NJ = int(config.get("nj", RCFG.features.nj))
 PREPARE = f"local.{RCFG.data.corpus}"  # stage 1 of every recipe: python -m local.<data.corpus> (see asrlib/data/corpus.py)
 EVAL_SETS = list(RCFG.data.eval_sets)
 SETS = list(dict.fromkeys(["train", "dev"] + EVAL_SETS))  # dev: the training step logs its loss
-METHODS = ["greedy", "tlg"]
+CTC_METHODS = ["greedy", "tlg"]
 INIT = RCFG.train.init  # random | ce: with ce the GMM, alignment and cross-entropy rules run before CTC training
+METHODS = CTC_METHODS + (["mono"] if INIT == "ce" else [])  # mono: the GMM-HMM decoded too (rule decode_gmm)
 MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
 ALI = MONO + "_ali"
 CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
@@ -122,7 +123,14 @@ rule logprobs:  # stage 5
 rule decode:
     input: f"{EXP}/logprobs_{{s}}/.done", "data/lang/.done"
     output: f"{EXP}/decode_{{s}}_{{m}}/.decode.done"
+    wildcard_constraints: m="|".join(CTC_METHODS)
     shell: "{PY} -m steps.decode --config {CONFIG} --method {wildcards.m} --logprobs {EXP}/logprobs_{wildcards.s}/logprobs.scp --lang-dir data/lang --out-dir {EXP}/decode_{wildcards.s}_{wildcards.m}"
+
+
+rule decode_gmm:  # train.init: ce — the monophone GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
+    input: f"{MONO}/.done", "data/fbank/{s}/.done", "data/lang/.done"
+    output: f"{EXP}/decode_{{s}}_mono/.decode.done"
+    shell: "{PY} -m steps.decode_gmm --config {CONFIG} --model {MONO}/final.mdl --lang-dir data/lang --feats data/fbank/{wildcards.s}/feats.scp --graph-dir {MONO}/graph --out-dir {EXP}/decode_{wildcards.s}_mono"
 
 
 rule score:  # stage 6

@@ -124,6 +124,9 @@ class GmmConfig:
     total_gauss: int = 1000       # target number of Gaussians
     align_beam: float = 10.0      # final alignment (steps.align); training realigns with beam 6 / retry 24
     align_retry_beam: float = 40.0
+    decode_beam: float = 13.0     # steps.decode_gmm (Kaldi's decode.sh defaults): beam, max active states and
+    decode_max_active: int = 7000
+    decode_acwt: float = 0.083333  # acoustic scale 1/12
     seed: int = 0
 
 

@@ -191,3 +191,55 @@ def test_missing_model_is_a_clear_error(tmp_path):
     (tmp_path / "final.mdl").write_bytes(b"not a model")
     with pytest.raises(AsrError, match="not a readable GMM model"):
         load_gmm(tmp_path / "final.mdl")
+
+
+def _decode_gmm(root: Path, mono: Path, out: str) -> Dict[str, str]:
+    from steps import decode_gmm
+    assert decode_gmm.main(["--config", str(root / "c.yaml"), "--model", str(mono / "final.mdl"), "--lang-dir",
+                            str(root / "lang"), "--feats", str(root / "fbank" / "dev" / "feats.scp"),
+                            "--graph-dir", str(root / "exp" / out / "graph"), "--out-dir",
+                            str(root / "exp" / out / "decode")]) == 0
+    return dict(read_table(root / "exp" / out / "decode" / "hyp.txt"))
+
+
+def _check_hyps(root: Path, hyps: Dict[str, str]) -> None:
+    """Every dev utterance is decoded exactly unless two adjacent words meet on the same phone: the toy's frames of
+    one phone are all alike, so "A" + "A" (W1 W1) or "...B" + "B..." without silence between is one long phone and
+    cannot be told from a single word."""
+    ref = dict(read_table(root / "data" / "dev" / "text"))
+    assert set(hyps) == set(ref)
+    clear = [u for u, r in ref.items()
+             if all(LEXICON[a][0][-1] != LEXICON[b][0][0] for a, b in zip(r.split(), r.split()[1:]))]
+    assert len(clear) >= 8
+    assert {u: hyps[u] for u in clear} == {u: ref[u] for u in clear}
+
+
+def test_gmm_decoding_with_a_word_loop_and_an_ngram(toy, capsys):
+    """steps.decode_gmm: HCLG from the model and data/lang/G.fst (mkgraph.sh), gmm-decode-faster; the toy's
+    distinct phone prototypes make the words easy, so with either grammar every unambiguous dev utterance must come
+    out exactly."""
+    from asrlib.lang.graphs import make_arpa_fst, make_word_loop, write_fst
+    from asrlib.lang.lexicon import read_words
+    from asrlib.lang.ngram import build_arpa
+
+    root, _, mono, _ = toy
+    words = {w: i for i, w in read_words(root / "lang" / "words.txt").items()}
+    write_fst(make_word_loop(words), root / "lang" / "G.fst")
+    _check_hyps(root, _decode_gmm(root, mono, "loop"))
+    assert (root / "exp" / "loop" / "graph" / "HCLG.fst").is_file()
+    assert (root / "exp" / "loop" / "decode" / "no_final.txt").read_text() == ""
+    capsys.readouterr()
+    _decode_gmm(root, mono, "loop")                         # finished: skipped
+    assert "complete; skipping" in capsys.readouterr().out
+    # a bigram G has back-off arcs reading #0: L needs its #0:#0 loop, else H∘C∘L∘G loses every backed-off path
+    build_arpa([root / "data" / "train" / "text"], root / "lang" / "lm.arpa", 2, words=root / "lang" / "words.txt",
+               has_utt_ids=True)
+    G = make_arpa_fst(root / "lang" / "lm.arpa", root / "lang" / "words.txt", 2)
+    assert any(arc.ilabel == words["#0"] for s in range(G.num_states) for arc in _arcs(G, s))
+    write_fst(G, root / "lang" / "G.fst")
+    _check_hyps(root, _decode_gmm(root, mono, "bigram"))
+
+
+def _arcs(fst, state):
+    from asrlib.kaldi_imports import kaldifst
+    return list(kaldifst.ArcIterator(fst, state))

@@ -77,23 +77,37 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
     --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"
 }
 
-stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search
-  local s m threads
+decode_methods() {  # greedy and TLG search of the CTC model; with train.init: ce also the monophone GMM-HMM ("mono")
+  local init
+  init=$(cfg train.init) || return 1
+  if [ "$init" = ce ]; then echo greedy tlg mono; else echo greedy tlg; fi
+}
+
+stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search (+ GMM: mono)
+  local s m threads methods
   threads=$(cfg decode.num_threads) || return 1
+  methods=$(decode_methods) || return 1
+  gmm_dirs
   for s in "$@"; do
     run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s" \
       --num-threads "$threads"
-    for m in greedy tlg; do
-      run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
-        --lang-dir "$data/lang" --out-dir "$exp/decode_${s}_$m"
+    for m in $methods; do
+      if [ "$m" = mono ]; then
+        run steps.decode_gmm --config "$config" --model "$mono/final.mdl" --lang-dir "$data/lang" \
+          --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph" --out-dir "$exp/decode_${s}_$m"
+      else
+        run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
+          --lang-dir "$data/lang" --out-dir "$exp/decode_${s}_$m"
+      fi
     done
   done
 }
 
 stage_score() {  # stage_score SET...: WER per set × method, then exp/RESULTS.md
-  local s m
+  local s m methods
+  methods=$(decode_methods) || return 1
   for s in "$@"; do
-    for m in greedy tlg; do
+    for m in $methods; do
       run steps.score --ref "$data/$s/text" --hyp "$exp/decode_${s}_$m/hyp.txt" --out-dir "$exp/decode_${s}_$m"
     done
   done

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from asrlib.io_utils import AsrError, PathLike
 from asrlib.kaldi_imports import kaldifst, khg
@@ -93,9 +93,12 @@ def make_topology(text: str) -> "khg.HmmTopology":
     return topo
 
 
-def make_lexicon_fst_with_silence(lang: GmmLang, sil_prob: float = 0.5) -> "kaldifst.StdVectorFst":
+def make_lexicon_fst_with_silence(lang: GmmLang, sil_prob: float = 0.5, word_disambig: Optional[int] = None
+                                  ) -> "kaldifst.StdVectorFst":
     """L: phones -> words, optional silence at the start and after each word (cost -log sil_prob), pronunciations
-    that are homophones or prefixes of others followed by their ``#k``. Output-label sorted (for composition)."""
+    that are homophones or prefixes of others followed by their ``#k``. Output-label sorted (for composition).
+    ``word_disambig``: the word id of ``#0`` in G (an n-gram's back-off arcs); L then passes it through with a
+    ``#0:#0`` self-loop at the word-loop state (Kaldi's L_disambig)."""
     if not 0.0 < sil_prob < 1.0:
         raise AsrError(f"gmm.sil_prob must be in (0, 1), got {sil_prob}")
     sil_cost, nosil_cost = -math.log(sil_prob), -math.log(1.0 - sil_prob)
@@ -119,6 +122,8 @@ def make_lexicon_fst_with_silence(lang: GmmLang, sil_prob: float = 0.5) -> "kald
         out = lang.words[word] if len(labels) == 1 else 0
         fst.add_arc(src, kaldifst.StdArc(labels[-1], out, nosil_cost, loop))
         fst.add_arc(src, kaldifst.StdArc(labels[-1], out, sil_cost, sil))
+    if word_disambig is not None:
+        fst.add_arc(loop, kaldifst.StdArc(lang.disambig[0], word_disambig, 0.0, loop))
     kaldifst.arcsort(fst, sort_type="olabel")
     return fst
 

@@ -124,3 +124,13 @@ def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):
     assert (root / "exp" / "mono" / ".done").is_file() and (root / "exp" / "mono_ali" / "dev" / "pdf.scp").is_file()
     info = torch.load(exp / "final.pt", weights_only=False)["info"]
     assert info["init"] == "ce" and info["init_model"] == f"{exp}_ce/final.pt"
+    # stages 5-6 with train.init: ce also decode and score the monophone GMM-HMM itself (method "mono")
+    from asrlib.lang.graphs import build_tlg
+    build_tlg(root / "lang")                                # G.fst (word loop) and TLG.fst for the toy lexicon
+    script = script.replace("stage_train train dev", "stage_decode dev; stage_score dev")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "+ steps.decode_gmm" in r.stderr and (root / "exp" / "mono" / "graph" / "HCLG.fst").is_file()
+    results = (exp / "RESULTS.md").read_text()
+    assert "| set | greedy | mono | tlg |" in results, results
+    assert (exp / "decode_dev_mono" / "wer.json").is_file()

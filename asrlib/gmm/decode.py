@@ -26,26 +26,13 @@ from asrlib.io_utils import AsrError
 from asrlib.kaldi_imports import kaldifst, khg
 from asrlib.gmm.lang import GmmLang, make_lexicon_fst_with_silence
 from asrlib.gmm.model import GmmModel
+from asrlib.lang.graphs import compose_det_min, relabel_input
 
 log = logging.getLogger(__name__)
 
 ACOUSTIC_SCALE = 1.0 / 12       # Kaldi's decode.sh default (--acwt 0.083333)
 TRANSITION_SCALE = 1.0          # mkgraph.sh --transition-scale
 SELF_LOOP_SCALE = 0.1           # mkgraph.sh --self-loop-scale
-
-
-def _relabel(fst: "kaldifst.StdVectorFst", ilabels: dict) -> "kaldifst.StdVectorFst":
-    """A copy of ``fst`` whose input labels in ``ilabels`` are replaced (e.g. disambiguation ids by 0)."""
-    out = kaldifst.StdVectorFst()
-    for _ in range(fst.num_states):
-        out.add_state()
-    out.start = fst.start
-    for s in range(fst.num_states):
-        out.set_final(s, fst.final(s))
-        for arc in kaldifst.ArcIterator(fst, s):
-            out.add_arc(s, kaldifst.StdArc(ilabels.get(arc.ilabel, arc.ilabel), arc.olabel, arc.weight,
-                                           arc.nextstate))
-    return out
 
 
 def make_hclg(model: GmmModel, lang: GmmLang, G: "kaldifst.StdVectorFst", sil_prob: float = 0.5
@@ -59,12 +46,7 @@ def make_hclg(model: GmmModel, lang: GmmLang, G: "kaldifst.StdVectorFst", sil_pr
     L = make_lexicon_fst_with_silence(lang, sil_prob, word_disambig if uses_disambig else None)
     G = G.copy()
     kaldifst.arcsort(G, sort_type="ilabel")
-    LG = kaldifst.compose(L, G)
-    if LG.num_states == 0:
-        raise AsrError("L ∘ G is empty: the grammar accepts no word sequence of the lexicon")
-    if kaldifst.determinize_star(LG):
-        raise AsrError("determinizing L ∘ G stopped early (state limit)")
-    kaldifst.minimize_encoded(LG)
+    LG = compose_det_min(L, G, "L ∘ G", "the grammar accepts no word sequence of the lexicon")
     kaldifst.arcsort(LG, sort_type="ilabel")
 
     top = max(max(lang.phones.values()), max(lang.disambig, default=0))
@@ -73,12 +55,8 @@ def make_hclg(model: GmmModel, lang: GmmLang, G: "kaldifst.StdVectorFst", sil_pr
     H, disambig_tids = khg.get_h_transducer(ilabel_info=ilabel_info, ctx_dep=model.tree, trans_model=model.tm,
                                             config=khg.HTransducerConfig(transition_scale=TRANSITION_SCALE))
     kaldifst.arcsort(H, sort_type="olabel")
-    HCLG = kaldifst.compose(H, LG)
-    if HCLG.num_states == 0:
-        raise AsrError("H ∘ CLG is empty (phones of the lexicon without HMMs?)")
-    if kaldifst.determinize_star(HCLG):
-        raise AsrError("determinizing H ∘ CLG stopped early (state limit)")
-    HCLG = _relabel(HCLG, {int(t): 0 for t in disambig_tids})
+    HCLG = compose_det_min(H, LG, "H ∘ CLG", "phones of the lexicon without HMMs?")
+    HCLG = relabel_input(HCLG, {int(t): 0 for t in disambig_tids})
     kaldifst.rmepsilon(HCLG)
     kaldifst.minimize_encoded(HCLG)
     HCLG = khg.add_self_loops(self_loop_scale=SELF_LOOP_SCALE, disambig_syms=[], reorder=True,

@@ -46,7 +46,20 @@ def read_fst(path: PathLike) -> kaldifst.StdVectorFst:
     return kaldifst.StdVectorFst.read(str(path))
 
 
-def _relabel_input(fst: kaldifst.StdVectorFst, mapping: Dict[int, int]) -> kaldifst.StdVectorFst:
+def compose_det_min(a: kaldifst.StdVectorFst, b: kaldifst.StdVectorFst, what: str, empty_hint: str = ""
+                    ) -> kaldifst.StdVectorFst:
+    """``a ∘ b`` (``a`` olabel-sorted, ``b`` ilabel-sorted), determinized (star) and minimized (encoded); an
+    AsrError naming ``what`` when the composition is empty or determinization stops early."""
+    c = kaldifst.compose(a, b)
+    if c.num_states == 0:
+        raise AsrError(f"{what} is empty" + (f": {empty_hint}" if empty_hint else ""))
+    if kaldifst.determinize_star(c):
+        raise AsrError(f"determinizing {what} stopped early (state limit)")
+    kaldifst.minimize_encoded(c)
+    return c
+
+
+def relabel_input(fst: kaldifst.StdVectorFst, mapping: Dict[int, int]) -> kaldifst.StdVectorFst:
     """Copy of ``fst`` with input labels replaced through ``mapping`` (labels not in it are kept)."""
     out = kaldifst.StdVectorFst()
     n = fst.num_states
@@ -248,20 +261,12 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
 
     kaldifst.arcsort(L, sort_type="olabel")
     kaldifst.arcsort(G, sort_type="ilabel")
-    LG = kaldifst.compose(L, G)
-    if LG.num_states == 0:
-        raise AsrError("L ∘ G is empty: the grammar accepts no word sequence of the lexicon")
-    if kaldifst.determinize_star(LG):
-        raise AsrError("determinizing L ∘ G stopped early (state limit)")
-    kaldifst.minimize_encoded(LG)
+    LG = compose_det_min(L, G, "L ∘ G", "the grammar accepts no word sequence of the lexicon")
     kaldifst.arcsort(LG, sort_type="ilabel")
 
     kaldifst.arcsort(T, sort_type="olabel")
-    TLG = kaldifst.compose(T, LG)
-    if kaldifst.determinize_star(TLG):
-        raise AsrError("determinizing T ∘ LG stopped early (state limit)")
-    kaldifst.minimize_encoded(TLG)
-    TLG = _relabel_input(TLG, {i + 1: 0 for i in disambig_ids})
+    TLG = compose_det_min(T, LG, "T ∘ LG")
+    TLG = relabel_input(TLG, {i + 1: 0 for i in disambig_ids})
     kaldifst.connect(TLG)
     kaldifst.arcsort(TLG, sort_type="ilabel")
     out = lang_dir / "TLG.fst"

@@ -13,6 +13,8 @@ that fails to realign keeps no statistics in that pass and is counted (Kaldi's b
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +28,12 @@ from asrlib.gmm.align import AlignResult, equal_align, viterbi_align
 from asrlib.gmm.model import GmmModel
 
 log = logging.getLogger(__name__)
+
+
+def seed_c_rand(seed: int) -> None:
+    """Seed the C library's ``rand()``, which Kaldi's ``RandGauss`` (the mix-up's perturbation of split Gaussians)
+    draws from: without it the model depends on whatever called ``rand()`` earlier in the process."""
+    ctypes.CDLL(ctypes.util.find_library("c")).srand(ctypes.c_uint(seed % 2**32))
 
 KALDI_REALIGN_ITERS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38)
 
@@ -138,6 +146,7 @@ def train_mono(model: GmmModel, data: List[UttData], sched: MonoSchedule,
         acc, trans, tot, frames = accumulate(model, data)
         if frames == 0:
             raise RuntimeError("no utterance has an alignment: cannot estimate the model")
+        seed_c_rand(sched.seed * 1000 + it)   # the mix-up's perturbation: the same in any process
         update(model, acc, trans, num_gauss, 3.0 if it == 0 else 10.0, sched)
         st = PassStats(it, it in realign_at and it > 0, tot / frames, frames, model.num_gauss(), failed, retried,
                        time.time() - t0)

@@ -29,20 +29,18 @@ from asrlib.kaldi_io import MatrixReader
 log = logging.getLogger("decode_gmm")
 
 
-def build_graph(model, lang, lang_dir: Path, graph_dir: Path, model_path: Path, sil_prob: float):
-    """``graph_dir/HCLG.fst`` (made or reused); returns the FST."""
+def build_graph(model, lang, lang_dir: Path, graph_dir: Path, fp: dict):
+    """``graph_dir/HCLG.fst`` (made or reused when ``fp`` — model and G checksums, silence probability — is
+    unchanged); returns the FST."""
     from asrlib.gmm.decode import make_hclg
     from asrlib.lang.graphs import read_fst, write_fst
 
     g_path = lang_dir / "G.fst"
-    if not g_path.is_file():
-        raise AsrError(f"{g_path} does not exist: run steps.prepare_lang first (stage 3)")
     hclg_path, marker = graph_dir / "HCLG.fst", graph_dir / ".graph.done"
-    fp = {"model": sha256_file(model_path), "G": sha256_file(g_path), "sil_prob": sil_prob}
     if hclg_path.is_file() and is_done(marker, fingerprint=fp):
         return read_fst(hclg_path)
     t0 = time.perf_counter()
-    hclg = make_hclg(model, lang, read_fst(g_path), sil_prob)
+    hclg = make_hclg(model, lang, read_fst(g_path), fp["sil_prob"])
     write_fst(hclg, hclg_path)
     mark_done(marker, {"states": hclg.num_states, "seconds": round(time.perf_counter() - t0, 3)}, fingerprint=fp)
     return hclg
@@ -61,10 +59,12 @@ def main(argv=None):
     g = load_config(a.config, a.overrides).gmm
     if not a.model.is_file():
         raise AsrError(f"GMM model {a.model} does not exist: run steps.train_mono first (train.init: ce)")
+    if not (a.lang_dir / "G.fst").is_file():
+        raise AsrError(f"{a.lang_dir / 'G.fst'} does not exist: run steps.prepare_lang first (stage 3)")
     done = a.out_dir / ".decode.done"
-    fp = {"model": sha256_file(a.model), "G": sha256_file(a.lang_dir / "G.fst") if (a.lang_dir / "G.fst").is_file()
-          else None, "feats": str(a.feats), "beam": g.decode_beam, "max_active": g.decode_max_active,
-          "acwt": g.decode_acwt, "sil_prob": g.sil_prob}
+    graph_fp = {"model": sha256_file(a.model), "G": sha256_file(a.lang_dir / "G.fst"), "sil_prob": g.sil_prob}
+    fp = {**graph_fp, "feats": str(a.feats), "beam": g.decode_beam, "max_active": g.decode_max_active,
+          "acwt": g.decode_acwt}
     if is_done(done, fingerprint=fp):
         print(f"decode_gmm: {a.out_dir} complete; skipping")
         return 0
@@ -77,7 +77,7 @@ def main(argv=None):
     if lang.phones != model.phones:
         raise AsrError(f"{a.lang_dir} has other phones than the model {a.model} was trained with; retrain it "
                        f"(steps.train_mono) with this lang dir")
-    hclg = build_graph(model, lang, a.lang_dir, a.graph_dir, a.model, g.sil_prob)
+    hclg = build_graph(model, lang, a.lang_dir, a.graph_dir, graph_fp)
     decoder = GmmDecoder(model, hclg, beam=g.decode_beam, max_active=g.decode_max_active,
                          acoustic_scale=g.decode_acwt)
     id2word = {i: w for w, i in lang.words.items()}

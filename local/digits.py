@@ -37,6 +37,7 @@ from tqdm import tqdm
 from asrlib.cli import run_main, setup_logging
 from asrlib.config import DataConfig, load_config
 from asrlib.data.kaldi_dir import byte_key, write_data_dir
+from asrlib.data.noise import NOISE_KINDS, shaped_noise
 from asrlib.io_utils import AsrError, atomic_path, is_done, mark_done, write_json, write_text
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ def plan_split(split: str, n: int, speakers: List[Speaker], seed: int, noise_fra
         else:
             rate = round(float(rng.uniform(0.85, 1.25)), 3)
             pitch, gap = round(FLITE_F0.get(spk.voice, 110.0) * float(rng.uniform(0.85, 1.2)), 1), 0
-        noise = str(rng.choice(["white", "pink", "babble"])) if i in noisy else ""
+        noise = str(rng.choice(NOISE_KINDS)) if i in noisy else ""
         snr = round(float(rng.uniform(10.0, 30.0)), 2)
         utt = f"{spk.id}-{i:05d}"
         plans.append(UttPlan(utt, split, spk, words, rate, pitch, gap, noise, snr, int(rng.integers(2**31)),
@@ -209,28 +210,6 @@ def _resample(in_wav: str, sample_rate: int) -> np.ndarray:
     return np.frombuffer(out, dtype="<f4").astype(np.float64)
 
 
-def _shaped_noise(rng: np.random.Generator, n: int, sr: int, kind: str) -> np.ndarray:
-    """Unit-RMS noise: white, pink (1/f power) or babble-like (several speech-band, syllable-modulated streams)."""
-    if kind == "white":
-        x = rng.standard_normal(n)
-    else:
-        freqs = np.fft.rfftfreq(n, 1.0 / sr)
-        f = np.maximum(freqs, 20.0)
-        if kind == "pink":
-            spec = (rng.standard_normal(len(f)) + 1j * rng.standard_normal(len(f))) / np.sqrt(f)
-            x = np.fft.irfft(spec, n)
-        else:  # babble: sum of talkers = band-limited noise with a random 2-7 Hz "syllable" envelope each
-            x = np.zeros(n)
-            band = np.exp(-0.5 * (np.log(f / 500.0) / 0.8) ** 2)
-            for _ in range(int(rng.integers(4, 9))):
-                spec = (rng.standard_normal(len(f)) + 1j * rng.standard_normal(len(f))) * band
-                stream = np.fft.irfft(spec, n)
-                t = np.arange(n) / sr
-                env = np.maximum(0.0, np.sin(2 * np.pi * rng.uniform(2, 7) * t + rng.uniform(0, 6.3))) ** 2
-                x += stream * (0.3 + env)
-    return x / (np.sqrt(np.mean(x ** 2)) + 1e-12)
-
-
 def _postprocess(speech: np.ndarray, plan: UttPlan) -> np.ndarray:
     """Level, silences, noise and a tiny noise floor (avoids log(0) in features); returns int16 samples."""
     rng = np.random.default_rng(plan.seed)
@@ -243,7 +222,7 @@ def _postprocess(speech: np.ndarray, plan: UttPlan) -> np.ndarray:
     if plan.noise:
         active = speech[np.abs(speech) > 0.02 * np.max(np.abs(speech))]
         p_speech = np.mean(active ** 2) if active.size else np.mean(speech ** 2)
-        noise = _shaped_noise(rng, len(x), sr, plan.noise)
+        noise = shaped_noise(rng, len(x), sr, plan.noise)
         x = x + noise * np.sqrt(p_speech / 10 ** (plan.snr_db / 10))
     x = x + rng.standard_normal(len(x)) * 3e-5
     peak = np.max(np.abs(x))

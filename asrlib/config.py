@@ -105,6 +105,9 @@ class TrainConfig:
     num_threads: int = 2
     spec_augment: bool = True
     freq_warp: float = 0.0        # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
+    noise_prob: float = 0.0       # on-the-fly noise (asrlib/train/noise_aug.py): share of training utterances that
+    noise_snr_min: float = 5.0    # get white/pink/babble noise added in the log-mel domain at an SNR (dB) drawn
+    noise_snr_max: float = 25.0   # uniformly from [noise_snr_min, noise_snr_max]
     log_every: int = 10
     kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     dist: DistConfig = field(default_factory=DistConfig)

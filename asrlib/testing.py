@@ -53,12 +53,13 @@ def make_toy_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, feat_
     return root
 
 
-def toy_config_yaml(path: Path, **train_overrides) -> Path:
-    """A recipe config for the toy task (tiny model, few steps)."""
+def toy_config_yaml(path: Path, feat_dim: int = 20, **train_overrides) -> Path:
+    """A recipe config for the toy task (tiny model, few steps; ``feat_dim`` as in :func:`make_toy_ctc_setup`)."""
     train = {"epochs": 2, "batch_seconds": 2.0, "lr": 0.01, "warmup_steps": 2, "checkpoint_every": 3,
              "log_every": 2, "num_threads": 1, "spec_augment": True, **train_overrides}
     import yaml
     Path(path).write_text(yaml.safe_dump({
+        "features": {"num_mel_bins": feat_dim},
         "model": {"num_layers": 1, "hidden_size": 24, "proj_size": 12, "stack": 3, "dropout": 0.1},
         "train": train}))
     return Path(path)

@@ -1,9 +1,11 @@
-"""Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run."""
+"""Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run
+(also with on-the-fly noise and frequency warping, whose draws come from the checkpointed RNG)."""
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
@@ -22,9 +24,10 @@ def _params(path: Path):
     return torch.load(path, weights_only=False)["model"]
 
 
-def test_killed_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("augment", [{}, {"noise_prob": 0.5, "freq_warp": 0.1}], ids=["specaug", "noise+warp"])
+def test_killed_run_resumes_exactly(tmp_path, augment):
     setup = make_toy_ctc_setup(tmp_path / "toy")
-    cfg = toy_config_yaml(tmp_path / "c.yaml")
+    cfg = toy_config_yaml(tmp_path / "c.yaml", **augment)
     ref = _train(setup, cfg, tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr
     # steps per epoch with this data is > 7: step 7 is mid-epoch and not a checkpoint step (every 3)

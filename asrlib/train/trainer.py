@@ -25,6 +25,7 @@ from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from asrlib.train.criterion import Criterion, CtcCriterion
 from asrlib.train.data import CtcDataset, make_batches, spec_augment
+from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class Trainer:
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
+        self.noise_aug: Optional[NoiseAugment] = None
+        if self.tcfg.noise_prob > 0:
+            self.noise_aug = NoiseAugment(train_ds.cmvn, cfg.data.sample_rate, cfg.features.num_mel_bins,
+                                          self.tcfg.noise_prob, self.tcfg.noise_snr_min, self.tcfg.noise_snr_max)
 
     # ------------------------------------------------------------------ state
     def _epoch_batches(self, epoch: int) -> List[List[str]]:
@@ -137,6 +142,8 @@ class Trainer:
         self.model.train()
         if utt_ids:
             batch = self.criterion.collate(self.train_ds, utt_ids)
+            if self.noise_aug is not None:
+                batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
             if self.tcfg.spec_augment:
                 batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"], max_warp=self.tcfg.freq_warp)
             loss, total, frames = self.criterion.loss(self.model, batch)

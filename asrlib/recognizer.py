@@ -365,7 +365,7 @@ class Recognizer:
                  chunk_seconds: float = 10.0, max_greedy_segment: float = 30.0) -> None:
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
         from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
-        from asrlib.features.fbank import FbankOptions, _Extractor
+        from asrlib.features.fbank import FbankExtractor, FbankOptions
 
         if method not in METHODS:
             raise AsrError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
@@ -390,8 +390,8 @@ class Recognizer:
             self.decoder = GreedyWordDecoder(lang)
         self.id2word = read_words(lang / "words.txt")
         self.prons = {w: [[tokens[ph] for ph in p] for p in ps] for w, ps in read_lexicon(lang / "lexicon.txt").items()}
-        self._extractor = _Extractor(FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0,
-                                                  sample_rate=self.sample_rate))
+        self._extractor = FbankExtractor(FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0,
+                                                       sample_rate=self.sample_rate))
         self.frame_shift = float(model_dir.meta.get("frame_shift", 0.01))
         self.shift_samples = int(round(self.frame_shift * self.sample_rate))
         self.frame_seconds = self.frame_shift * self.backend.subsampling
@@ -417,7 +417,7 @@ class Recognizer:
         import torch
 
         with torch.inference_mode():
-            return np.asarray(self._extractor.fbank.extract(samples, self.sample_rate), dtype=np.float32)
+            return self._extractor.features(samples)
 
     def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
                           ) -> Tuple[np.ndarray, int]:

@@ -50,9 +50,9 @@ def test_streamed_resampling_equals_one_shot(orig):
 
 @pytest.mark.parametrize("n", [400, 401, 160 * 37 + 80, 160 * 37 + 79, 16000 * 2 + 1234])
 def test_chunked_fbank_equals_whole_utterance_fbank(n):
-    from asrlib.features.fbank import FbankOptions, _Extractor
+    from asrlib.features.fbank import FbankExtractor, FbankOptions
 
-    fb = _Extractor(FbankOptions(num_mel_bins=24)).fbank
+    fb = FbankExtractor(FbankOptions(num_mel_bins=24)).fbank
     x = np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32)
     whole = np.asarray(fb.extract(x, SR))
     blocks = [x[i:i + 997] for i in range(0, n, 997)]
@@ -63,10 +63,10 @@ def test_chunked_fbank_equals_whole_utterance_fbank(n):
 
 # ------------------------------------------------------------------------------------------------ network
 def _whole_log_probs(model_path: Path, x: np.ndarray, num_mel_bins: int) -> np.ndarray:
-    from asrlib.features.fbank import FbankOptions, _Extractor
+    from asrlib.features.fbank import FbankExtractor, FbankOptions
     from asrlib.models.saved import load_model
 
-    feats = np.asarray(_Extractor(FbankOptions(num_mel_bins=num_mel_bins)).fbank.extract(x, SR), np.float32)
+    feats = FbankExtractor(FbankOptions(num_mel_bins=num_mel_bins, sample_rate=SR)).features(x)
     return load_model(model_path).log_probs(feats)
 
 

@@ -148,8 +148,9 @@ def _read_audio(seg: Segment, sample_rate: int) -> Tuple[Optional[np.ndarray], s
     return samples[:, 0], ""
 
 
-class _Extractor:
-    """lhotse Fbank with the module's settings; :meth:`__call__` returns (feats or None, reason)."""
+class FbankExtractor:
+    """lhotse Fbank with the module's settings: :meth:`features` of samples; :meth:`__call__` of a segment returns
+    (feats or None, reason)."""
 
     def __init__(self, opts: FbankOptions) -> None:
         from lhotse import Fbank, FbankConfig
@@ -169,17 +170,24 @@ class _Extractor:
 
         if self.opts.dither > 0:
             torch.manual_seed(zlib.crc32(seg.utt.encode("utf-8", "surrogateescape")))
-        with torch.inference_mode():
-            feats = np.asarray(self.fbank.extract(samples, self.opts.sample_rate), dtype=np.float32)
+        feats = self.features(samples)
         if not np.isfinite(feats).all():
             bad = int((~np.isfinite(feats).all(axis=1)).sum())
             return None, f"features contain NaN/Inf in {bad} of {len(feats)} frames (corrupt audio samples?)"
         return feats, ""
 
 
+    def features(self, samples: np.ndarray) -> np.ndarray:
+        """(T, num_mel_bins) float32 features of mono float samples in [-1, 1) at the options' sample rate."""
+        import torch
+
+        with torch.inference_mode():
+            return np.asarray(self.fbank.extract(samples, self.opts.sample_rate), dtype=np.float32)
+
+
 def compute_one(seg: Segment, opts: FbankOptions = FbankOptions()) -> Tuple[Optional[np.ndarray], str]:
     """Features of one utterance as (float32 (T, num_mel_bins), "") or (None, reason it is excluded)."""
-    return _Extractor(opts)(seg)
+    return FbankExtractor(opts)(seg)
 
 
 # ------------------------------------------------------------------------------------------------ one job
@@ -205,7 +213,7 @@ def _run_job(job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, j
     import torch
 
     torch.set_num_threads(1)
-    extract = _Extractor(opts)
+    extract = FbankExtractor(opts)
     files = _job_files(out_dir, job)
     files["marker"].unlink(missing_ok=True)
     frames: List[Tuple[str, str]] = []

@@ -6,7 +6,7 @@ A bank of noise features is made once per run: :data:`asrlib.data.noise.NOISE_KI
 probability ``prob``, a random stretch of one bank noise is added at a random SNR in ``[snr_min, snr_max]`` dB:
 mel energies add (``log(exp(x) + g exp(n))``, exact for the expected power spectrum, cross terms ignored), with the
 gain ``g`` set from the utterance's active-speech energy (frames above its median energy) and the noise's mean
-energy. Features come in CMVN-normalised and go out normalised the same way; padding stays zero. Draws use the
+energy. Features come in CMVN-normalised and go out normalised the same way; padding frames are left as they are. Draws use the
 global torch RNG, which checkpoints hold, so a resumed run augments exactly like an uninterrupted one.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 
 from asrlib.data.noise import NOISE_KINDS, shaped_noise
 from asrlib.features.cmvn import Cmvn
+from asrlib.features.fbank import FbankExtractor, FbankOptions
 from asrlib.io_utils import AsrError
 
 
@@ -42,17 +43,11 @@ class NoiseAugment:
 
     @staticmethod
     def _make_bank(sample_rate: int, num_mel_bins: int, seconds: float, seed: int) -> torch.Tensor:
-        from lhotse import Fbank, FbankConfig
-
-        fbank = Fbank(FbankConfig(sampling_rate=sample_rate, num_filters=num_mel_bins, dither=0.0))
+        fbank = FbankExtractor(FbankOptions(num_mel_bins=num_mel_bins, dither=0.0, sample_rate=sample_rate))
         rng = np.random.default_rng([seed, 104729])
         n = int(seconds * sample_rate)
-        feats = []
-        with torch.inference_mode():
-            for kind in NOISE_KINDS:
-                x = (0.1 * shaped_noise(rng, n, sample_rate, kind)).astype(np.float32)
-                feats.append(torch.as_tensor(np.asarray(fbank.extract(x, sample_rate), dtype=np.float32)))
-        return torch.stack(feats)
+        return torch.stack([torch.from_numpy(fbank.features((0.1 * shaped_noise(rng, n, sample_rate, k)).astype(
+            np.float32))) for k in NOISE_KINDS])
 
     def __call__(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """(N, T, D) normalised features, (N,) lengths -> a new tensor with noise in some utterances."""

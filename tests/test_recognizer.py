@@ -364,12 +364,14 @@ def test_digits_model_same_words_as_decode_stage():
     assert diff == []
 
 
-def test_digits_model_60s_recording_vs_pieces():
-    """A >= 60 s concatenation of test utterances. (1) The pieces' log-probs searched as ONE recording give
-    exactly the pieces' words: the long search loses nothing. (2) `asr transcribe`'s continuous pass carries the
-    LSTM state across utterance boundaries (it does not know them); the model was trained on utterances that
-    start from a zero state, so its WER may differ a little from the pieces' (measured: 130 vs 134 errors over
-    seven such recordings, 790 words) — but no chunk edge loses words: within 2.5 % absolute."""
+def test_digits_model_60s_recordings_vs_pieces():
+    """The test set cut into consecutive >= 60 s concatenations of its utterances. (1) The pieces' log-probs searched
+    as ONE recording give exactly the pieces' words: the long search loses nothing. (2) `asr transcribe`'s
+    continuous pass carries the LSTM state across utterance boundaries (it does not know them); the model was
+    trained on utterances that start from a zero state, so its WER differs from the pieces' — by how much depends on
+    the model and on one recording (126 words) swings by up to 4 % absolute, so the bound is on the whole test set:
+    within 1.5 % absolute (measured 2026-11-23 on the recipe's 12-epoch model: 4.00 vs 5.10 %, 44 vs 56 errors over
+    1099 words in 10 recordings; an earlier model gave 130 vs 134 errors over 790 words)."""
     from asrlib.score import score
 
     _digits_ready("tlg")
@@ -377,20 +379,27 @@ def test_digits_model_60s_recording_vs_pieces():
     rec = Recognizer.from_dir(DIGITS_EXP)
     data = ROOT / "recipes" / "digits" / "data" / "test"
     wavs, refs = read_table_dict(data / "wav.scp"), read_table_dict(data / "text")
-    pieces, lps, ref_words, hyp_words, total = [], [], [], [], 0.0
+    groups, total = [[]], 0.0
     for utt in sorted(wavs):
         x, sr = sf.read(wavs[utt], dtype="float32")
-        pieces.append(x)
-        lps.append(rec.log_probs(x, sr))
-        ref_words += refs[utt].split()
-        hyp_words += rec.transcribe(x, sr).text.split()
+        groups[-1].append((utt, x))
         total += len(x) / sr
         if total >= 60:
-            break
-    joined = rec.decode_log_probs(np.concatenate(lps), total)
-    assert joined.text.split() == hyp_words
-    long = rec.transcribe(np.concatenate(pieces), sr)
-    assert long.duration >= 60
-    ref = {"all": " ".join(ref_words)}
-    wer_pieces, wer_long = score(ref, {"all": " ".join(hyp_words)}).wer, score(ref, {"all": long.text}).wer
-    assert abs(wer_long - wer_pieces) <= 2.5, (wer_long, wer_pieces)
+            groups.append([])
+            total = 0.0
+    groups = [g for g in groups if sum(len(x) for _, x in g) >= 60 * sr]    # a short remainder is left out
+    ref, hyp_pieces, hyp_long = {}, {}, {}
+    for i, group in enumerate(groups):
+        lps, words = [], []
+        for utt, x in group:
+            lps.append(rec.log_probs(x, sr))
+            words += rec.transcribe(x, sr).text.split()
+        joined = rec.decode_log_probs(np.concatenate(lps), sum(len(x) for _, x in group) / sr)
+        assert joined.text.split() == words
+        long = rec.transcribe(np.concatenate([x for _, x in group]), sr)
+        assert long.duration >= 60
+        ref[f"r{i}"] = " ".join(refs[utt] for utt, _ in group)
+        hyp_pieces[f"r{i}"], hyp_long[f"r{i}"] = " ".join(words), long.text
+    assert len(groups) >= 2
+    wer_pieces, wer_long = score(ref, hyp_pieces).wer, score(ref, hyp_long).wer
+    assert abs(wer_long - wer_pieces) <= 1.5, (wer_long, wer_pieces)

@@ -414,10 +414,7 @@ class Recognizer:
 
     # -------------------------------------------------------------------------------- log-probs
     def _fbank(self, samples: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            return self._extractor.features(samples)
+        return self._extractor.features(samples)     # under torch.inference_mode
 
     def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
                           ) -> Tuple[np.ndarray, int]:

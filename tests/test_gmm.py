@@ -245,4 +245,3 @@ def test_gmm_decoding_with_a_word_loop_and_an_ngram(toy, capsys):
 def _arcs(fst, state):
     from asrlib.kaldi_imports import kaldifst
     return list(kaldifst.ArcIterator(fst, state))
-

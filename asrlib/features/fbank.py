@@ -176,7 +176,6 @@ class FbankExtractor:
             return None, f"features contain NaN/Inf in {bad} of {len(feats)} frames (corrupt audio samples?)"
         return feats, ""
 
-
     def features(self, samples: np.ndarray) -> np.ndarray:
         """(T, num_mel_bins) float32 features of mono float samples in [-1, 1) at the options' sample rate."""
         import torch

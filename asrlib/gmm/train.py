@@ -18,6 +18,7 @@ import ctypes.util
 import logging
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,10 +31,15 @@ from asrlib.gmm.model import GmmModel
 log = logging.getLogger(__name__)
 
 
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
 def seed_c_rand(seed: int) -> None:
     """Seed the C library's ``rand()``, which Kaldi's ``RandGauss`` (the mix-up's perturbation of split Gaussians)
     draws from: without it the model depends on whatever called ``rand()`` earlier in the process."""
-    ctypes.CDLL(ctypes.util.find_library("c")).srand(ctypes.c_uint(seed % 2**32))
+    _libc().srand(ctypes.c_uint(seed % 2**32))
 
 KALDI_REALIGN_ITERS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38)
 

@@ -26,6 +26,13 @@ METHODS = CTC_METHODS + (["mono"] if INIT == "ce" else [])  # mono: the GMM-HMM 
 MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
 ALI = MONO + "_ali"
 CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
+SPK_CMN = RCFG.features.cmvn == "speaker"  # per-speaker CMN: stats of every set (rule spk_cmvn; train: rule cmvn)
+
+
+def feats(s):  # what a consumer of data/fbank/<s>/feats.scp needs
+    return [f"data/fbank/{s}/.done"] + ([f"data/fbank/{s}/cmvn_spk.scp"] if SPK_CMN else [])
+
+
 LM_TEXT = [str(p) for p in lm_texts(RCFG.lang, "data")]  # lang.lm_text: G's n-gram is estimated from these
 LM_TEXT_OF_DATA = [p for p in LM_TEXT if not os.path.isabs(p)]  # relative ones: files of the data dir (stage 1)
 CL = RCFG.cluster  # training layout + resources (profiles/slurm turns them into sbatch options)
@@ -74,10 +81,18 @@ rule fbank:  # stage 2
     shell: "{PY} -m steps.compute_fbank --config {CONFIG} --data-dir data/{wildcards.s} --out-dir data/fbank/{wildcards.s} --nj {threads}"
 
 
-rule cmvn:
+rule cmvn:  # global (features.cmvn: speaker — per-speaker stats, then global over the speaker-normalised features)
     input: "data/fbank/train/.done"
-    output: "data/fbank/train/cmvn.scp"
-    shell: "{PY} -m steps.compute_cmvn --feats data/fbank/train/feats.scp --out-dir data/fbank/train"
+    output: "data/fbank/train/cmvn.scp", *(["data/fbank/train/cmvn_spk.scp"] if SPK_CMN else [])
+    params: spk="--utt2spk data/train/utt2spk" if SPK_CMN else ""
+    shell: "{PY} -m steps.compute_cmvn --feats data/fbank/train/feats.scp --out-dir data/fbank/train {params.spk}"
+
+
+rule spk_cmvn:  # features.cmvn: speaker — per-speaker stats of a set other than train
+    input: "data/fbank/{s}/.done"
+    output: "data/fbank/{s}/cmvn_spk.scp"
+    wildcard_constraints: s="(?!train$)[^/]+"
+    shell: "{PY} -m steps.compute_cmvn --feats data/fbank/{wildcards.s}/feats.scp --utt2spk data/{wildcards.s}/utt2spk --out-dir data/fbank/{wildcards.s} --speaker-only"
 
 
 rule lang:  # stage 3
@@ -93,7 +108,7 @@ rule train_mono:  # stage 4, train.init: ce — monophone GMM-HMM (kaldi-hmm-gmm
 
 
 rule align:  # frame alignments of train and dev (ali/pdf archives, CTMs)
-    input: f"{MONO}/.done", "data/fbank/dev/.done"
+    input: f"{MONO}/.done", feats("dev")
     output: f"{ALI}/train/.done", f"{ALI}/dev/.done"
     shell: "{PY} -m steps.align --config {CONFIG} --model {MONO}/final.mdl --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir {ALI} --sets train dev"
 
@@ -106,7 +121,7 @@ rule train_ce:  # the LSTM with frame cross-entropy on the alignments
 
 
 rule train_model:  # stage 4
-    input: "data/fbank/train/cmvn.scp", "data/fbank/dev/.done", "data/lang/.done", *([f"{CE}/.train.done"] if INIT == "ce" else [])
+    input: "data/fbank/train/cmvn.scp", feats("dev"), "data/lang/.done", *([f"{CE}/.train.done"] if INIT == "ce" else [])
     output: f"{EXP}/.train.done"
     params: init=f"--init-model {CE}/final.pt" if INIT == "ce" else ""
     threads: workflow.cores
@@ -115,7 +130,7 @@ rule train_model:  # stage 4
 
 
 rule logprobs:  # stage 5
-    input: f"{EXP}/.train.done", "data/fbank/{s}/.done"
+    input: f"{EXP}/.train.done", lambda w: feats(w.s)
     output: f"{EXP}/logprobs_{{s}}/.done"
     shell: "{PY} -m steps.compute_logprobs --model {EXP}/final.pt --feats data/fbank/{wildcards.s}/feats.scp --out-dir {EXP}/logprobs_{wildcards.s}"
 
@@ -128,7 +143,7 @@ rule decode:
 
 
 rule decode_gmm:  # train.init: ce — the monophone GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
-    input: f"{MONO}/.done", "data/fbank/{s}/.done", "data/lang/.done"
+    input: f"{MONO}/.done", lambda w: feats(w.s), "data/lang/.done"
     output: f"{EXP}/decode_{{s}}_mono/.decode.done"
     shell: "{PY} -m steps.decode_gmm --config {CONFIG} --model {MONO}/final.mdl --lang-dir data/lang --feats data/fbank/{wildcards.s}/feats.scp --graph-dir {MONO}/graph --out-dir {EXP}/decode_{wildcards.s}_mono"
 

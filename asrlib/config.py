@@ -40,6 +40,11 @@ class FeatureConfig:
     num_mel_bins: int = 80
     nj: int = 2
     dither: float = 0.0
+    # global: one mean/variance from the training set, folded into the model. speaker: Kaldi's default for
+    # GMM and nnet recipes (compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk, means only): every set's features
+    # minus the mean of their speaker (over all of that speaker's utterances in the set, test speakers included:
+    # unsupervised, like Kaldi), then the global normalisation on top. asrlib/features/cmvn.py
+    cmvn: str = "global"
 
 
 @dataclass

@@ -174,6 +174,11 @@ class TorchBackend:
 
         self.model_path = Path(model_path)
         self.saved = load_model(self.model_path)
+        if self.saved.speaker_cmn:
+            raise AsrError(f"{self.model_path} was trained with per-speaker CMN (features.cmvn: speaker): its input "
+                           f"needs the mean of all of a speaker's audio, which a recording-at-a-time recognizer does "
+                           f"not have; decode a data dir with steps.compute_fbank, steps.compute_cmvn --utt2spk and "
+                           f"steps.compute_logprobs instead, or train with features.cmvn: global")
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)

@@ -26,7 +26,8 @@ from tqdm import tqdm
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.io_utils import AsrError, atomic_open, is_done, mark_done, write_json, write_table
-from asrlib.kaldi_io import MatrixReader, write_int_vectors
+from asrlib.features.cmvn import open_features
+from asrlib.kaldi_io import write_int_vectors
 from asrlib.gmm.align import AlignmentConverter, GraphCompiler, min_frames, viterbi_align
 from asrlib.gmm.data import select_utterances
 from asrlib.gmm.lang import load_gmm_lang
@@ -43,7 +44,7 @@ def _file_md5(path: Path) -> str:
 
 def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter, lang, text: Path, feats_scp: Path,
               out: Path, beam: float, retry_beam: float, num_plot: int = 4) -> dict:
-    reader = MatrixReader(feats_scp)
+    reader = open_features(feats_scp, model.info.get("cmvn") == "speaker")
     utts, excluded = select_utterances(text, reader, lang)
     alis: List[Tuple[str, List[int]]] = []
     retried: List[Tuple[str, str]] = []

@@ -13,7 +13,8 @@ from tqdm import tqdm
 
 from asrlib.cli import run_main
 from asrlib.io_utils import is_done, mark_done, read_table
-from asrlib.kaldi_io import MatrixReader, write_matrices
+from asrlib.features.cmvn import open_features
+from asrlib.kaldi_io import write_matrices
 from asrlib.models.saved import load_model
 
 
@@ -32,7 +33,7 @@ def main(argv=None):
         return 0
     torch.set_num_threads(a.num_threads)
     model = load_model(a.model)
-    reader = MatrixReader(a.feats)
+    reader = open_features(a.feats, model.speaker_cmn)  # speaker CMN when the model was trained with it
     keys = [k for k, _ in read_table(a.feats)]
 
     def items():

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.io_utils import AsrError, is_done, mark_done, read_table, sha256_file, write_table
-from asrlib.kaldi_io import MatrixReader
+from asrlib.features.cmvn import open_features
 
 log = logging.getLogger("decode_gmm")
 
@@ -81,7 +81,7 @@ def main(argv=None):
     decoder = GmmDecoder(model, hclg, beam=g.decode_beam, max_active=g.decode_max_active,
                          acoustic_scale=g.decode_acwt)
     id2word = {i: w for w, i in lang.words.items()}
-    reader = MatrixReader(a.feats)
+    reader = open_features(a.feats, model.info.get("cmvn") == "speaker")
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
     for utt, _ in tqdm(read_table(a.feats), desc="decode gmm", unit="utt", mininterval=2.0):
         fbank = reader[utt]

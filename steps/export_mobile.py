@@ -106,6 +106,10 @@ def main(argv=None):
     cfg = load_config(a.config, a.overrides)
     if not a.model.is_file():
         raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
+    if cfg.features.cmvn != "global":
+        raise AsrError(f"features.cmvn is {cfg.features.cmvn!r}: an on-device model folds one global CMVN into its "
+                       f"graph and sees one recording at a time, so it cannot apply per-speaker CMN; export a model "
+                       f"trained with features.cmvn: global")
     for f in ("tokens.txt", "words.txt", "TLG.fst"):
         if not (a.lang_dir / f).is_file():
             raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")

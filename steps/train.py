@@ -20,6 +20,7 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
+from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
@@ -48,6 +49,8 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
     fp["train"].pop("kill_after_steps")
+    if cfg.features.cmvn != "global":  # (global models keep their old fingerprint)
+        fp["cmvn"] = cfg.features.cmvn
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
     if cfg.train.init == "random":
@@ -68,11 +71,13 @@ def main(argv=None):
     torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
+    speaker_cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
     def dataset(name: str) -> CtcDataset:
         return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
-                          excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None)
+                          excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
+                          speaker_cmn=speaker_cmn)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
@@ -89,7 +94,7 @@ def main(argv=None):
     if not algo.is_main:
         return 0
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"lang_dir": str(a.lang_dir), **init_info, **summary})
+               info={"lang_dir": str(a.lang_dir), "cmvn": cfg.features.cmvn, **init_info, **summary})
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0

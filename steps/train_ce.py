@@ -21,6 +21,7 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
+from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
@@ -51,6 +52,8 @@ def main(argv=None):
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
     fp["train"].pop("kill_after_steps")
+    if cfg.features.cmvn != "global":  # (global models keep their old fingerprint)
+        fp["cmvn"] = cfg.features.cmvn
     if is_done(done, fingerprint=fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0
@@ -63,11 +66,13 @@ def main(argv=None):
     seed_everything(cfg.train.seed)
     num_pdfs = int(ali_info["num_pdfs"])
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
+    speaker_cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
     def dataset(name: str) -> FrameTargetDataset:
         return FrameTargetDataset(a.feats_dir / name / "feats.scp", a.ali_dir / name, cmvn, num_pdfs,
-                                  excluded_path=a.exp_dir / f"excluded_{name}.txt", stack=stack)
+                                  excluded_path=a.exp_dir / f"excluded_{name}.txt", stack=stack,
+                                  speaker_cmn=speaker_cmn)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
@@ -79,7 +84,7 @@ def main(argv=None):
     dev = [m for m in trainer.metrics if m["kind"] == "dev"]
     summary["final_dev_frame_acc"] = dev[-1].get("frame_acc") if dev else None
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"criterion": "ce", "ali_dir": str(a.ali_dir), "num_pdfs": num_pdfs,
+               info={"criterion": "ce", "cmvn": cfg.features.cmvn, "ali_dir": str(a.ali_dir), "num_pdfs": num_pdfs,
                      "pdf_phones": ali_info.get("pdf_phones"), **summary})
     mark_done(done, summary, fingerprint=fp)
     log.info("cross-entropy training done: %s", summary)

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import load_cmvn
+from asrlib.features.cmvn import check_cmvn_mode, load_cmvn, open_features
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json, write_table
-from asrlib.kaldi_io import MatrixReader
 from asrlib.gmm.align import GraphCompiler
 from asrlib.gmm.data import load_data, random_subset, select_utterances
 from asrlib.gmm.feats import GmmFeatureMaker
@@ -44,6 +43,8 @@ def main(argv=None):
     g = cfg.gmm
     done = a.exp_dir / ".done"
     fp = {"gmm": config_to_dict(g), "train_set": a.train_set}
+    if cfg.features.cmvn != "global":  # (global systems keep their old fingerprint)
+        fp["cmvn"] = cfg.features.cmvn
     if is_done(done, fingerprint=fp):
         print(f"train_mono: {a.exp_dir} already trained ({done}); skipping")
         return 0
@@ -51,7 +52,7 @@ def main(argv=None):
     t0 = time.time()
     lang = load_gmm_lang(a.lang_dir, g.sil_phone)
     feats_dir = a.feats_dir / a.train_set
-    reader = MatrixReader(feats_dir / "feats.scp")
+    reader = open_features(feats_dir / "feats.scp", check_cmvn_mode(cfg.features.cmvn))
     cmvn = load_cmvn(feats_dir / "cmvn.scp")
     utts, excluded = select_utterances(a.data_dir / a.train_set / "text", reader, lang)
     chosen = random_subset(utts, g.num_utts, g.seed)
@@ -79,7 +80,7 @@ def main(argv=None):
     history = train_mono(model, data, sched)
     summ = {**summary(history), "utterances": len(data), "excluded": len(excluded), "num_pdfs": int(model.tm.num_pdfs),
             "feature_dim": int(data[0].feats.shape[1]), "wall_seconds": round(time.time() - t0, 1)}
-    model.info = summ
+    model.info = {**summ, "cmvn": cfg.features.cmvn}   # steps.align / decode_gmm apply the same normalisation
     write_table(a.exp_dir / "excluded.txt", excluded)
     if excluded:
         log.warning("%d utterance(s) not used for training; see %s", len(excluded), a.exp_dir / "excluded.txt")

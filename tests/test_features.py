@@ -148,3 +148,50 @@ def test_dither_is_seeded_per_utterance(data_dir, tmp_path):
     assert a.num_utts == 5
     assert all(np.array_equal(fa[k], fb[k]) for k in fa)              # same noise whatever nj is
     assert not any(np.array_equal(fa[k], fc[k]) for k in fa)          # but dither does change the features
+
+
+def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
+    """features.cmvn: speaker — Kaldi's compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk (means only): stats
+    per speaker in Kaldi's format, each utterance minus its own speaker's mean, the global stats over the result."""
+    from asrlib.features.cmvn import compute_speaker_cmvn, open_features
+    from asrlib.kaldi_io import write_matrices
+    from steps.compute_cmvn import main as cmvn_main
+    rng = np.random.default_rng(0)
+    fb = tmp_path / "fb"   # speaker b: speaker a's features shifted by a constant (another channel/gain)
+    base = {f"u{i}": rng.normal(0, 1, (20 + 5 * i, 4)).astype(np.float32) for i in range(4)}
+    offset = np.array([3.0, -2.0, 0.5, 7.0], np.float32)
+    write_matrices(fb / "feats.ark", [*base.items(), *((f"v{i}", m + offset) for i, m in enumerate(base.values()))])
+    u2s = tmp_path / "utt2spk"
+    u2s.write_text("".join(f"u{i} a\nv{i} b\n" for i in range(4)))
+    stats = compute_speaker_cmvn(fb / "feats.scp", u2s, show_progress=False)
+    assert sorted(stats) == ["a", "b"] and stats["a"].shape == (2, 5) and stats["a"][0, -1] == 110
+    on_disk = MatrixReader(fb / "cmvn_spk.scp", double=True)
+    assert np.array_equal(on_disk["b"], stats["b"]) and read_table(fb / "utt2spk")[0] == ("u0", "a")
+    assert np.allclose(stats["b"][0, :-1] - stats["a"][0, :-1], 110 * offset, atol=1e-3)
+    raw, normed = open_features(fb / "feats.scp"), open_features(fb / "feats.scp", speaker_cmn=True)
+    assert np.array_equal(raw["v1"], base["u1"] + offset)                 # raw reader: untouched
+    for i in range(4):                                                    # the channel offset is gone
+        assert np.allclose(normed[f"u{i}"], normed[f"v{i}"], atol=1e-4) and normed[f"u{i}"].dtype == np.float32
+    for spk in "uv":
+        assert np.abs(np.concatenate([normed[f"{spk}{i}"] for i in range(4)]).mean(0)).max() < 1e-5
+    # the step: train = speaker stats + global over the speaker-normalised features; a rerun is skipped
+    (fb / "cmvn_spk.scp").unlink()
+    args = ["--feats", str(fb / "feats.scp"), "--utt2spk", str(u2s), "--out-dir", str(fb)]
+    assert cmvn_main(args) == 0 and (fb / "cmvn_spk.scp").is_file()
+    glob = MatrixReader(fb / "cmvn.scp", double=True)["global"]
+    assert np.abs(glob[0, :-1] / glob[0, -1]).max() < 1e-5                # mean of the normalised features: 0
+    assert np.array_equal(glob, accumulate_cmvn_stats(fb / "feats.scp", False, speaker_cmn=True))
+    capsys.readouterr()
+    assert cmvn_main(args) == 0 and "skipping" in capsys.readouterr().out
+    assert cmvn_main(args[:2] + ["--out-dir", str(fb)]) == 0 and "recomputing" in capsys.readouterr().out  # mode
+    # bad input: an utterance without a speaker; a feature dir without speaker stats
+    u2s.write_text("u0 a\n")
+    with pytest.raises(AsrError, match="no speaker for 7 utterance"):
+        compute_speaker_cmvn(fb / "feats.scp", u2s, show_progress=False)
+    (fb / "cmvn_spk.scp").unlink()
+    with pytest.raises(AsrError, match="no per-speaker CMVN statistics .*compute_cmvn"):
+        open_features(fb / "feats.scp", speaker_cmn=True)
+    from asrlib.features.cmvn import check_cmvn_mode
+    assert check_cmvn_mode("speaker") and not check_cmvn_mode("global")
+    with pytest.raises(AsrError, match="features.cmvn must be one of"):
+        check_cmvn_mode("utterance")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -49,3 +50,24 @@ def test_fsdd_recipe_one_fold(tmp_path):
     assert wer["num_words"] == 80
     md = (exp / "RESULTS_fsdd_tlg.md").read_text()
     assert "| jackson | nicolas |" in md and "Not decoded yet" in md       # the other folds were not run
+    # features.cmvn: speaker (the recipe's setting): every set has per-speaker stats, the model says so, its
+    # log-posteriors are those of speaker-normalised features, and tools that see one recording refuse it
+    assert cfg["features"]["cmvn"] == "speaker"
+    fold = data / "loso_jackson"
+    for s in ("train", "dev", "test"):
+        assert (fold / "fbank" / s / "cmvn_spk.scp").is_file()
+    from asrlib.features.cmvn import open_features
+    from asrlib.io_utils import AsrError
+    from asrlib.kaldi_io import MatrixReader
+    from asrlib.models.saved import load_model
+    saved = load_model(exp / "loso_jackson" / "final.pt")
+    assert saved.speaker_cmn
+    utt = MatrixReader(fold / "fbank" / "test" / "feats.scp").keys()[0]
+    logp = MatrixReader(exp / "loso_jackson" / "logprobs_test" / "logprobs.scp")[utt]
+    feats = open_features(fold / "fbank" / "test" / "feats.scp", speaker_cmn=True)[utt]
+    assert np.allclose(logp, saved.log_probs(feats), atol=1e-5)
+    raw = MatrixReader(fold / "fbank" / "test" / "feats.scp")[utt]
+    assert not np.allclose(logp, saved.log_probs(raw), atol=1e-2)       # (the speaker mean made a difference)
+    from asrlib.recognizer import Recognizer
+    with pytest.raises(AsrError, match="per-speaker CMN"):
+        Recognizer.from_dir(exp / "loso_jackson")

@@ -28,6 +28,9 @@ def test_local_profile_every_recipe(recipe, tmp_path):
     out = _dry_run("local", config, tmp_path)
     assert f"-m local.{yaml.safe_load(config.read_text())['data']['corpus']} " in out
     assert "steps.train" in out and "This was a dry-run" in out
+    if yaml.safe_load(config.read_text()).get("features", {}).get("cmvn") == "speaker":   # per-speaker CMN rules
+        assert "--utt2spk data/train/utt2spk" in out and "--utt2spk data/test/utt2spk" in out
+        assert "data/fbank/test --speaker-only" in out
 
 
 @pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,

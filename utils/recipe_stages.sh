@@ -33,11 +33,17 @@ stage_validate() {  # stage_validate SET...: Kaldi data dir checks; bad utteranc
 }
 
 stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, global CMVN from the first
-  local s
+  local s mode spk=()                   # (features.cmvn: speaker — per-speaker stats of every set, then global)
+  mode=$(cfg features.cmvn) || return 1
+  [ "$mode" = speaker ] && spk=(--utt2spk "$data/$1/utt2spk")
   for s in "$@"; do
     run steps.compute_fbank --config "$config" --data-dir "$data/$s" --out-dir "$data/fbank/$s" --nj "$nj"
+    if [ "$mode" = speaker ] && [ "$s" != "$1" ]; then
+      run steps.compute_cmvn --feats "$data/fbank/$s/feats.scp" --utt2spk "$data/$s/utt2spk" \
+        --out-dir "$data/fbank/$s" --speaker-only
+    fi
   done
-  run steps.compute_cmvn --feats "$data/fbank/$1/feats.scp" --out-dir "$data/fbank/$1"
+  run steps.compute_cmvn --feats "$data/fbank/$1/feats.scp" --out-dir "$data/fbank/$1" "${spk[@]}"
 }
 
 stage_lang() {  # stage_lang TRAIN_SET

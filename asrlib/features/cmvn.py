@@ -1,48 +1,82 @@
-"""Global cepstral mean and variance normalisation (CMVN), with statistics stored in Kaldi's format.
+"""Cepstral mean and variance normalisation (CMVN), with statistics stored in Kaldi's format.
 
 The statistics are a 2 x (D+1) float64 matrix, as written by Kaldi's ``compute-cmvn-stats``: row 0 holds the
-per-dimension sums followed by the frame count, row 1 the per-dimension sums of squares followed by 0. They are
-stored in ``cmvn.ark`` / ``cmvn.scp`` under the key ``global``.
+per-dimension sums followed by the frame count, row 1 the per-dimension sums of squares followed by 0.
+
+* Global (``features.cmvn: global``, the default): the training set's statistics, in the training feature dir's
+  ``cmvn.ark`` / ``cmvn.scp`` under the key ``global``; the model stores mean and 1/std and applies them itself.
+* Per speaker (``features.cmvn: speaker``): Kaldi's ``compute-cmvn-stats --spk2utt`` + ``apply-cmvn --utt2spk
+  --norm-vars=false``. Every set's feature dir holds ``cmvn_spk.ark`` / ``cmvn_spk.scp`` (one entry per speaker)
+  and a copy of the set's ``utt2spk``; :func:`open_features` then subtracts each utterance's speaker mean, and the
+  global normalisation (computed over the speaker-normalised training features) applies on top. A test speaker's
+  mean comes from all of that speaker's utterances in the test set (unsupervised, as in Kaldi).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Tuple
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 from tqdm import tqdm
 
-from asrlib.io_utils import AsrError, PathLike
+from asrlib.io_utils import AsrError, PathLike, read_table, write_table
 from asrlib.kaldi_io import MatrixReader, write_double_matrices
 
 log = logging.getLogger(__name__)
 
 GLOBAL_KEY = "global"
+SPEAKER_STATS = "cmvn_spk.scp"   # per-speaker stats in a set's feature dir (features.cmvn: speaker)
+CMVN_MODES = ("global", "speaker")
 VAR_FLOOR = 1e-10  # Kaldi's floor in ApplyCmvn
 
 
-def accumulate_cmvn_stats(feats_scp: PathLike, show_progress: bool = True) -> np.ndarray:
-    """Sum the features of every utterance in ``feats_scp`` into Kaldi CMVN stats (float64, 2 x (D+1))."""
-    reader = MatrixReader(feats_scp)
+def _accumulate(reader: MatrixReader, group: Callable[[str], str], show_progress: bool) -> Dict[str, np.ndarray]:
+    """Kaldi CMVN stats (float64, 2 x (D+1)) per group of utterances, ``group(utt)`` naming an utterance's group."""
+    where = reader.scp_path
     if len(reader) == 0:
-        raise AsrError(f"{feats_scp} lists no utterances; cannot compute CMVN statistics")
-    stats = None
+        raise AsrError(f"{where} lists no utterances; cannot compute CMVN statistics")
+    out: Dict[str, np.ndarray] = {}
+    dim = None
     for utt, feats in tqdm(reader, total=len(reader), desc="cmvn stats", unit="utt", disable=not show_progress,
                            mininterval=1.0):
-        if stats is None:
+        if dim is None:
             dim = feats.shape[1]
-            stats = np.zeros((2, dim + 1), dtype=np.float64)
-        elif feats.shape[1] != stats.shape[1] - 1:
-            raise AsrError(f"{feats_scp}: '{utt}' has dimension {feats.shape[1]}, expected {stats.shape[1] - 1} "
+        elif feats.shape[1] != dim:
+            raise AsrError(f"{where}: '{utt}' has dimension {feats.shape[1]}, expected {dim} "
                            f"(features from different configurations mixed?)")
+        stats = out.setdefault(group(utt), np.zeros((2, dim + 1), dtype=np.float64))
         f64 = feats.astype(np.float64)
         stats[0, :-1] += f64.sum(axis=0)
         stats[1, :-1] += (f64 * f64).sum(axis=0)
         stats[0, -1] += len(feats)
-    if stats[0, -1] <= 0:
-        raise AsrError(f"{feats_scp}: all utterances have zero frames; cannot compute CMVN statistics")
+    empty = sorted(k for k, st in out.items() if st[0, -1] <= 0)
+    if empty:
+        raise AsrError(f"{where}: all utterances of {', '.join(empty[:5])} have zero frames; cannot compute CMVN "
+                       f"statistics")
+    return out
+
+
+def accumulate_cmvn_stats(feats_scp: PathLike, show_progress: bool = True, speaker_cmn: bool = False) -> np.ndarray:
+    """Sum the features of every utterance in ``feats_scp`` into Kaldi CMVN stats (float64, 2 x (D+1)); with
+    ``speaker_cmn`` the features are speaker-mean-normalised first (:func:`open_features`)."""
+    return _accumulate(open_features(feats_scp, speaker_cmn), lambda _: GLOBAL_KEY, show_progress)[GLOBAL_KEY]
+
+
+def compute_speaker_cmvn(feats_scp: PathLike, utt2spk: PathLike, show_progress: bool = True) -> Dict[str, np.ndarray]:
+    """Per-speaker stats of ``feats_scp`` (speakers from ``utt2spk``), written beside it as ``cmvn_spk.{ark,scp}``
+    (keys = speakers, Kaldi's ``compute-cmvn-stats --spk2utt``) with a copy of the utt2spk entries it used."""
+    reader = MatrixReader(feats_scp)
+    u2s = dict(read_table(utt2spk))
+    missing = [u for u in reader.keys() if not u2s.get(u)]
+    if missing:
+        raise AsrError(f"{utt2spk} has no speaker for {len(missing)} utterance(s) of {feats_scp}, e.g. "
+                       f"'{missing[0]}'; validate the data dir (steps.validate_data_dir) and recompute the features")
+    stats = _accumulate(reader, u2s.__getitem__, show_progress)
+    out = Path(feats_scp).parent
+    write_double_matrices(out / "cmvn_spk.ark", sorted(stats.items()))
+    write_table(out / "utt2spk", [(u, u2s[u]) for u in reader.keys()])
     return stats
 
 
@@ -54,9 +88,11 @@ def write_cmvn(out_dir: PathLike, stats: np.ndarray) -> Path:
     return ark.with_suffix(".scp")
 
 
-def compute_global_cmvn(feats_scp: PathLike, out_dir: PathLike, show_progress: bool = True) -> np.ndarray:
-    """Accumulate stats over ``feats_scp`` and write them to ``out_dir/cmvn.{ark,scp}``; returns the stats."""
-    stats = accumulate_cmvn_stats(feats_scp, show_progress)
+def compute_global_cmvn(feats_scp: PathLike, out_dir: PathLike, show_progress: bool = True,
+                        speaker_cmn: bool = False) -> np.ndarray:
+    """Accumulate stats over ``feats_scp`` (speaker-normalised with ``speaker_cmn``) and write them to
+    ``out_dir/cmvn.{ark,scp}``; returns the stats."""
+    stats = accumulate_cmvn_stats(feats_scp, show_progress, speaker_cmn)
     write_cmvn(out_dir, stats)
     return stats
 
@@ -94,6 +130,44 @@ class Cmvn:
         if feats.ndim != 2 or feats.shape[1] != self.dim:
             raise AsrError(f"CMVN has dimension {self.dim}, features have shape {feats.shape}")
         return ((feats - self.mean) * self.inv_std).astype(np.float32, copy=False)
+
+
+def check_cmvn_mode(mode: str) -> bool:
+    """``features.cmvn`` → whether speaker CMN applies; anything but global/speaker is an error."""
+    if mode not in CMVN_MODES:
+        raise AsrError(f"features.cmvn must be one of {', '.join(CMVN_MODES)}, got {mode!r}")
+    return mode == "speaker"
+
+
+class SpeakerCmnReader(MatrixReader):
+    """A feats.scp whose matrices come out minus their speaker's mean (``apply-cmvn --utt2spk --norm-vars=false``),
+    from the ``cmvn_spk.scp`` and ``utt2spk`` that :func:`compute_speaker_cmvn` wrote beside it."""
+
+    def __init__(self, scp_path: PathLike) -> None:
+        super().__init__(scp_path)
+        d = self.scp_path.parent
+        stats_scp, u2s_path = d / SPEAKER_STATS, d / "utt2spk"
+        if not stats_scp.is_file() or not u2s_path.is_file():
+            raise AsrError(f"{d} has no per-speaker CMVN statistics ({SPEAKER_STATS}, utt2spk), needed with "
+                           f"features.cmvn: speaker (or by a model trained with it); compute them with python -m "
+                           f"steps.compute_cmvn --feats {self.scp_path} --utt2spk DATA_DIR/utt2spk --out-dir {d} "
+                           f"--speaker-only")
+        means = {spk: Cmvn.from_stats(st, VAR_FLOOR)[0].mean for spk, st in MatrixReader(stats_scp, double=True)}
+        u2s = dict(read_table(u2s_path))
+        self._mean: Dict[str, np.ndarray] = {}
+        for utt in self.keys():
+            if u2s.get(utt) not in means:
+                raise AsrError(f"{d}: utterance '{utt}' has no speaker statistics in {SPEAKER_STATS} (speaker "
+                               f"{u2s.get(utt)!r}); the features changed after steps.compute_cmvn: rerun it")
+            self._mean[utt] = means[u2s[utt]]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return (super().__getitem__(key) - self._mean[key]).astype(np.float32, copy=False)
+
+
+def open_features(feats_scp: PathLike, speaker_cmn: bool = False) -> MatrixReader:
+    """The reader every consumer of a feats.scp uses: raw fbank, or speaker-mean-normalised ones."""
+    return SpeakerCmnReader(feats_scp) if speaker_cmn else MatrixReader(feats_scp)
 
 
 def load_cmvn(cmvn_scp: PathLike, var_floor: float = VAR_FLOOR) -> Cmvn:

@@ -22,6 +22,8 @@ class SavedModel:
     model: StackedLstmAcousticModel
     cmvn_mean: np.ndarray
     cmvn_inv_std: np.ndarray
+    # trained with features.cmvn: speaker: its inputs must be speaker-mean-normalised first (features.cmvn)
+    speaker_cmn: bool = False
 
     def normalise(self, feats: np.ndarray) -> np.ndarray:
         return ((feats - self.cmvn_mean) * self.cmvn_inv_std).astype(np.float32)
@@ -54,4 +56,4 @@ def load_model(path: Path) -> SavedModel:
     model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"])
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], st.get("info", {}).get("cmvn") == "speaker")

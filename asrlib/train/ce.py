@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from asrlib.features.cmvn import Cmvn, load_cmvn
+from asrlib.features.cmvn import Cmvn, load_cmvn, open_features
 from asrlib.io_utils import AsrError, PathLike, read_table, write_table
-from asrlib.kaldi_io import MatrixReader, read_int_vectors
+from asrlib.kaldi_io import read_int_vectors
 from asrlib.train.criterion import Criterion
 from asrlib.train.data import Utterance
 
@@ -47,9 +47,10 @@ class FrameTargetDataset:
     """
 
     def __init__(self, feats_scp: PathLike, ali_dir: PathLike, cmvn_scp: PathLike, num_classes: int,
-                 excluded_path: Optional[PathLike] = None, max_frames: int = 3000, stack: int = 3):
+                 excluded_path: Optional[PathLike] = None, max_frames: int = 3000, stack: int = 3,
+                 speaker_cmn: bool = False):
         ali_dir = Path(ali_dir)
-        self.reader = MatrixReader(feats_scp)
+        self.reader = open_features(feats_scp, speaker_cmn)
         self.cmvn: Cmvn = load_cmvn(cmvn_scp)
         targets = read_int_vectors(ali_dir / "pdf.scp")
         why = _reasons(ali_dir / "excluded.txt")

@@ -14,9 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from asrlib.features.cmvn import Cmvn, load_cmvn
+from asrlib.features.cmvn import Cmvn, load_cmvn, open_features
 from asrlib.io_utils import AsrError, read_table, write_table
-from asrlib.kaldi_io import MatrixReader
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +54,16 @@ class Utterance:
 
 
 class CtcDataset:
-    """Utterances with features, normalised by global CMVN, and CTC targets.
+    """Utterances with features, normalised by global CMVN (after per-speaker CMN with ``speaker_cmn``), and CTC
+    targets.
 
     Utterances with no features, an OOV word or a transcript too long for the network's output frames are excluded
     and listed (with the reason) in ``excluded_path`` — never dropped silently.
     """
 
     def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
-                 excluded_path: Optional[Path] = None, max_frames: int = 3000):
-        self.reader = MatrixReader(feats_scp)
+                 excluded_path: Optional[Path] = None, max_frames: int = 3000, speaker_cmn: bool = False):
+        self.reader = open_features(feats_scp, speaker_cmn)
         self.cmvn: Cmvn = load_cmvn(cmvn_scp)
         lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
         tokens = read_token_ids(Path(lang_dir) / "tokens.txt")

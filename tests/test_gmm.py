@@ -245,3 +245,30 @@ def test_gmm_decoding_with_a_word_loop_and_an_ngram(toy, capsys):
 def _arcs(fst, state):
     from asrlib.kaldi_imports import kaldifst
     return list(kaldifst.ArcIterator(fst, state))
+
+
+def test_speaker_cmn_through_gmm_training_alignment_and_decoding(tmp_path):
+    """features.cmvn: speaker through train_mono, align and decode_gmm: each toy speaker's features are shifted by
+    its own constant (a channel), per-speaker CMN removes it, and the dev words still come out."""
+    from asrlib.features.cmvn import compute_global_cmvn, compute_speaker_cmvn
+    from asrlib.gmm.model import load_gmm
+    from asrlib.kaldi_io import MatrixReader, write_matrices
+    from asrlib.lang.graphs import make_word_loop, write_fst
+    from asrlib.lang.lexicon import read_words
+
+    root, _ = make_gmm_toy(tmp_path, {"train": 45, "dev": 12}, seed=1)
+    shift = {f"spk{i}": np.random.default_rng(i).normal(0, 4, 20).astype(np.float32) for i in range(3)}
+    for s in ("train", "dev"):
+        fb = root / "fbank" / s
+        feats = [(u, m + shift[u.split("-")[0]] if u.startswith("spk") else m)
+                 for u, m in MatrixReader(fb / "feats.scp")]
+        write_matrices(fb / "feats.ark", feats)
+        write_table(root / "data" / s / "utt2spk", [(u, u.split("-")[0]) for u, _ in feats])
+        compute_speaker_cmvn(fb / "feats.scp", root / "data" / s / "utt2spk", show_progress=False)
+    compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", False, speaker_cmn=True)
+    mono, ali = run_mono_and_align(root, gmm_toy_config(root / "c.yaml", features={"cmvn": "speaker"}))
+    assert load_gmm(mono / "final.mdl").info["cmvn"] == "speaker"
+    assert json.loads((ali / "dev" / "info.json").read_text())["utterances"] == 12
+    words = {w: i for i, w in read_words(root / "lang" / "words.txt").items()}
+    write_fst(make_word_loop(words), root / "lang" / "G.fst")
+    _check_hyps(root, _decode_gmm(root, mono, "spk"))

@@ -4,4 +4,16 @@
 # voices decoded as a second test set (test_synth). Options are those of recipes/fsdd/run.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-exec "$here/../fsdd/run.sh" --config "$here/config.yaml" --data "$here/data" --exp "$here/exp" "$@"
+# Relative --data/--exp/--config/--corpus-dir are this recipe's paths, as in every other recipe (each run.sh works
+# in its own directory): made absolute here, or ../fsdd/run.sh would read them as recipes/fsdd's.
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --data|--exp|--config|--corpus-dir)
+      [ $# -ge 2 ] || { echo "$0: $1 needs a value" >&2; exit 1; }
+      case $2 in /*) args+=("$1" "$2") ;; *) args+=("$1" "$here/$2") ;; esac
+      shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+exec "$here/../fsdd/run.sh" --config "$here/config.yaml" --data "$here/data" --exp "$here/exp" "${args[@]}"

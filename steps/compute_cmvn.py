@@ -41,8 +41,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     mode = "speaker-only" if args.speaker_only else "speaker+global" if args.utt2spk else "global"
     feats_sha1 = hashlib.sha1(feats.read_bytes() + (Path(args.utt2spk).read_bytes() if args.utt2spk else b"")
                               ).hexdigest()
+    from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, compute_global_cmvn, compute_speaker_cmvn
+
     outputs = ([] if args.speaker_only else [out_dir / "cmvn.scp"]) \
-        + ([feats.parent / "cmvn_spk.scp"] if args.utt2spk else [])
+        + ([feats.parent / SPEAKER_STATS] if args.utt2spk else [])
     if is_done(marker) and all(o.is_file() for o in outputs):
         done = json.loads(marker.read_text() or "{}")
         if done.get("feats_sha1") == feats_sha1 and done.get("mode", "global") == mode:
@@ -50,13 +52,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         print(f"{out_dir}: {feats} (or the CMVN mode) changed since the stats were computed; recomputing")
     setup_logging(out_dir / "log" / "compute_cmvn.log")
-    from asrlib.features.cmvn import Cmvn, compute_global_cmvn, compute_speaker_cmvn
 
     info = {"feats": str(args.feats), "feats_sha1": feats_sha1, "mode": mode}
     if args.utt2spk:
         spk = compute_speaker_cmvn(feats, args.utt2spk)
         info["speakers"] = len(spk)
-        print(f"{feats.parent / 'cmvn_spk.scp'}: {len(spk)} speakers")
+        print(f"{feats.parent / SPEAKER_STATS}: {len(spk)} speakers")
     if not args.speaker_only:
         stats = compute_global_cmvn(args.feats, out_dir, speaker_cmn=bool(args.utt2spk))
         cmvn, _ = Cmvn.from_stats(stats)

@@ -75,7 +75,7 @@ def compute_speaker_cmvn(feats_scp: PathLike, utt2spk: PathLike, show_progress: 
                        f"'{missing[0]}'; validate the data dir (steps.validate_data_dir) and recompute the features")
     stats = _accumulate(reader, u2s.__getitem__, show_progress)
     out = Path(feats_scp).parent
-    write_double_matrices(out / "cmvn_spk.ark", sorted(stats.items()))
+    write_double_matrices(out / Path(SPEAKER_STATS).with_suffix(".ark"), sorted(stats.items()))
     write_table(out / "utt2spk", [(u, u2s[u]) for u in reader.keys()])
     return stats
 

@@ -50,6 +50,11 @@ class GmmModel:
     def sil_id(self) -> int:
         return self.phones[self.sil_phone]
 
+    @property
+    def speaker_cmn(self) -> bool:
+        """Trained with features.cmvn: speaker (steps.train_mono records it): its fbank input is speaker-normalised."""
+        return self.info.get("cmvn") == "speaker"
+
     def features(self, fbank: np.ndarray) -> np.ndarray:
         """Raw fbank (T, D) of the feature stage -> this model's features (CMVN, then MFCC + deltas or fbank)."""
         if self._maker is None:

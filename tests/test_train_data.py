@@ -2,6 +2,7 @@
 more tokens than the network has output frames are excluded, listed with the reason and counted in the log."""
 import logging
 
+import pytest
 import torch
 
 from asrlib.config import ModelConfig
@@ -24,6 +25,34 @@ def test_batches_respect_budget_and_depend_only_on_seed_and_epoch():
     assert all(len(x) == 1 or max(by[u] for u in x) * len(x) <= 1000 for x in b)
     assert b == make_batches(utts, 1000, seed=1, epoch=0)
     assert b != make_batches(utts, 1000, seed=1, epoch=1)
+
+
+def test_batches_grouped_for_learners_pair_similar_lengths_at_every_step():
+    """group = N keeps runs of N length-neighbour batches together, so the N learners' batches at one step (dealt
+    round-robin) cost about the same; group = 1 is the plain shuffle, unchanged for one learner."""
+    import random
+
+    from asrlib.dist.base import shard_round_robin
+
+    utts = [Utterance(f"u{i}", 40 + (i * 37) % 600, [1]) for i in range(300)]
+    by = {u.utt: u.num_frames for u in utts}
+    plain = make_batches(utts, 2000, seed=3, epoch=2)
+    assert make_batches(utts, 2000, seed=3, epoch=2, group=1) == plain
+    legacy = sorted(plain, key=lambda b: (max(by[u] for u in b), b))     # the length-sorted batches
+    random.Random(3 * 100003 + 2).shuffle(legacy)                       # the shuffle before groups existed
+    assert legacy == plain
+    rank_of_sorted = {tuple(b): i for i, b in enumerate(sorted(plain, key=lambda b: (max(by[u] for u in b), b)))}
+    for world in (2, 3):
+        grouped = make_batches(utts, 2000, seed=3, epoch=2, group=world)
+        assert sorted(map(tuple, grouped)) == sorted(map(tuple, plain))  # the same batches, another order
+        assert grouped != plain
+        shards = [shard_round_robin(grouped, r, world) for r in range(world)]
+        full = len(plain) // world
+        for step in range(full):   # the batches of one step are neighbours in length order
+            ranks = sorted(rank_of_sorted[tuple(s[step])] for s in shards)
+            assert ranks[-1] - ranks[0] == world - 1 and ranks[0] % world == 0, (world, step, ranks)
+        tail = [s[full] for s in shards if len(s) > full]                  # the incomplete run comes last
+        assert sum(1 for b in tail if b) == len(plain) % world
 
 
 def test_freq_warp_identity_and_range():
@@ -125,3 +154,35 @@ def _subset(make, n, seed):
     d = make()
     d.keep_random(n, seed)
     return [u.utt for u in d.utts]
+
+
+def test_warmup_covers_the_same_audio_with_several_learners(tmp_path):
+    """train.warmup_steps counts batches of the whole epoch: 2 learners, each dealt half of every epoch's batches,
+    warm up over half as many of their own steps (the same audio as one learner), and the schedule ends with
+    their last step."""
+    from asrlib.config import load_config
+    from asrlib.dist.base import shard_round_robin
+    from asrlib.testing import toy_config_yaml
+    from asrlib.train.algo import TrainAlgo
+    from asrlib.train.trainer import Trainer
+
+    class SecondOfTwo(TrainAlgo):
+        rank, world_size = 1, 2
+
+        def shard_batches(self, batches, epoch):
+            return shard_round_robin(batches, self.rank, self.world_size)
+
+    root = make_toy_ctc_setup(tmp_path / "toy", {"train": 41, "dev": 4})
+    cfg = load_config(toy_config_yaml(tmp_path / "c.yaml", warmup_steps=9, epochs=3))
+    ds = CtcDataset(root / "fbank" / "train" / "feats.scp", root / "data" / "train" / "text", root / "lang",
+                    root / "fbank" / "train" / "cmvn.scp", cfg.model.stack)
+    model = build_model(20, 6, cfg.model)
+    one = Trainer(cfg, model, ds, None, tmp_path / "one")
+    two = Trainer(cfg, model, ds, None, tmp_path / "two", algo=SecondOfTwo())
+    n = one.total_steps // 3
+    assert n >= 10 and one.warmup_steps == 9
+    assert two.total_steps == 3 * ((n + 1) // 2)
+    assert two.warmup_steps == -(-9 * ((n + 1) // 2) // n)        # ceil(9 * own batches / all batches)
+    assert two.warmup_steps < 9
+    lrs = [g["lr"] for g in two.optimizer.param_groups]
+    assert lrs[0] == pytest.approx(cfg.train.lr / two.warmup_steps)   # step 0 of the (shorter) warm-up

@@ -7,7 +7,8 @@ bandwidth) on this machine, then measure the per-step time of every algorithm wi
     PYTHONPATH=. .venv/bin/python -m steps.scaling_report --params recipes/digits/exp/bench_timing/params.json \
         --measured recipes/digits/exp/bench_timing/measured.json --out-dir recipes/digits/exp/scaling
 
-Writes OUT/params.json (fitted TimingParams, link = this machine's Gloo loopback, cores = os.cpu_count()) and
+Writes OUT/params.json (fitted TimingParams, link = this machine's Gloo loopback, cores = os.cpu_count(), compute
+contention c(N) = T_calc with N learners computing at once / T_calc alone, measured for every N of ``--ns``) and
 OUT/measured.json (per algorithm and N: mean seconds per step over learners, bytes per step, load average).
 """
 from __future__ import annotations
@@ -101,6 +102,21 @@ def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
             "numel": sum(p.numel() for p in model.parameters())}
 
 
+def concurrent_calc(rank: int, world: int, recipe: Path, n_batches: int) -> float:
+    """T_calc of one learner while ``world`` learners compute at once (no communication between them)."""
+    import torch.distributed as dist
+    dist.barrier()
+    return compute_times(recipe, n_batches)["t_calc"]
+
+
+def measure_contention(recipe: Path, ns: List[int], n_batches: int) -> Dict[int, float]:
+    """c(n) = mean T_calc with n learners computing at once / T_calc of one alone, on this machine."""
+    from asrlib.dist.harness import run_learners
+    calc = {n: statistics.mean(run_learners(concurrent_calc, n, args=(recipe, n_batches), timeout=600))
+            for n in sorted(set([1, *ns]))}
+    return {n: calc[n] / calc[1] for n in calc}
+
+
 def run_algo(recipe: Path, sub: Path, out: Path, algo: str, n: int, extra: List[str]) -> Dict:
     exp = out / f"{algo}_n{n}"
     if exp.exists():
@@ -147,10 +163,13 @@ def main() -> None:
     link = fit_link(list(pp), list(pp.values()))
     ct = compute_times(recipe, 4 if a.quick else 12)
     ar = {n: run_learners(allreduce_time, n, args=(ct["numel"], 10), timeout=300)[0] for n in (2, 4)}
+    contention = measure_contention(recipe, a.ns, 4 if a.quick else 12)
     params = TimingParams(t_calc=ct["t_calc"], t_merge=ct["t_merge"], model_bytes=ct["model_bytes"],
-                          link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count())
+                          link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count(),
+                          contention=contention)
     save_params(out / "params.json", params)
-    fit = {"pingpong_one_way_s": pp, "link": vars(link), "compute": ct, "allreduce_s": ar, "load_before": load0,
+    fit = {"pingpong_one_way_s": pp, "link": vars(link), "compute": ct, "allreduce_s": ar, "contention": contention,
+           "load_before": load0,
            "load_after": os.getloadavg()}
     (out / "fit.json").write_text(json.dumps(fit, indent=1))
     print(json.dumps(fit, indent=1), flush=True)
@@ -170,7 +189,13 @@ def main() -> None:
             print(f"{algo} n={n}: {m['step_s']:.3f} s/step, {m['sent_bytes_per_step'] / 1e6:.2f} MB sent/step, "
                   f"load {m['load_before'][0]:.1f}", flush=True)
             (out / "measured.json").write_text(json.dumps(measured, indent=1))
+    from steps.scaling_report import calibrate, validate
+    rows = validate(calibrate(params, measured) or params, measured)
+    errs = [abs(r["error_pct"]) for r in rows if not r["fit"]]
     print(json.dumps({"bench": "dist_timing", "t_calc_s": ct["t_calc"], "t_merge_s": ct["t_merge"],
+                      "contention": contention,
+                      "validation_mean_abs_error_pct": round(sum(errs) / len(errs), 1) if errs else None,
+                      "validation_max_abs_error_pct": round(max(errs), 1) if errs else None,
                       "model_bytes": ct["model_bytes"], "link": vars(link),
                       "step_s": {f"{m['algo']}_n{m['n']}": round(m["step_s"], 4) for m in measured}}))
 

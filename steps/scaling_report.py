@@ -36,8 +36,8 @@ def calibrate(params, measured: List[dict]):
 
 
 def validate(params, measured: List[dict]) -> List[dict]:
-    """Predicted vs measured seconds per step (params as fitted: this machine's link and core count; each run's
-    background load from its recorded load average)."""
+    """Predicted vs measured seconds per step (params as fitted: this machine's link, core count and measured
+    compute contention)."""
     rows = []
     for m in measured:
         pred = step_time(m["algo"] if m["n"] > 1 else "local", m["n"], params_for(params, m))
@@ -51,8 +51,7 @@ def params_for(params, m: dict):
     for e in m.get("extra", []):
         if e.startswith("train.dist.period="):
             period = int(e.split("=", 1)[1])
-    bg = m["load_before"][0] if "load_before" in m and params.cores else params.background_load
-    return dataclasses.replace(params, period=period, background_load=bg)
+    return dataclasses.replace(params, period=period)
 
 
 def plot(table, path: Path, title: str) -> None:
@@ -126,7 +125,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         errs = [abs(r["error_pct"]) for r in rows if not r["fit"]]
         md += ["", f"## Validation on this machine ({fitted.link.name} Gloo link: latency "
                    f"{fitted.link.latency * 1e6:.0f} us, {fitted.link.bandwidth / 1e9:.2f} GB/s; {fitted.cores} cores; "
-                   f"T_calc fitted to the 1-learner run: {fit.t_calc * 1e3:.1f} ms uncontended)", "",
+                   f"T_calc fitted to the 1-learner run: {fit.t_calc * 1e3:.1f} ms uncontended; compute contention "
+                   + (", ".join(f"c({n}) = {c:.2f}" for n, c in sorted(fitted.contention.items())) or "not measured")
+                   + ")", "",
                "| algo | N | load avg | measured s/step | predicted s/step | error |", "|---|---:|---:|---:|---:|---:|"]
         for r, m in zip(rows, measured):
             load = f"{m['load_before'][0]:.1f}" if "load_before" in m else "-"

@@ -56,3 +56,17 @@ def test_scaling_report_cli(tmp_path):
     assert v["predicted_s"] == pytest.approx(0.102) and math.isclose(v["error_pct"], 0.0, abs_tol=1e-6)
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 5000
     assert "Validation" in (tmp_path / "out" / "scaling.md").read_text()
+
+
+def test_measured_contention_scales_compute_and_extrapolates(tmp_path):
+    """c(n) from the machine's measurement slows T_calc and T_merge; beyond it, c grows with n; without one,
+    n / cores; learners with their own device (cores None) do not contend."""
+    p = _params(cores=2, contention={1: 1.0, 2: 1.1, 4: 2.3})
+    assert p.slowdown(1) == 1.0 and p.slowdown(2) == pytest.approx(1.1) and p.slowdown(3) == pytest.approx(1.1 * 1.5)
+    assert p.slowdown(8) == pytest.approx(4.6)
+    assert step_time("ma", 2, p) == pytest.approx(1.1 * (0.1 + 0.002) + (p.allreduce(2) + 1.1 * 0.002) / 4)
+    assert _params(cores=2).slowdown(4) == 2.0 and _params(cores=2).slowdown(2) == 1.0
+    assert _params(contention={2: 3.0}).slowdown(2) == 1.0
+    from asrlib.dist.timing import load_params
+    save_params(tmp_path / "p.json", p)   # JSON keys are strings: read back as learner counts
+    assert load_params(tmp_path / "p.json").slowdown(4) == pytest.approx(2.3)

@@ -6,9 +6,10 @@ Quantities (seconds, per learner, per minibatch):
   step, or adding a model/gradient vector); both measured on one learner.
 - ``T_transmit = latency + model_bytes / bandwidth``: sending the model (or a gradient) to a neighbour over a link.
 - ``T_allreduce(n) = 2 (n-1) latency + 2 (n-1)/n * model_bytes / bandwidth`` (ring all-reduce).
-- compute contention: when ``n`` learners (1 thread each) share ``cores`` CPU cores with ``background_load``
-  other runnable processes (the load average of everything else), T_calc and T_merge grow by
-  ``max(1, (background_load + n) / cores)`` — what happens on the 2-core test machine shared with other jobs.
+- compute contention: when ``n`` learners (1 thread each) share ``cores`` CPU cores, T_calc and T_merge grow by
+  a factor ``c(n)`` measured on the machine (``contention``: n processes doing the same forward/backward at once,
+  no communication; c(1) = 1). Beyond the largest measured n, ``c`` grows in proportion to n; with no measurement
+  ``c(n) = max(1, n / cores)``. Learners with a device each (``cores`` = None) do not contend.
 
 Per-minibatch time of one learner with n learners (the algorithms as implemented in asrlib.dist):
 
@@ -67,7 +68,17 @@ class TimingParams:
     local_world: int = 8     # hadpsgd: learners per node
     intra_link: Link = field(default_factory=lambda: LINKS["nvlink"])
     cores: Optional[int] = None   # learners share this many cores (None: each learner has its own device)
-    background_load: float = 0.0  # other runnable processes on those cores (load average without us)
+    contention: Dict[int, float] = field(default_factory=dict)  # n -> measured T_calc(n) / T_calc(1) on those cores
+
+    def slowdown(self, n: int) -> float:
+        """c(n): how much longer a minibatch's computation takes when n learners share the cores."""
+        if not self.cores:
+            return 1.0
+        measured = {int(k): v for k, v in self.contention.items() if int(k) <= n}
+        if not measured:
+            return max(1.0, n / self.cores)
+        m = max(measured)
+        return measured[m] * max(1.0, n / m)
 
     def transmit(self, link: Optional[Link] = None) -> float:
         link = link or self.link
@@ -82,7 +93,7 @@ class TimingParams:
 
 def step_time(algo: str, n: int, p: TimingParams) -> float:
     """Seconds per minibatch of one learner when ``n`` learners run ``algo`` (``local`` = one learner)."""
-    slow = max(1.0, (p.background_load + n) / p.cores) if p.cores else 1.0
+    slow = p.slowdown(n)
     tc, tm = p.t_calc * slow, p.t_merge * slow
     if algo == "local" or n == 1:
         return tc + tm
@@ -133,8 +144,10 @@ def params_to_json(p: TimingParams) -> dict:
 
 def params_from_json(d: dict) -> TimingParams:
     d = dict(d)
+    d.pop("background_load", None)   # parameter files written before contention was measured
     d["link"] = Link(**d["link"])
     d["intra_link"] = Link(**d["intra_link"])
+    d["contention"] = {int(k): float(v) for k, v in d.get("contention", {}).items()}
     return TimingParams(**d)
 
 

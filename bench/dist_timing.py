@@ -7,7 +7,8 @@ bandwidth) on this machine, then measure the per-step time of every algorithm wi
     PYTHONPATH=. .venv/bin/python -m steps.scaling_report --params recipes/digits/exp/bench_timing/params.json \
         --measured recipes/digits/exp/bench_timing/measured.json --out-dir recipes/digits/exp/scaling
 
-Writes OUT/params.json (fitted TimingParams, link = this machine's Gloo loopback, cores = os.cpu_count(), compute
+Writes OUT/params.json (fitted TimingParams, link = this machine's Gloo loopback, its all-reduce fitted from timed
+all-reduces of 1/16, 1/4 and all of the model's size with 2 and 4 learners, cores = os.cpu_count(), compute
 contention c(N) = T_calc with N learners computing at once / T_calc alone, measured for every N of ``--ns``) and
 OUT/measured.json (per algorithm and N: mean seconds per step over learners, bytes per step, load average).
 """
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asrlib.data.subset import subset_training_tables  # noqa: E402
-from asrlib.dist.timing import LINKS, TimingParams, fit_link, save_params  # noqa: E402
+from asrlib.dist.timing import LINKS, TimingParams, fit_allreduce, fit_link, save_params  # noqa: E402
 
 
 def pingpong(rank: int, world: int, sizes: List[int], reps: int) -> Dict[int, float]:
@@ -54,17 +55,21 @@ def pingpong(rank: int, world: int, sizes: List[int], reps: int) -> Dict[int, fl
     return out
 
 
-def allreduce_time(rank: int, world: int, numel: int, reps: int) -> float:
+def allreduce_time(rank: int, world: int, numels: List[int], reps: int) -> Dict[int, float]:
+    """Seconds per all-reduce of float32 vectors of each length in ``numels`` (median over ``reps``)."""
     import torch.distributed as dist
-    buf = torch.zeros(numel)
-    times = []
-    for i in range(reps + 3):
-        dist.barrier()
-        t = time.perf_counter()
-        dist.all_reduce(buf)
-        if i >= 3:
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    out = {}
+    for numel in numels:
+        buf = torch.zeros(numel)
+        times = []
+        for i in range(reps + 3):
+            dist.barrier()
+            t = time.perf_counter()
+            dist.all_reduce(buf)
+            if i >= 3:
+                times.append(time.perf_counter() - t)
+        out[numel] = statistics.median(times)
+    return out
 
 
 def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
@@ -162,13 +167,16 @@ def main() -> None:
     pp = run_learners(pingpong, 2, args=(sizes, 10), timeout=300)[0]
     link = fit_link(list(pp), list(pp.values()))
     ct = compute_times(recipe, 4 if a.quick else 12)
-    ar = {n: run_learners(allreduce_time, n, args=(ct["numel"], 10), timeout=300)[0] for n in (2, 4)}
+    numels = [ct["numel"] // 16, ct["numel"] // 4, ct["numel"]]
+    ar = {n: run_learners(allreduce_time, n, args=(numels, 10), timeout=300)[0] for n in (2, 4)}
+    ar_link = fit_allreduce([(n, 4 * k, t) for n, times in ar.items() for k, t in times.items()])
     contention = measure_contention(recipe, a.ns, 4 if a.quick else 12)
     params = TimingParams(t_calc=ct["t_calc"], t_merge=ct["t_merge"], model_bytes=ct["model_bytes"],
                           link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count(),
-                          contention=contention)
+                          contention=contention, allreduce_link=ar_link)
     save_params(out / "params.json", params)
-    fit = {"pingpong_one_way_s": pp, "link": vars(link), "compute": ct, "allreduce_s": ar, "contention": contention,
+    fit = {"pingpong_one_way_s": pp, "link": vars(link), "compute": ct, "allreduce_s": ar,
+           "allreduce_link": vars(ar_link), "contention": contention,
            "load_before": load0,
            "load_after": os.getloadavg()}
     (out / "fit.json").write_text(json.dumps(fit, indent=1))
@@ -196,7 +204,7 @@ def main() -> None:
                       "contention": contention,
                       "validation_mean_abs_error_pct": round(sum(errs) / len(errs), 1) if errs else None,
                       "validation_max_abs_error_pct": round(max(errs), 1) if errs else None,
-                      "model_bytes": ct["model_bytes"], "link": vars(link),
+                      "model_bytes": ct["model_bytes"], "link": vars(link), "allreduce_link": vars(ar_link),
                       "step_s": {f"{m['algo']}_n{m['n']}": round(m["step_s"], 4) for m in measured}}))
 
 

@@ -99,6 +99,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise AsrError(f"--{name} must be measured or one of {', '.join(LINKS)}, not {val!r}")
     proj = dataclasses.replace(
         fitted, link=fitted.link if a.link == "measured" else LINKS[a.link],
+        allreduce_link=fitted.allreduce_link if a.link == "measured" else None,
         intra_link=fitted.intra_link if a.intra_link == "measured" else LINKS[a.intra_link],
         local_world=a.local_world, cores=None,
         t_calc=a.t_calc if a.t_calc is not None else fitted.t_calc,

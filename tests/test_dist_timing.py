@@ -70,3 +70,15 @@ def test_measured_contention_scales_compute_and_extrapolates(tmp_path):
     from asrlib.dist.timing import load_params
     save_params(tmp_path / "p.json", p)   # JSON keys are strings: read back as learner counts
     assert load_params(tmp_path / "p.json").slowdown(4) == pytest.approx(2.3)
+
+
+def test_timed_allreduce_replaces_the_point_to_point_figures_on_its_link(tmp_path):
+    from asrlib.dist.timing import fit_allreduce, load_params
+    ar = fit_allreduce([(n, b, 2 * (n - 1) * 1e-3 + 2 * (n - 1) / n * b / 1e8) for n in (2, 4) for b in (1e5, 4e6)])
+    assert ar.latency == pytest.approx(1e-3, rel=1e-6) and ar.bandwidth == pytest.approx(1e8, rel=1e-6)
+    p = _params(allreduce_link=ar)
+    assert p.allreduce(2) == pytest.approx(2e-3 + 4e6 / 1e8)              # the timed collective, not the link's
+    assert _params().allreduce(2) == pytest.approx(2e-4 + 4e6 / 1e9)
+    assert p.allreduce(2, LINKS["nvlink"]) == _params().allreduce(2, LINKS["nvlink"])   # another link: its own
+    save_params(tmp_path / "p.json", p)
+    assert load_params(tmp_path / "p.json").allreduce(4) == pytest.approx(p.allreduce(4))

@@ -5,7 +5,10 @@ Quantities (seconds, per learner, per minibatch):
 - ``T_calc``: forward + backward of one minibatch; ``T_merge``: merging one update into a model (the optimizer
   step, or adding a model/gradient vector); both measured on one learner.
 - ``T_transmit = latency + model_bytes / bandwidth``: sending the model (or a gradient) to a neighbour over a link.
-- ``T_allreduce(n) = 2 (n-1) latency + 2 (n-1)/n * model_bytes / bandwidth`` (ring all-reduce).
+- ``T_allreduce(n) = 2 (n-1) latency + 2 (n-1)/n * model_bytes / bandwidth`` (ring all-reduce). A library's
+  collective is slower than its point-to-point transfer (reduction arithmetic, copies, chunking), so where
+  all-reduces were timed on the machine (``allreduce_link``, fitted to this formula) they replace the
+  point-to-point link's figures for that link.
 - compute contention: when ``n`` learners (1 thread each) share ``cores`` CPU cores, T_calc and T_merge grow by
   a factor ``c(n)`` measured on the machine (``contention``: n processes doing the same forward/backward at once,
   no communication; c(1) = 1). Beyond the largest measured n, ``c`` grows in proportion to n; with no measurement
@@ -69,6 +72,7 @@ class TimingParams:
     intra_link: Link = field(default_factory=lambda: LINKS["nvlink"])
     cores: Optional[int] = None   # learners share this many cores (None: each learner has its own device)
     contention: Dict[int, float] = field(default_factory=dict)  # n -> measured T_calc(n) / T_calc(1) on those cores
+    allreduce_link: Optional[Link] = None  # all-reduce over ``link`` as timed (None: derived from ``link``)
 
     def slowdown(self, n: int) -> float:
         """c(n): how much longer a minibatch's computation takes when n learners share the cores."""
@@ -86,6 +90,8 @@ class TimingParams:
 
     def allreduce(self, n: int, link: Optional[Link] = None) -> float:
         link = link or self.link
+        if self.allreduce_link is not None and link == self.link:
+            link = self.allreduce_link
         if n <= 1:
             return 0.0
         return 2 * (n - 1) * link.latency + 2 * (n - 1) / n * self.model_bytes / link.bandwidth
@@ -138,6 +144,14 @@ def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Link:
     return Link("measured", 1.0 / max(inv_bw, 1e-15), max(lat, 0.0))
 
 
+def fit_allreduce(points: Sequence[Tuple[int, float, float]]) -> Link:
+    """Least-squares ``latency`` and ``bandwidth`` of :meth:`TimingParams.allreduce` from timed all-reduces
+    ``(learners, bytes, seconds)``."""
+    A = np.array([[2.0 * (n - 1), 2.0 * (n - 1) / n * b] for n, b, _ in points])
+    (lat, inv_bw), *_ = np.linalg.lstsq(A, np.array([t for _, _, t in points]), rcond=None)
+    return Link("measured all-reduce", 1.0 / max(inv_bw, 1e-15), max(lat, 0.0))
+
+
 def params_to_json(p: TimingParams) -> dict:
     return dataclasses.asdict(p)
 
@@ -148,6 +162,7 @@ def params_from_json(d: dict) -> TimingParams:
     d["link"] = Link(**d["link"])
     d["intra_link"] = Link(**d["intra_link"])
     d["contention"] = {int(k): float(v) for k, v in d.get("contention", {}).items()}
+    d["allreduce_link"] = Link(**d["allreduce_link"]) if d.get("allreduce_link") else None
     return TimingParams(**d)
 
 

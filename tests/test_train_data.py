@@ -27,34 +27,6 @@ def test_batches_respect_budget_and_depend_only_on_seed_and_epoch():
     assert b != make_batches(utts, 1000, seed=1, epoch=1)
 
 
-def test_batches_grouped_for_learners_pair_similar_lengths_at_every_step():
-    """group = N keeps runs of N length-neighbour batches together, so the N learners' batches at one step (dealt
-    round-robin) cost about the same; group = 1 is the plain shuffle, unchanged for one learner."""
-    import random
-
-    from asrlib.dist.base import shard_round_robin
-
-    utts = [Utterance(f"u{i}", 40 + (i * 37) % 600, [1]) for i in range(300)]
-    by = {u.utt: u.num_frames for u in utts}
-    plain = make_batches(utts, 2000, seed=3, epoch=2)
-    assert make_batches(utts, 2000, seed=3, epoch=2, group=1) == plain
-    legacy = sorted(plain, key=lambda b: (max(by[u] for u in b), b))     # the length-sorted batches
-    random.Random(3 * 100003 + 2).shuffle(legacy)                       # the shuffle before groups existed
-    assert legacy == plain
-    rank_of_sorted = {tuple(b): i for i, b in enumerate(sorted(plain, key=lambda b: (max(by[u] for u in b), b)))}
-    for world in (2, 3):
-        grouped = make_batches(utts, 2000, seed=3, epoch=2, group=world)
-        assert sorted(map(tuple, grouped)) == sorted(map(tuple, plain))  # the same batches, another order
-        assert grouped != plain
-        shards = [shard_round_robin(grouped, r, world) for r in range(world)]
-        full = len(plain) // world
-        for step in range(full):   # the batches of one step are neighbours in length order
-            ranks = sorted(rank_of_sorted[tuple(s[step])] for s in shards)
-            assert ranks[-1] - ranks[0] == world - 1 and ranks[0] % world == 0, (world, step, ranks)
-        tail = [s[full] for s in shards if len(s) > full]                  # the incomplete run comes last
-        assert sum(1 for b in tail if b) == len(plain) % world
-
-
 def test_freq_warp_identity_and_range():
     x = torch.arange(80.0).repeat(3, 5, 1)
     assert torch.equal(freq_warp(x, 0.0), x)

@@ -120,15 +120,8 @@ class CtcDataset:
             self.by_id = {u.utt: u for u in self.utts}
 
 
-def make_batches(utts: Sequence[Utterance], max_frames_per_batch: int, seed: int, epoch: int,
-                 group: int = 1) -> List[List[str]]:
-    """Length-bucketed batches (sorted by length, packed up to a padded-frame budget), in a seeded random order.
-
-    ``group`` > 1 (the number of learners): runs of ``group`` neighbouring batches, which hold utterances of similar
-    length, stay together and are shuffled as units, so dealing the list round-robin to ``group`` learners gives
-    every learner a batch of about the same cost at each step (nobody waits long at a synchronisation). A last,
-    incomplete run goes at the end, where the learners' shards are padded anyway. ``group`` = 1 is a plain shuffle.
-    """
+def make_batches(utts: Sequence[Utterance], max_frames_per_batch: int, seed: int, epoch: int) -> List[List[str]]:
+    """Length-bucketed batches (sorted by length, packed up to a padded-frame budget), in a seeded random order."""
     order = sorted(utts, key=lambda u: (u.num_frames, u.utt))
     batches: List[List[str]] = []
     cur: List[str] = []
@@ -142,11 +135,8 @@ def make_batches(utts: Sequence[Utterance], max_frames_per_batch: int, seed: int
         cur_max = new_max
     if cur:
         batches.append(cur)
-    group = max(1, group)
-    full = len(batches) - len(batches) % group
-    runs = [batches[i:i + group] for i in range(0, full, group)]
-    random.Random(seed * 100003 + epoch).shuffle(runs)
-    return [b for run in runs for b in run] + batches[full:]
+    random.Random(seed * 100003 + epoch).shuffle(batches)
+    return batches
 
 
 def collate(ds: CtcDataset, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:

@@ -95,7 +95,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def _epoch_batches(self, epoch: int) -> List[List[str]]:
-        batches = make_batches(self.train_ds.utts, self.max_frames, self.tcfg.seed, epoch, self.algo.world_size)
+        batches = make_batches(self.train_ds.utts, self.max_frames, self.tcfg.seed, epoch)
         return self.algo.shard_batches(batches, epoch)
 
     def state_dict(self) -> dict:

@@ -2,7 +2,6 @@
 more tokens than the network has output frames are excluded, listed with the reason and counted in the log."""
 import logging
 
-import pytest
 import torch
 
 from asrlib.config import ModelConfig
@@ -126,35 +125,3 @@ def _subset(make, n, seed):
     d = make()
     d.keep_random(n, seed)
     return [u.utt for u in d.utts]
-
-
-def test_warmup_covers_the_same_audio_with_several_learners(tmp_path):
-    """train.warmup_steps counts batches of the whole epoch: 2 learners, each dealt half of every epoch's batches,
-    warm up over half as many of their own steps (the same audio as one learner), and the schedule ends with
-    their last step."""
-    from asrlib.config import load_config
-    from asrlib.dist.base import shard_round_robin
-    from asrlib.testing import toy_config_yaml
-    from asrlib.train.algo import TrainAlgo
-    from asrlib.train.trainer import Trainer
-
-    class SecondOfTwo(TrainAlgo):
-        rank, world_size = 1, 2
-
-        def shard_batches(self, batches, epoch):
-            return shard_round_robin(batches, self.rank, self.world_size)
-
-    root = make_toy_ctc_setup(tmp_path / "toy", {"train": 41, "dev": 4})
-    cfg = load_config(toy_config_yaml(tmp_path / "c.yaml", warmup_steps=9, epochs=3))
-    ds = CtcDataset(root / "fbank" / "train" / "feats.scp", root / "data" / "train" / "text", root / "lang",
-                    root / "fbank" / "train" / "cmvn.scp", cfg.model.stack)
-    model = build_model(20, 6, cfg.model)
-    one = Trainer(cfg, model, ds, None, tmp_path / "one")
-    two = Trainer(cfg, model, ds, None, tmp_path / "two", algo=SecondOfTwo())
-    n = one.total_steps // 3
-    assert n >= 10 and one.warmup_steps == 9
-    assert two.total_steps == 3 * ((n + 1) // 2)
-    assert two.warmup_steps == -(-9 * ((n + 1) // 2) // n)        # ceil(9 * own batches / all batches)
-    assert two.warmup_steps < 9
-    lrs = [g["lr"] for g in two.optimizer.param_groups]
-    assert lrs[0] == pytest.approx(cfg.train.lr / two.warmup_steps)   # step 0 of the (shorter) warm-up

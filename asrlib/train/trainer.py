@@ -39,13 +39,11 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
 
 
-def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int,
-                   warmup_steps: Optional[int] = None):
-    """The learning-rate schedule over ``total_steps``; ``warmup_steps`` overrides ``cfg.warmup_steps``."""
+def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int):
     if cfg.scheduler == "constant":
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     if cfg.scheduler == "warmup_cosine":
-        warm = max(1, cfg.warmup_steps if warmup_steps is None else warmup_steps)
+        warm = max(1, cfg.warmup_steps)
 
         def f(s: int) -> float:
             if s < warm:
@@ -81,11 +79,7 @@ class Trainer:
         self.optimizer = make_optimizer(model.parameters(), self.tcfg)
         n_batches = len(self._epoch_batches(0))
         self.total_steps = n_batches * self.tcfg.epochs
-        # The schedule follows the audio seen, not a learner's step count: train.warmup_steps counts batches of the
-        # whole epoch, so N learners sharing an epoch (each 1/N of its batches) warm up over the same audio as one.
-        n_all = len(make_batches(self.train_ds.utts, self.max_frames, self.tcfg.seed, 0))
-        self.warmup_steps = math.ceil(self.tcfg.warmup_steps * n_batches / max(1, n_all))
-        self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps, self.warmup_steps)
+        self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
         self.noise_aug: Optional[NoiseAugment] = None

@@ -170,7 +170,7 @@ def main() -> None:
     numels = [ct["numel"] // 16, ct["numel"] // 4, ct["numel"]]
     ar = {n: run_learners(allreduce_time, n, args=(numels, 10), timeout=300)[0] for n in (2, 4)}
     ar_link = fit_allreduce([(n, 4 * k, t) for n, times in ar.items() for k, t in times.items()])
-    contention = measure_contention(recipe, a.ns, 4 if a.quick else 12)
+    contention = measure_contention(recipe, a.ns, 4 if a.quick else 36)
     params = TimingParams(t_calc=ct["t_calc"], t_merge=ct["t_merge"], model_bytes=ct["model_bytes"],
                           link=link, period=a.period, local_world=2, intra_link=link, cores=os.cpu_count(),
                           contention=contention, allreduce_link=ar_link)

@@ -106,10 +106,12 @@ def main(argv=None):
     cfg = load_config(a.config, a.overrides)
     if not a.model.is_file():
         raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
-    if cfg.features.cmvn != "global":
-        raise AsrError(f"features.cmvn is {cfg.features.cmvn!r}: an on-device model folds one global CMVN into its "
-                       f"graph and sees one recording at a time, so it cannot apply per-speaker CMN; export a model "
-                       f"trained with features.cmvn: global")
+    baseline = prune.load_compressed(a.model)
+    if cfg.features.cmvn != "global" or baseline.speaker_cmn:
+        why = (f"{a.model} was trained with features.cmvn: speaker" if baseline.speaker_cmn
+               else f"features.cmvn is {cfg.features.cmvn!r}")
+        raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and sees one recording at "
+                       f"a time, so it cannot apply per-speaker CMN; export a model trained with features.cmvn: global")
     for f in ("tokens.txt", "words.txt", "TLG.fst"):
         if not (a.lang_dir / f).is_file():
             raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
@@ -126,7 +128,6 @@ def main(argv=None):
     setup_logging(out / "log" / "export_mobile.log")
     torch.manual_seed(0)
 
-    baseline = prune.load_compressed(a.model)
     pruned_pt = compress(a, cfg, out)
     pruned = prune.load_compressed(pruned_pt)
     report: dict = {"params": {"baseline": count_parameters(baseline.model),

@@ -20,7 +20,7 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
@@ -49,8 +49,7 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
     fp["train"].pop("kill_after_steps")
-    if cfg.features.cmvn != "global":  # (global models keep their old fingerprint)
-        fp["cmvn"] = cfg.features.cmvn
+    fp.update(cmvn_fingerprint(cfg.features.cmvn))
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
     if cfg.train.init == "random":

@@ -21,7 +21,7 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint
 from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
@@ -52,8 +52,7 @@ def main(argv=None):
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
     fp["train"].pop("kill_after_steps")
-    if cfg.features.cmvn != "global":  # (global models keep their old fingerprint)
-        fp["cmvn"] = cfg.features.cmvn
+    fp.update(cmvn_fingerprint(cfg.features.cmvn))
     if is_done(done, fingerprint=fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0

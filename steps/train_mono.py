@@ -18,7 +18,7 @@ from pathlib import Path
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode, load_cmvn, open_features
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, load_cmvn, open_features
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json, write_table
 from asrlib.gmm.align import GraphCompiler
 from asrlib.gmm.data import load_data, random_subset, select_utterances
@@ -43,8 +43,7 @@ def main(argv=None):
     g = cfg.gmm
     done = a.exp_dir / ".done"
     fp = {"gmm": config_to_dict(g), "train_set": a.train_set}
-    if cfg.features.cmvn != "global":  # (global systems keep their old fingerprint)
-        fp["cmvn"] = cfg.features.cmvn
+    fp.update(cmvn_fingerprint(cfg.features.cmvn))
     if is_done(done, fingerprint=fp):
         print(f"train_mono: {a.exp_dir} already trained ({done}); skipping")
         return 0

@@ -71,3 +71,9 @@ def test_fsdd_recipe_one_fold(tmp_path):
     from asrlib.recognizer import Recognizer
     with pytest.raises(AsrError, match="per-speaker CMN"):
         Recognizer.from_dir(exp / "loso_jackson")
+    from steps.export_mobile import main as export_mobile   # the model says so even where the config does not
+    with pytest.raises(AsrError, match="was trained with features.cmvn: speaker"):
+        export_mobile(["--config", str(ROOT / "recipes/digits/config.yaml"), "--model",
+                       str(exp / "loso_jackson" / "final.pt"), "--data-dir", str(fold), "--feats-dir",
+                       str(fold / "fbank"), "--lang-dir", str(tmp_path / "lang"), "--out-dir", str(tmp_path / "mobile")])
+    assert not (tmp_path / "mobile").exists()

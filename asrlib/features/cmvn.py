@@ -165,6 +165,12 @@ class SpeakerCmnReader(MatrixReader):
         return (super().__getitem__(key) - self._mean[key]).astype(np.float32, copy=False)
 
 
+def cmvn_fingerprint(mode: str) -> dict:
+    """What a trained stage's fingerprint adds for ``features.cmvn``: nothing for ``global``, so outputs written
+    before the option existed stay complete; the mode otherwise (switching it retrains)."""
+    return {} if mode == "global" else {"cmvn": mode}
+
+
 def open_features(feats_scp: PathLike, speaker_cmn: bool = False) -> MatrixReader:
     """The reader every consumer of a feats.scp uses: raw fbank, or speaker-mean-normalised ones."""
     return SpeakerCmnReader(feats_scp) if speaker_cmn else MatrixReader(feats_scp)

@@ -17,6 +17,11 @@ from asrlib.train.checkpoint import save_checkpoint
 FORMAT_VERSION = 1
 
 
+def trained_with_speaker_cmn(st: dict) -> bool:
+    """Whether a saved model's checkpoint dict says it was trained with features.cmvn: speaker."""
+    return st.get("info", {}).get("cmvn") == "speaker"
+
+
 @dataclass
 class SavedModel:
     model: StackedLstmAcousticModel
@@ -56,4 +61,4 @@ def load_model(path: Path) -> SavedModel:
     model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], st.get("info", {}).get("cmvn") == "speaker")
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_with_speaker_cmn(st))

@@ -6,8 +6,8 @@ A bank of noise features is made once per run: :data:`asrlib.data.noise.NOISE_KI
 probability ``prob``, a random stretch of one bank noise is added at a random SNR in ``[snr_min, snr_max]`` dB:
 mel energies add (``log(exp(x) + g exp(n))``, exact for the expected power spectrum, cross terms ignored), with the
 gain ``g`` set from the utterance's active-speech energy (frames above its median energy) and the noise's mean
-energy. Features come in CMVN-normalised and go out normalised the same way; padding frames are left as they are. Draws use the
-global torch RNG, which checkpoints hold, so a resumed run augments exactly like an uninterrupted one.
+energy. Features come in CMVN-normalised and go out normalised the same way; padding frames are left as they are.
+Draws use the global torch RNG, which checkpoints hold, so a resumed run augments exactly like an uninterrupted one.
 """
 from __future__ import annotations
 

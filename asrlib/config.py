@@ -33,6 +33,8 @@ class DataConfig:
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
     mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
     level_db: float = 0.0       # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
+    split: str = ""             # a corpus' train/test convention where it has several ("" = its default), e.g.
+                                # yesno: lhotse (even/odd positions) | kaldi (sorted halves, egs/yesno)
 
 
 @dataclass

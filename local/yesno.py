@@ -2,8 +2,15 @@
 
     python -m local.yesno --config recipes/yesno/config.yaml --out-dir data [--corpus-dir DIR/waves_yesno]
 
-The manifests come from lhotse's own ``prepare_yesno`` (its split: sorted files, even positions train, odd test;
-30 + 30 as in Kaldi; words ``YES``/``NO``). File names are the labels (``1`` = yes, ``0`` = no, e.g.
+The manifests come from lhotse's own ``prepare_yesno`` (words ``YES``/``NO``). Two 30 + 30 splits (``data.split``):
+
+- ``lhotse`` (the default): lhotse's own (sorted files, even positions train, odd test), the one icefall's yesno
+  recipe uses;
+- ``kaldi``: Kaldi's egs/yesno (``local/create_yesno_waves_test_train.pl``): the sorted file list's first half
+  trains, the second half tests; the split behind Kaldi's published 0.00 %. Every training recording then starts
+  with NO and all test recordings but one with YES (recipes/yesno/README.md measures what that does).
+
+The two test sets share 15 recordings. File names are the labels (``1`` = yes, ``0`` = no, e.g.
 ``0_1_1_0_0_1_1_0.wav``); a ``.wav`` with another name is listed in ``excluded.txt`` and left out (lhotse would
 stop on it). yesno has no dev split: ``dev`` holds the training recordings again; the trainer only logs its loss
 (nothing is selected on it), and the recipe decodes ``test`` only.
@@ -28,6 +35,7 @@ from asrlib.io_utils import AsrError, is_done, mark_done
 
 log = logging.getLogger("local.yesno")
 
+SPLITS = ("kaldi", "lhotse")
 NAME = re.compile(r"^[01](_[01]){7}\.wav$")
 NUM_RECORDINGS = 60
 SPEAKER = "global"
@@ -50,8 +58,9 @@ def scan(corpus_dir: Path) -> Tuple[List[Path], List[Tuple[str, str]]]:
 
 
 def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (),
-                  nj: int = 1) -> Dict[str, Dict[str, object]]:
-    """Manifests (lhotse's ``prepare_yesno``) and Kaldi dirs train/dev/test of the yesno corpus in ``corpus_dir``.
+                  nj: int = 1, split: str = "lhotse") -> Dict[str, Dict[str, object]]:
+    """Manifests (lhotse's ``prepare_yesno``) and Kaldi dirs train/dev/test of the yesno corpus in ``corpus_dir``,
+    split by ``split`` (``kaldi`` or ``lhotse``, module docstring).
 
     With ``speed_perturb`` factors (e.g. 0.9 1.0 1.1) ``train`` is the perturbed set (audio in ``wav_sp/``) and
     ``train_nosp`` the original. Returns lhotse's ``{"train"|"test": {"recordings": RecordingSet,
@@ -65,7 +74,10 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float
     mdir = out_dir / "manifests"
     factors = check_speed_factors(speed_perturb)
     perturb = bool(factors) and factors != [1.0]
-    fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors}
+    split = split or "lhotse"
+    if split not in SPLITS:
+        raise AsrError(f"data.split for yesno must be one of {', '.join(SPLITS)}, not {split!r}")
+    fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors, "split": split}
     if is_done(marker, fingerprint=fp):
         log.info("yesno data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
         return {s: {"recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
@@ -88,10 +100,12 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float
             parts["recordings"] = RecordingSet.from_recordings(_repath(r, corpus_dir) for r in parts["recordings"])
     else:
         manifests = lhotse_prepare_yesno(corpus_dir)
-    for split, parts in manifests.items():
-        save_manifest(parts["recordings"], mdir / f"yesno_recordings_{split}.jsonl.gz")
-        save_manifest(parts["supervisions"], mdir / f"yesno_supervisions_{split}.jsonl.gz")
-        dirs = (("train_nosp" if perturb else "train"), "dev") if split == "train" else (split,)
+    if split == "kaldi":
+        manifests = kaldi_split(manifests)
+    for part, parts in manifests.items():
+        save_manifest(parts["recordings"], mdir / f"yesno_recordings_{part}.jsonl.gz")
+        save_manifest(parts["supervisions"], mdir / f"yesno_supervisions_{part}.jsonl.gz")
+        dirs = (("train_nosp" if perturb else "train"), "dev") if part == "train" else (part,)
         for d in dirs:
             write_kaldi_dir(out_dir / d, parts["recordings"], parts["supervisions"], speaker=lambda s: SPEAKER)
     if perturb:
@@ -100,8 +114,21 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float
     write_excluded(out_dir, bad)
     counts = {s: len(p["supervisions"]) for s, p in manifests.items()}
     mark_done(marker, {"utterances": counts, "excluded_files": len(bad)}, fingerprint=fp)
-    log.info("yesno: %s utterances in %s", counts, out_dir)
+    log.info("yesno (%s split): %s utterances in %s", split, counts, out_dir)
     return manifests
+
+
+def kaldi_split(manifests: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
+    """lhotse's train/test manifests re-split as Kaldi's egs/yesno does: recordings sorted by name (= id), the first
+    half train, the second half test."""
+    from lhotse import RecordingSet, SupervisionSet
+
+    recs = sorted((r for p in manifests.values() for r in p["recordings"]), key=lambda r: r.id)
+    sups = {s.recording_id: s for p in manifests.values() for s in p["supervisions"]}
+    half = len(recs) // 2
+    return {name: {"recordings": RecordingSet.from_recordings(part),
+                   "supervisions": SupervisionSet.from_segments(sups[r.id] for r in part)}
+            for name, part in (("train", recs[:half]), ("test", recs[half:]))}
 
 
 def _repath(rec, corpus_dir: Path):
@@ -115,7 +142,7 @@ def _repath(rec, corpus_dir: Path):
 
 
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
-    prepare_yesno(corpus_dir, out_dir, data.speed_perturb, nj)
+    prepare_yesno(corpus_dir, out_dir, data.speed_perturb, nj, data.split)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -67,3 +67,20 @@ def test_real_yesno(tmp_path):
         assert rep.num_kept == 30 and not rep.excluded, rep.summary()
     words = [w for _, t in read_table(out / "test" / "text") for w in t.split()]
     assert len(words) == 240 and set(words) == {"YES", "NO"}
+
+
+def test_kaldi_split_is_the_sorted_halves(tmp_path):
+    corpus = _fixture(tmp_path / "waves_yesno")
+    names = sorted(p.stem for p in corpus.glob("*.wav"))
+    out = tmp_path / "data"
+    m = prepare_yesno(corpus, out, split="kaldi")
+    assert sorted(s.recording_id for s in m["train"]["supervisions"]) == names[:30]
+    assert sorted(read_table_dict(out / "test" / "text")) == names[30:]
+    assert read_table_dict(out / "test" / "text")[names[30]] == " ".join(
+        "YES" if b == "1" else "NO" for b in names[30].split("_"))          # each recording keeps its own words
+    prepare_yesno(corpus, tmp_path / "lhotse", split="lhotse")
+    lhotse_test = set(read_table_dict(tmp_path / "lhotse" / "test" / "text"))
+    assert len(lhotse_test & set(names[30:])) == 15                       # the two test sets share half
+    with pytest.raises(AsrError, match="data.split for yesno must be one of kaldi, lhotse"):
+        prepare_yesno(corpus, tmp_path / "bad", split="odd")
+

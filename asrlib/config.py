@@ -51,7 +51,7 @@ class FeatureConfig:
 
 @dataclass
 class LangConfig:
-    grammar: str = "digit_loop"   # digit_loop | arpa
+    grammar: str = "digit_loop"   # digit_loop | one_word (isolated words: exactly one per utterance) | arpa
     arpa: Optional[str] = None    # path to an ARPA LM when grammar == arpa
     ngram_order: int = 3
     # grammar == arpa without an arpa: steps.prepare_lang estimates <lang_dir>/lm_<order>gram.arpa (interpolated

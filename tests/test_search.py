@@ -117,3 +117,19 @@ def test_acoustic_scale_and_counters(lang):
     assert dec.decode_batch([lp, lp]) == [["SIX"], ["SIX"]]
     assert np.array_equal(lp, before)  # the caller's array is untouched
     assert dec.frames_searched == 2 * len(lp) and dec.search_seconds > 0
+
+
+def test_one_word_grammar_gives_exactly_one_word(tmp_path, lang):
+    """lang.grammar one_word (isolated words): a clear word is found, two spoken words still give one, and an
+    all-blank input gives the best single word rather than nothing (no deletions, no insertions)."""
+    write_lang_files(tmp_path, build_lexicon(DIGITS))
+    build_tlg(tmp_path, grammar="one_word")
+    n = len(read_tokens(tmp_path / "tokens.txt"))
+    dec = TlgDecoder(tmp_path)
+    assert dec.decode(peaky(word_frames(tmp_path, ["SEVEN"]), n)) == ["SEVEN"]
+    assert len(dec.decode(peaky(word_frames(tmp_path, ["FOUR", "NINE"]), n))) == 1
+    blank = peaky([0] * 12, n)
+    blank[:, 1:] = -3.0                                         # the words are possible, only less likely
+    assert len(dec.decode(blank)) == 1
+    assert TlgDecoder(lang).decode(peaky(word_frames(lang, ["FOUR", "NINE"]), n)) == ["FOUR", "NINE"]  # the loop
+    assert TlgDecoder(lang).decode(blank) == []

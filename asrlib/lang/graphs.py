@@ -28,7 +28,7 @@ from asrlib.lang.ngram import build_arpa
 
 log = logging.getLogger(__name__)
 
-GRAMMARS = ("digit_loop", "arpa")
+GRAMMARS = ("digit_loop", "one_word", "arpa")
 
 
 # ---------------------------------------------------------------- helpers
@@ -168,6 +168,22 @@ def make_word_loop(words: Dict[str, int]) -> kaldifst.StdVectorFst:
     return fst
 
 
+def make_one_word(words: Dict[str, int]) -> kaldifst.StdVectorFst:
+    """G for ``grammar: one_word`` (isolated-word recognition, e.g. FSDD's single digits): exactly one word of the
+    vocabulary per utterance, each with the uniform cost ``log(number of words)``."""
+    import math
+
+    real = sorted(i for w, i in words.items() if w not in SPECIAL_WORDS)
+    fst = kaldifst.StdVectorFst()
+    fst.add_state()
+    fst.add_state()
+    fst.start = 0
+    fst.set_final(1, 0.0)
+    for i in real:
+        fst.add_arc(0, kaldifst.StdArc(i, i, math.log(len(real)), 1))
+    return fst
+
+
 def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:
     """G from an ARPA n-gram through kaldilm, run in a child process (kaldilm must not share a process with
     kaldi_hmm_gmm); back-off arcs read ``#0``."""
@@ -216,7 +232,8 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
     ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
-    :func:`asrlib.lang.lexicon.write_lang_files`). ``grammar`` is ``digit_loop`` (uniform word loop) or ``arpa``
+    :func:`asrlib.lang.lexicon.write_lang_files`). ``grammar`` is ``digit_loop`` (uniform word loop), ``one_word``
+    (exactly one word: isolated-word tasks) or ``arpa``
     (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). With ``arpa`` unset, the ``ngram_order``-gram is
     first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
     (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
@@ -248,6 +265,8 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     L = make_lexicon_fst(entries, tokens, words, disambig0)
     if grammar == "digit_loop":
         G = make_word_loop(words)
+    elif grammar == "one_word":
+        G = make_one_word(words)
     else:
         if not arpa:
             arpa = lang_dir / f"lm_{ngram_order}gram.arpa"

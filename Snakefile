@@ -9,7 +9,7 @@ import sys
 
 ROOT = workflow.basedir
 sys.path.insert(0, ROOT)
-from asrlib.config import lm_texts, load_config  # noqa: E402
+from asrlib.config import lm_texts, load_config, set_lang_dir  # noqa: E402
 
 RECIPE = os.path.join(ROOT, config.get("recipe", "recipes/digits"))
 CONFIG = os.path.abspath(config.get("recipe_config", os.path.join(RECIPE, "config.yaml")))
@@ -101,6 +101,13 @@ rule lang:  # stage 3
     shell: "{PY} -m steps.prepare_lang --config {CONFIG} --text data/train/text --lang-dir data/lang"
 
 
+rule lang_grammar:  # stage 3, decode.set_grammars: the same lexicon with another grammar (e.g. one_word)
+    input: "data/train/.validated"
+    output: "data/lang_{g}/.done"
+    wildcard_constraints: g="|".join(sorted(set(RCFG.decode.set_grammars.values()))) or "(?!)"
+    shell: "{PY} -m steps.prepare_lang --config {CONFIG} --set lang.grammar={wildcards.g} --text data/train/text --lang-dir data/lang_{wildcards.g}"
+
+
 rule train_mono:  # stage 4, train.init: ce — monophone GMM-HMM (kaldi-hmm-gmm)
     input: "data/fbank/train/cmvn.scp", "data/lang/.done"
     output: f"{MONO}/.done"
@@ -136,10 +143,11 @@ rule logprobs:  # stage 5
 
 
 rule decode:
-    input: f"{EXP}/logprobs_{{s}}/.done", "data/lang/.done"
+    input: f"{EXP}/logprobs_{{s}}/.done", lambda w: f"{set_lang_dir('data/lang', RCFG.decode, w.s)}/.done"
     output: f"{EXP}/decode_{{s}}_{{m}}/.decode.done"
     wildcard_constraints: m="|".join(CTC_METHODS)
-    shell: "{PY} -m steps.decode --config {CONFIG} --method {wildcards.m} --logprobs {EXP}/logprobs_{wildcards.s}/logprobs.scp --lang-dir data/lang --out-dir {EXP}/decode_{wildcards.s}_{wildcards.m}"
+    params: lang=lambda w: set_lang_dir("data/lang", RCFG.decode, w.s)
+    shell: "{PY} -m steps.decode --config {CONFIG} --method {wildcards.m} --logprobs {EXP}/logprobs_{wildcards.s}/logprobs.scp --lang-dir {params.lang} --out-dir {EXP}/decode_{wildcards.s}_{wildcards.m}"
 
 
 rule decode_gmm:  # train.init: ce — the monophone GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)

@@ -154,6 +154,9 @@ class DecodeConfig:
     acoustic_scale: float = 1.0
     blank_penalty: float = 0.0
     num_threads: int = 1
+    # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
+    # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
+    set_grammars: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -221,6 +224,10 @@ def _check_type(value: Any, tp: Any) -> Any:
         return value
     if origin in (list, List) and isinstance(value, list):
         return value
+    if origin in (dict, Dict) and isinstance(value, dict):
+        key_tp, val_tp = typing.get_args(tp) or (Any, Any)
+        return {(_check_type(k, key_tp) if key_tp is not Any else k): (_check_type(v, val_tp) if val_tp is not Any
+                                                                          else v) for k, v in value.items()}
     raise TypeError(f"expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
 
 
@@ -279,6 +286,13 @@ def lm_texts(lang: LangConfig, data_dir: str | Path) -> List[Path]:
         raise AsrError(f"lang.lm_text must be a path or a list of paths, got {lang.lm_text!r}")
     paths = [Path(p).expanduser() for p in given]
     return [p if p.is_absolute() else Path(data_dir) / p for p in paths]
+
+
+def set_lang_dir(lang_dir: str | Path, decode: DecodeConfig, eval_set: str) -> Path:
+    """The lang dir whose TLG searches ``eval_set``: ``lang_dir`` itself, or ``<lang_dir>_<grammar>`` when
+    ``decode.set_grammars`` names another grammar for that set."""
+    g = decode.set_grammars.get(eval_set)
+    return Path(lang_dir) if not g else Path(lang_dir).with_name(f"{Path(lang_dir).name}_{g}")
 
 
 def config_to_dict(cfg) -> Dict[str, Any]:

@@ -40,7 +40,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides).decode
     done = a.out_dir / ".decode.done"
-    fp = {"method": a.method, **config_to_dict(cfg)}
+    fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir)}
     if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0

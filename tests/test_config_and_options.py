@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from asrlib.config import load_config
+from asrlib.config import load_config, set_lang_dir
 from asrlib.io_utils import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +34,17 @@ def test_override_and_bad_override(tmp_path):
     assert cfg.train.epochs == 2 and cfg.model.peephole is True
     with pytest.raises(AsrError, match="section.key=value"):
         load_config(ROOT / "recipes/digits/config.yaml", ["epochs=2"])
+
+
+def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
+    cfg = load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: one_word}"])
+    assert set_lang_dir("data/lang", cfg.decode, "test") == Path("data/lang_one_word")
+    assert set_lang_dir("data/lang", cfg.decode, "dev") == Path("data/lang")
+    assert load_config(ROOT / "recipes/digits/config.yaml").decode.set_grammars == {}
+    with pytest.raises(AsrError, match=r"decode\.set_grammars: wrong type"):
+        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: 3}"])
+    with pytest.raises(AsrError, match=r"decode\.set_grammars: wrong type"):
+        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars=[one_word]"])
 
 
 def _parse(args):

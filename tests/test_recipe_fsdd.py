@@ -48,6 +48,14 @@ def test_fsdd_recipe_one_fold(tmp_path):
     report = json.loads((exp / "RESULTS_fsdd_tlg.json").read_text())
     assert report["loso"]["jackson"] == pytest.approx(100 - wer["wer"])
     assert wer["num_words"] == 80
+    # decode.set_grammars {test: one_word} (the recipe's setting): the test set is searched through
+    # data/<fold>/lang_one_word, so every TLG hypothesis is exactly one word (no insertions or deletions)
+    assert yaml.safe_load((ROOT / "recipes/fsdd/config.yaml").read_text())["decode"]["set_grammars"] == {
+        "test": "one_word"}
+    assert (data / "loso_jackson" / "lang_one_word" / "TLG.fst").is_file()
+    hyps = (exp / "loso_jackson/decode_test_tlg/hyp.txt").read_text().splitlines()
+    assert len(hyps) == 80 and all(len(h.split()) == 2 for h in hyps)
+    assert wer["ins"] == 0 and wer["dels"] == 0
     md = (exp / "RESULTS_fsdd_tlg.md").read_text()
     assert "| jackson | nicolas |" in md and "Not decoded yet" in md       # the other folds were not run
     # features.cmvn: speaker (the recipe's setting): every set has per-speaker stats, the model says so, its

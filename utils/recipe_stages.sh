@@ -17,6 +17,8 @@ for dotted in sys.argv[2:]:
     v = load_config(sys.argv[1])
     for k in dotted.split("."):
         v = getattr(v, k)
+    if isinstance(v, dict):      # a mapping: key=value pairs
+        v = [f"{k}={x}" for k, x in v.items()]
     out.append(" ".join(map(str, v)) if isinstance(v, list) else str(v))
 print(" ".join(out))
 PY
@@ -46,8 +48,20 @@ stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, glob
   run steps.compute_cmvn --feats "$data/fbank/$1/feats.scp" --out-dir "$data/fbank/$1" "${spk[@]}"
 }
 
-stage_lang() {  # stage_lang TRAIN_SET
-  run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang"
+stage_lang() {  # stage_lang TRAIN_SET: data/lang, and data/lang_<grammar> for each grammar of decode.set_grammars
+  local pairs g
+  run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang" || return 1
+  pairs=$(cfg decode.set_grammars) || return 1
+  for g in $(printf '%s\n' $pairs | cut -d= -f2 | sort -u); do
+    run steps.prepare_lang --config "$config" --set lang.grammar="$g" --text "$data/$1/text" \
+      --lang-dir "$data/lang_$g" || return 1
+  done
+}
+
+set_lang() {  # set_lang SET: the lang dir that searches SET (decode.set_grammars, else data/lang)
+  local g
+  g=$(printf '%s\n' $(cfg decode.set_grammars) | sed -n "s/^$1=//p")
+  echo "$data/lang${g:+_$g}"
 }
 
 gmm_dirs() {  # where the GMM system, its alignments and the CE model go (override with mono=..., ce=...)
@@ -103,7 +117,7 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
           --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph" --out-dir "$exp/decode_${s}_$m"
       else
         run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
-          --lang-dir "$data/lang" --out-dir "$exp/decode_${s}_$m"
+          --lang-dir "$(set_lang "$s")" --out-dir "$exp/decode_${s}_$m"
       fi
     done
   done

@@ -142,11 +142,15 @@ rule logprobs:  # stage 5
     shell: "{PY} -m steps.compute_logprobs --model {EXP}/final.pt --feats data/fbank/{wildcards.s}/feats.scp --out-dir {EXP}/logprobs_{wildcards.s}"
 
 
+def decode_lang(w):  # the lang dir that searches eval set w.s (decode.set_grammars, else data/lang)
+    return str(set_lang_dir("data/lang", RCFG.decode, w.s))
+
+
 rule decode:
-    input: f"{EXP}/logprobs_{{s}}/.done", lambda w: f"{set_lang_dir('data/lang', RCFG.decode, w.s)}/.done"
+    input: f"{EXP}/logprobs_{{s}}/.done", lambda w: f"{decode_lang(w)}/.done"
     output: f"{EXP}/decode_{{s}}_{{m}}/.decode.done"
     wildcard_constraints: m="|".join(CTC_METHODS)
-    params: lang=lambda w: set_lang_dir("data/lang", RCFG.decode, w.s)
+    params: lang=decode_lang
     shell: "{PY} -m steps.decode --config {CONFIG} --method {wildcards.m} --logprobs {EXP}/logprobs_{wildcards.s}/logprobs.scp --lang-dir {params.lang} --out-dir {EXP}/decode_{wildcards.s}_{wildcards.m}"
 
 

@@ -225,9 +225,9 @@ def _check_type(value: Any, tp: Any) -> Any:
     if origin in (list, List) and isinstance(value, list):
         return value
     if origin in (dict, Dict) and isinstance(value, dict):
-        key_tp, val_tp = typing.get_args(tp) or (Any, Any)
-        return {(_check_type(k, key_tp) if key_tp is not Any else k): (_check_type(v, val_tp) if val_tp is not Any
-                                                                          else v) for k, v in value.items()}
+        key_tp, val_tp = typing.get_args(tp) or (Any, Any)   # a bare dict: keys and values unchecked
+        check = lambda x, t: x if t is Any else _check_type(x, t)  # noqa: E731
+        return {check(k, key_tp): check(v, val_tp) for k, v in value.items()}
     raise TypeError(f"expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from asrlib.cli import run_main
 from asrlib.io_utils import AsrError, is_done, mark_done
-from asrlib.kaldi_io import read_matrix, read_scp, write_matrices
+from asrlib.kaldi_io import MatrixReader, write_matrices
 
 RULES = ("prob", "logprob")
 
@@ -73,17 +73,17 @@ def main(argv: List[str] = None) -> int:
     if is_done(done, fingerprint=fp):
         print(f"combine_logprobs: {a.out_dir} complete; skipping")
         return 0
-    tables = [read_scp(f) for f in a.logprobs]
-    keys = list(tables[0])
-    for f, t in zip(a.logprobs[1:], tables[1:]):
-        if set(t) != set(keys):
-            diff = sorted(set(t) ^ set(keys))
+    readers = [MatrixReader(f) for f in a.logprobs]    # a corrupt entry is an AsrError naming file and key
+    keys = readers[0].keys()
+    for f, r in zip(a.logprobs[1:], readers[1:]):
+        if set(r.keys()) != set(keys):
+            diff = sorted(set(r.keys()) ^ set(keys))
             raise AsrError(f"{f} and {a.logprobs[0]} hold different utterances ({len(diff)} differ, e.g. {diff[0]}); "
                            "compute both on the same feats.scp")
 
     def items():
         for k in keys:
-            mats = [read_matrix(t[k]) for t in tables]
+            mats = [r[k] for r in readers]
             shapes = {m.shape for m in mats}
             if len(shapes) != 1:
                 raise AsrError(f"utterance {k}: the models' log-posteriors have different shapes "

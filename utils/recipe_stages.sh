@@ -58,9 +58,10 @@ stage_lang() {  # stage_lang TRAIN_SET: data/lang, and data/lang_<grammar> for e
   done
 }
 
-set_lang() {  # set_lang SET: the lang dir that searches SET (decode.set_grammars, else data/lang)
-  local g
-  g=$(printf '%s\n' $(cfg decode.set_grammars) | sed -n "s/^$1=//p")
+set_lang() {  # set_lang SET PAIRS...: the lang dir that searches SET, given decode.set_grammars' SET=GRAMMAR pairs
+  local s=$1 g
+  shift
+  g=$(printf '%s\n' "$@" | sed -n "s/^$s=//p")
   echo "$data/lang${g:+_$g}"
 }
 
@@ -104,11 +105,13 @@ decode_methods() {  # greedy and TLG search of the CTC model; with train.init: c
 }
 
 stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search (+ GMM: mono)
-  local s m threads methods
+  local s m threads methods pairs lang
   threads=$(cfg decode.num_threads) || return 1
   methods=$(decode_methods) || return 1
+  pairs=$(cfg decode.set_grammars) || return 1
   gmm_dirs
   for s in "$@"; do
+    lang=$(set_lang "$s" $pairs)
     run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s" \
       --num-threads "$threads"
     for m in $methods; do
@@ -117,7 +120,7 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
           --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph" --out-dir "$exp/decode_${s}_$m"
       else
         run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
-          --lang-dir "$(set_lang "$s")" --out-dir "$exp/decode_${s}_$m"
+          --lang-dir "$lang" --out-dir "$exp/decode_${s}_$m"
       fi
     done
   done

@@ -152,36 +152,32 @@ def make_lexicon_fst(entries: Sequence[Tuple[str, List[str], int]], tokens: Dict
     return fst
 
 
-def make_word_loop(words: Dict[str, int]) -> kaldifst.StdVectorFst:
-    """G for ``grammar: digit_loop``: one state, start and final, a loop over every real word with the uniform
-    cost ``log(number of words)``."""
+def _word_grammar(words: Dict[str, int], loop: bool) -> kaldifst.StdVectorFst:
+    """Start state 0 and an arc per real word, each with the uniform cost ``log(number of words)``: back to state 0,
+    which is final (``loop``: any number of words), or to a final state 1 (exactly one word)."""
     import math
 
     real = sorted(i for w, i in words.items() if w not in SPECIAL_WORDS)
     cost = math.log(len(real))
     fst = kaldifst.StdVectorFst()
     fst.add_state()
+    end = 0 if loop else fst.add_state()
     fst.start = 0
-    fst.set_final(0, 0.0)
+    fst.set_final(end, 0.0)
     for i in real:
-        fst.add_arc(0, kaldifst.StdArc(i, i, cost, 0))
+        fst.add_arc(0, kaldifst.StdArc(i, i, cost, end))
     return fst
+
+
+def make_word_loop(words: Dict[str, int]) -> kaldifst.StdVectorFst:
+    """G for ``grammar: digit_loop``: one state, start and final, a loop over every real word."""
+    return _word_grammar(words, loop=True)
 
 
 def make_one_word(words: Dict[str, int]) -> kaldifst.StdVectorFst:
     """G for ``grammar: one_word`` (isolated-word recognition, e.g. FSDD's single digits): exactly one word of the
-    vocabulary per utterance, each with the uniform cost ``log(number of words)``."""
-    import math
-
-    real = sorted(i for w, i in words.items() if w not in SPECIAL_WORDS)
-    fst = kaldifst.StdVectorFst()
-    fst.add_state()
-    fst.add_state()
-    fst.start = 0
-    fst.set_final(1, 0.0)
-    for i in real:
-        fst.add_arc(0, kaldifst.StdArc(i, i, math.log(len(real)), 1))
-    return fst
+    vocabulary per utterance."""
+    return _word_grammar(words, loop=False)
 
 
 def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:

@@ -1,7 +1,8 @@
 """Kill the digits recipe anywhere, rerun it, and check that it ends exactly where an uninterrupted run ends.
 
     PYTHONPATH=. python bench/chaos.py                # 20 trials (README figures)
-    PYTHONPATH=. python bench/chaos.py --quick        # 3 trials (CI runs this through tests/test_chaos.py)
+    PYTHONPATH=. python bench/chaos.py --quick        # 1 trial, 1 kill, a smaller tiny corpus (under a minute)
+    PYTHONPATH=. python bench/chaos.py --quick --trials 3 --max-kills 3   # what tests/test_chaos.py runs
     PYTHONPATH=. python bench/chaos.py --learners 2 --algo bmuf --stages 4 --trials 10   # 2 BMUF learners
 
 The recipe is ``recipes/digits/run.sh --stop-stage 6`` (data, fbank, lang, training, decoding, scoring) on tiny
@@ -56,6 +57,8 @@ STAGE_OF = {"local.digits": 1, "steps.validate_data_dir": 1, "steps.compute_fban
 TINY = {"data": {"size": 0.03}, "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
         "train": {"epochs": 6, "batch_seconds": 8, "lr": 0.004, "warmup_steps": 5, "checkpoint_every": 10,
                   "num_threads": 1}}
+# --quick: fewer utterances and epochs on top of TINY (60/6/6 utterances, 3 epochs).
+QUICK = {"data": {"size": 0.02}, "train": {"epochs": 3}}
 IGNORED_DIRS = {"log", "tensorboard"}     # wall-clock times in every line / event
 TIMING_KEYS = {"seconds", "elapsed", "time", "started", "frames_per_s", "rtf"}
 
@@ -65,10 +68,11 @@ def is_timing(key: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ running the recipe
-def tiny_config(out: Path, algo: str = "local") -> Path:
+def tiny_config(out: Path, algo: str = "local", smaller: Optional[Dict[str, Dict[str, Any]]] = None) -> Path:
     cfg = yaml.safe_load((ROOT / "recipes/digits/config.yaml").read_text())
-    for section, vals in TINY.items():
-        cfg[section].update(vals)
+    for settings in (TINY, smaller or {}):
+        for section, vals in settings.items():
+            cfg[section].update(vals)
     if algo != "local":
         cfg["train"]["dist"] = {"algo": algo, "period": 3}
     out.write_text(yaml.safe_dump(cfg))
@@ -238,14 +242,14 @@ def mismatches(ref: Path, work: Path) -> List[str]:
 
 # ------------------------------------------------------------------------------------------ the loop
 def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: random.Random,
-                max_attempts: int = 10) -> Dict[str, Any]:
-    """Run the recipe (``cmd``, writing into ``work``) with 1–3 random SIGKILLs, each aimed at a random stage of
+                max_attempts: int = 10, max_kills: int = 3) -> Dict[str, Any]:
+    """Run the recipe (``cmd``, writing into ``work``) with 1–``max_kills`` random SIGKILLs, each aimed at a random stage of
     ``durations`` (stage -> its reference duration) and a random offset into it; return what happened.
 
     A fresh run that ends before its first kill lands (a late offset into the last stage) is started afresh, so
     that every trial is killed at least once."""
     work.mkdir(parents=True)
-    planned = rng.randint(1, 3)
+    planned = rng.randint(1, max_kills)
     kills: List[Dict[str, Any]] = []
     problems: List[str] = []
     restarted = 0
@@ -277,8 +281,10 @@ def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: ra
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--quick", action="store_true", help="3 trials")
+    p.add_argument("--trials", type=int, default=None, help="default 20 (--quick: 1)")
+    p.add_argument("--max-kills", type=int, default=None, help="kills per trial: 1 to this (default 3; --quick: 1)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"1 trial with 1 kill, and a smaller tiny run ({QUICK}): under a minute")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--learners", type=int, default=1, help="training learners (torchrun when > 1)")
     p.add_argument("--algo", default="local", help="train.dist.algo with --learners > 1 (e.g. bmuf, sync, ma)")
@@ -286,12 +292,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--work-dir", type=Path, default=None, help="default: a temporary directory, removed at the end")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     a = p.parse_args(argv)
-    trials = 3 if a.quick else a.trials
+    trials = a.trials or (1 if a.quick else 20)
+    max_kills = a.max_kills or (1 if a.quick else 3)
     base = Path(tempfile.mkdtemp(prefix="chaos-")) if a.work_dir is None else a.work_dir
     base.mkdir(parents=True, exist_ok=True)
     if (a.learners > 1) != (a.algo != "local"):
         p.error("--learners > 1 needs a distributed --algo (and --algo needs --learners > 1)")
-    cfg = tiny_config(base / "tiny.yaml", a.algo)
+    cfg = tiny_config(base / "tiny.yaml", a.algo, QUICK if a.quick else None)
 
     run_dir, ref = base / "run", base / "reference"
     cmd = recipe_cmd(cfg, run_dir, a.learners)
@@ -310,7 +317,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     report: List[Dict[str, Any]] = []
     for i in range(trials):
         t1 = time.monotonic()
-        res = chaos_trial(cmd, run_dir, {s: d for s, d in durations.items() if s in a.stages}, rng)
+        res = chaos_trial(cmd, run_dir, {s: d for s, d in durations.items() if s in a.stages}, rng,
+                          max_kills=max_kills)
         res["mismatches"] = mismatches(ref, run_dir) if res["exit"] == 0 else ["did not complete"]
         res["seconds"] = round(time.monotonic() - t1, 1)
         kills_per_stage.update(STAGES[k["stage"]] for k in res["kills"])

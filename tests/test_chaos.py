@@ -1,6 +1,7 @@
-"""Kill anywhere, rerun, same result: ``bench/chaos.py --quick`` (3 trials of the tiny digits recipe, each SIGKILLed
-1–3 times at random stages and offsets and rerun) recovers every trial bit-identically; and the chaos checks
-themselves notice what they are there to notice (a partial archive or manifest, a changed weight or feature)."""
+"""Kill anywhere, rerun, same result: ``bench/chaos.py --quick --trials 3 --max-kills 3`` (3 trials of the tiny
+digits recipe, each SIGKILLed 1–3 times at random stages and offsets and rerun) recovers every trial
+bit-identically; and the chaos checks themselves notice what they are there to notice (a partial archive or
+manifest, a changed weight or feature)."""
 from __future__ import annotations
 
 import gzip
@@ -69,7 +70,8 @@ def test_comparison_sees_changed_outputs_and_ignores_only_timings(tmp_path):
                     reason="espeak-ng, flite and sox are needed (make install puts them there)")
 def test_chaos_quick_recovers_every_trial_bit_identically(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, str(ROOT / "bench/chaos.py"), "--quick", "--work-dir", str(tmp_path / "w"),
+    r = subprocess.run([sys.executable, str(ROOT / "bench/chaos.py"), "--quick", "--trials", "3", "--max-kills", "3",
+                        "--work-dir", str(tmp_path / "w"),
                         "--out", str(tmp_path / "report.json")], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=900)
     print(r.stdout[-3000:])

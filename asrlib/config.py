@@ -186,6 +186,9 @@ class ClusterConfig:
     partition: str = ""           # SLURM partition of the training job ("" = the profile's / cluster's default)
 
 
+GRAMMARS = ("digit_loop", "one_word", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
+
+
 @dataclass
 class RecipeConfig:
     data: DataConfig = field(default_factory=DataConfig)
@@ -273,7 +276,12 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
             if node is None or not isinstance(node, dict):
                 raise AsrError(f"override '{ov}': '{name}' is not a section")
         node[leaf] = yaml.safe_load(val)
-    return _build(RecipeConfig, raw, str(path))
+    cfg = _build(RecipeConfig, raw, str(path))
+    for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)
+                                                             for k, v in cfg.decode.set_grammars.items()]:
+        if g not in GRAMMARS:   # said at load time, not when stage 3 or 5 reaches it
+            raise AsrError(f"{path}: {where} must be one of {', '.join(GRAMMARS)}, got {g!r}")
+    return cfg
 
 
 def lm_texts(lang: LangConfig, data_dir: str | Path) -> List[Path]:

@@ -91,6 +91,11 @@ def compress(a, cfg, out: Path) -> Path:
     return target
 
 
+def _refuse_speaker_cmn(why: str) -> None:
+    raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and sees one recording at "
+                   f"a time, so it cannot apply per-speaker CMN; export a model trained with features.cmvn: global")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
@@ -106,24 +111,23 @@ def main(argv=None):
     cfg = load_config(a.config, a.overrides)
     if not a.model.is_file():
         raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
-    baseline = prune.load_compressed(a.model)
-    if cfg.features.cmvn != "global" or baseline.speaker_cmn:
-        why = (f"{a.model} was trained with features.cmvn: speaker" if baseline.speaker_cmn
-               else f"features.cmvn is {cfg.features.cmvn!r}")
-        raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and sees one recording at "
-                       f"a time, so it cannot apply per-speaker CMN; export a model trained with features.cmvn: global")
-    for f in ("tokens.txt", "words.txt", "TLG.fst"):
-        if not (a.lang_dir / f).is_file():
-            raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
+    if cfg.features.cmvn != "global":
+        _refuse_speaker_cmn(f"features.cmvn is {cfg.features.cmvn!r}")
     out = a.out_dir
     done = out / ".export.done"
     st = a.model.stat()
     sr = a.sample_rate or cfg.data.sample_rate
     fp = {"export": dataclasses.asdict(cfg.export), "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns,
-          "sample_rate": sr}
+          "sample_rate": sr, "lang_dir": str(a.lang_dir)}   # the bundle carries that dir's TLG
     if is_done(done, fingerprint=fp):
         print(f"export_mobile: {out} complete; skipping")
         return 0
+    baseline = prune.load_compressed(a.model)     # after the skip check: a finished export costs no model load
+    if baseline.speaker_cmn:
+        _refuse_speaker_cmn(f"{a.model} was trained with features.cmvn: speaker")
+    for f in ("tokens.txt", "words.txt", "TLG.fst"):
+        if not (a.lang_dir / f).is_file():
+            raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
     out.mkdir(parents=True, exist_ok=True)
     setup_logging(out / "log" / "export_mobile.log")
     torch.manual_seed(0)

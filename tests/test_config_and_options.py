@@ -45,6 +45,10 @@ def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
         load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: 3}"])
     with pytest.raises(AsrError, match=r"decode\.set_grammars: wrong type"):
         load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars=[one_word]"])
+    with pytest.raises(AsrError, match=r"decode\.set_grammars\.test must be one of .*got 'one_wrd'"):
+        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: one_wrd}"])   # a typo: at load
+    with pytest.raises(AsrError, match=r"lang\.grammar must be one of"):
+        load_config(ROOT / "recipes/digits/config.yaml", ["lang.grammar=loop"])
 
 
 def _parse(args):

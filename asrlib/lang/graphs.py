@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from asrlib.config import GRAMMARS
 from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
 from asrlib.kaldi_imports import kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
@@ -28,7 +29,6 @@ from asrlib.lang.ngram import build_arpa
 
 log = logging.getLogger(__name__)
 
-GRAMMARS = ("digit_loop", "one_word", "arpa")
 
 
 # ---------------------------------------------------------------- helpers

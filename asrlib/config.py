@@ -82,6 +82,7 @@ class DistConfig:
     block_lr: float = 1.0         # bmuf zeta
     nesterov: bool = True         # bmuf: next block starts from W + eta * Delta
     reset_local_momentum: bool = True  # bmuf: clear SGD's momentum buffer after each block sync
+    overlap: bool = False         # bmuf: the block all-reduce runs while each learner takes its next local step
     adaptive: bool = False        # ma: adapt K to the measured divergence of the learners
     max_period: int = 32          # ma adaptive: upper bound for K
     div_low: float = 1e-4         # ma adaptive: relative divergence below which K doubles

@@ -243,8 +243,8 @@ def mismatches(ref: Path, work: Path) -> List[str]:
 # ------------------------------------------------------------------------------------------ the loop
 def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: random.Random,
                 max_attempts: int = 10, max_kills: int = 3) -> Dict[str, Any]:
-    """Run the recipe (``cmd``, writing into ``work``) with 1–``max_kills`` random SIGKILLs, each aimed at a random stage of
-    ``durations`` (stage -> its reference duration) and a random offset into it; return what happened.
+    """Run the recipe (``cmd``, writing into ``work``) with 1–``max_kills`` random SIGKILLs, each aimed at a random
+    stage of ``durations`` (stage -> its reference duration) and a random offset into it; return what happened.
 
     A fresh run that ends before its first kill lands (a late offset into the last stage) is started afresh, so
     that every trial is killed at least once."""

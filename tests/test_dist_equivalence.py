@@ -67,3 +67,69 @@ def test_equivalences_and_identical_params(tmp_path):
     assert _max_diff(r["ma1_lin"]["params"], r["sync"]["params"]) < 1e-6      # (sync ran with lr 0.3)
     adapt = r["ma_adapt"]["algo"]
     assert adapt["period"] == 4 and len(adapt["divergence"]) >= 2 and all(0 < d < 1 for d in adapt["divergence"])
+
+
+def _bmuf_steps(rank, world, overlap):
+    """Bmuf's hooks on a 2-weight model whose 'local step' adds a known, learner-specific vector."""
+    import torch
+    from asrlib.config import DistConfig
+    from asrlib.dist.bmuf import Bmuf
+    algo = Bmuf(DistConfig(algo="bmuf", period=2, block_momentum=0.5, overlap=overlap))
+    model = torch.nn.Linear(2, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    algo.setup(model, opt)
+    seen = []
+    for step in range(1, 8):
+        with torch.no_grad():
+            model.weight.add_(torch.tensor([[1.0, -0.5]]) * (rank + 1) * step)
+        algo.after_step(model, opt, step)
+        seen.append(model.weight.detach().reshape(-1).clone())
+    algo.stop()
+    return {"seen": torch.stack(seen), "final": model.weight.detach().reshape(-1).clone(), "blocks": algo.blocks}
+
+
+def _bmuf_reference(world, overlap, steps=7, tau=2, eta=0.5):
+    """The module docstring's equations, written out (Nesterov on, zeta 1)."""
+    import numpy as np
+    theta = [np.zeros(2) for _ in range(world)]
+    W, Wg, delta = np.zeros(2), np.zeros(2), np.zeros(2)
+    since, pending, seen = 0, None, []
+
+    def block(models):
+        nonlocal W, Wg, delta
+        delta = eta * delta + (np.mean(models, axis=0) - Wg)
+        W = W + delta
+        Wg = W + eta * delta
+    for step in range(1, steps + 1):
+        theta = [t + np.array([1.0, -0.5]) * (r + 1) * step for r, t in enumerate(theta)]
+        since += 1
+        if pending is not None:              # the exchange started a step ago lands now; this step is kept
+            block(pending)
+            theta = [Wg + (t - p) for t, p in zip(theta, pending)]
+            pending, since = None, 1
+        if since >= tau:
+            if overlap:
+                pending = [t.copy() for t in theta]
+            else:
+                block(theta)
+                theta, since = [Wg.copy() for _ in theta], 0
+        seen.append([t.copy() for t in theta])
+    if pending is not None:
+        block(pending)
+    elif since:
+        block(theta)
+    return np.array(seen), W
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_bmuf_block_updates_follow_the_equations(overlap):
+    import numpy as np
+    res = run_learners(_bmuf_steps, 2, args=(overlap,), timeout=60)
+    seen, W = _bmuf_reference(2, overlap)
+    for rank in range(2):
+        assert np.allclose(res[rank]["seen"].numpy(), seen[:, rank], atol=1e-5), (rank, res[rank]["seen"])
+        assert np.allclose(res[rank]["final"].numpy(), W, atol=1e-5)   # every learner ends with the global W
+    assert res[0]["blocks"] == 4                 # blocks end at steps 2, 4, 6 and (the remainder) at the end
+    if overlap:   # between an exchange's start and its landing the learners hold different models
+        assert not np.allclose(seen[2, 0], seen[2, 1])

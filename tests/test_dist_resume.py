@@ -1,13 +1,15 @@
 """Resume of distributed training (2 Gloo learners): a run stopped mid-block and mid-epoch right after a checkpoint
-and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum) and ring
-(the travelling model), with dropout and SpecAugment on (every learner's RNG is checkpointed) and Adam."""
+and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum; also with
+the block exchange overlapped, which a checkpoint completes) and ring (the travelling model), with dropout and
+SpecAugment on (every learner's RNG is checkpointed) and Adam."""
 import pytest
 import torch
 
 from asrlib.dist.harness import run_learners, run_toy_scenarios
 from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
 
-ALGOS = {"sync": [], "ma": ["train.dist.period=3"], "bmuf": ["train.dist.period=3"], "ring": []}
+ALGOS = {"sync": [], "ma": ["train.dist.period=3"], "bmuf": ["train.dist.period=3"], "ring": [],
+         "bmuf_overlap": ["train.dist.period=3", "train.dist.overlap=true"]}
 
 
 def test_resume_is_exact(tmp_path):
@@ -15,7 +17,7 @@ def test_resume_is_exact(tmp_path):
     cfg = toy_config_yaml(tmp_path / "c.yaml", checkpoint_every=4, epochs=2)  # 5 steps per learner per epoch
     scenarios = []
     for algo, ov in ALGOS.items():
-        common = dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={algo}", *ov])
+        common = dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={algo.split('_')[0]}", *ov])
         scenarios += [dict(common, exp_dir=str(tmp_path / f"{algo}_ref")),
                       dict(common, exp_dir=str(tmp_path / f"{algo}_res"), stop_after=4),   # mid-block, mid-epoch
                       dict(common, exp_dir=str(tmp_path / f"{algo}_res"))]

@@ -15,6 +15,13 @@ Parameterisation (the *mean* convention, so that eta = 0, zeta = 1 is exactly K-
 - a block also ends at every epoch end (a possibly shorter block), so each epoch checkpoint holds one model.
   The dev loss at an epoch end is measured on the model the learners hold, ``W_g``; the final model is ``W``.
 
+``overlap: true`` hides the block all-reduce (and the wait for the slower learner) behind one local step: at a
+block end the learner starts an asynchronous all-reduce of its model ``W_i`` and goes on with the next local step,
+reaching ``W_i'``; when that step is done, it waits for the mean, updates ``Delta``, ``W`` and ``W_g`` as above, and
+continues from ``W_g + (W_i' - W_i)``: the step taken during the exchange is kept (computed at ``W_i`` rather than at
+``W_g``: one step of staleness). The next block therefore has tau - 1 further local steps. An epoch end, the end
+of training and every checkpoint first complete an exchange in flight (so resume stays exact).
+
 ``W``, ``W_g``, ``Delta`` and the position in the current block are checkpointed (fairseq loses the block
 momentum on resume; this does not), and every learner's local model too, so resume is exact.
 """
@@ -44,6 +51,7 @@ class Bmuf(DistAlgo):
         self.since_sync = 0
         self.blocks = 0
         self.W = self.Wg = self.delta = None
+        self.pending = None            # overlap: (all-reduce work, its buffer, W_i at the block end)
 
     def init_state(self) -> None:
         self._start_filter()
@@ -66,20 +74,50 @@ class Bmuf(DistAlgo):
                 self._start_filter()
             return
         self.since_sync += 1
+        if self.pending is not None:     # overlap: this step ran during the exchange; apply the block update now
+            self.finish_sync()
         if self.since_sync >= self.cfg.period:
-            self.block_sync()
+            self.start_sync() if self.cfg.overlap else self.block_sync()
+
+    def start_sync(self) -> None:
+        """Begin the block all-reduce of this learner's model; :meth:`finish_sync` applies it."""
+        local = self.flat_params()
+        buf = local.clone()
+        with self.stats.timed():
+            work = dist.all_reduce(buf, async_op=True)
+        self.stats.all_reduce(buf.numel() * buf.element_size(), self.world_size)
+        self.pending = (work, buf, local)
+
+    def finish_sync(self) -> None:
+        """Wait for the all-reduce in flight and apply the block update, keeping the local progress made since."""
+        work, mean, at_start = self.pending
+        self.pending = None
+        with self.stats.timed():
+            work.wait()
+        moved = self.flat_params().sub_(at_start)
+        self._apply_block(mean)
+        self.set_flat_params(self.Wg + moved)
+        self.since_sync = int(bool(moved.any()))   # the kept step counts towards the next block
 
     def block_sync(self) -> None:
+        if self.pending is not None:
+            self.finish_sync()
+            if self.since_sync == 0:
+                return
         mean = self.flat_params()
         with self.stats.timed():
             dist.all_reduce(mean)
         self.stats.all_reduce(mean.numel() * mean.element_size(), self.world_size)
+        self._apply_block(mean)
+        self.set_flat_params(self.Wg)
+
+    def _apply_block(self, mean: torch.Tensor) -> None:
+        """Delta, W and W_g from the sum of the learners' models (``mean`` is divided in place)."""
         mean.div_(self.world_size)
         g = mean.sub_(self.Wg)
         self.delta.mul_(self.eta).add_(g, alpha=self.zeta)
         self.W.add_(self.delta)
         self.Wg = self.W + self.eta * self.delta if self.cfg.nesterov else self.W.clone()
-        self.set_flat_params(self.Wg)
         if self.cfg.reset_local_momentum:
             for state in self.optimizer.state.values():
                 if isinstance(state.get("momentum_buffer"), torch.Tensor):
@@ -90,6 +128,10 @@ class Bmuf(DistAlgo):
     def sync_epoch(self) -> None:
         if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
             self.block_sync()
+
+    def quiesce(self) -> None:      # before a checkpoint: no exchange in flight
+        if self.pending is not None:
+            self.finish_sync()
 
     def stop(self) -> None:
         self.sync_epoch()
@@ -105,4 +147,5 @@ class Bmuf(DistAlgo):
         self.since_sync, self.blocks = st["since_sync"], st["blocks"]
 
     def extra_summary(self) -> Dict[str, Any]:
-        return {"blocks": self.blocks, "block_momentum": self.eta, "block_lr": self.zeta, "tau": self.cfg.period}
+        return {"blocks": self.blocks, "block_momentum": self.eta, "block_lr": self.zeta, "tau": self.cfg.period,
+                "overlap": self.cfg.overlap}

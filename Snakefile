@@ -155,9 +155,10 @@ rule decode:
 
 
 rule decode_gmm:  # train.init: ce — the monophone GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
-    input: f"{MONO}/.done", lambda w: feats(w.s), "data/lang/.done"
+    input: f"{MONO}/.done", lambda w: feats(w.s), lambda w: f"{decode_lang(w)}/.done"
     output: f"{EXP}/decode_{{s}}_mono/.decode.done"
-    shell: "{PY} -m steps.decode_gmm --config {CONFIG} --model {MONO}/final.mdl --lang-dir data/lang --feats data/fbank/{wildcards.s}/feats.scp --graph-dir {MONO}/graph --out-dir {EXP}/decode_{wildcards.s}_mono"
+    params: lang=decode_lang, graph=lambda w: f"{MONO}/graph" + decode_lang(w)[len("data/lang"):]
+    shell: "{PY} -m steps.decode_gmm --config {CONFIG} --model {MONO}/final.mdl --lang-dir {params.lang} --feats data/fbank/{wildcards.s}/feats.scp --graph-dir {params.graph} --out-dir {EXP}/decode_{wildcards.s}_mono"
 
 
 rule score:  # stage 6

@@ -134,3 +134,19 @@ def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):
     results = (exp / "RESULTS.md").read_text()
     assert "| set | greedy | mono | tlg |" in results, results
     assert (exp / "decode_dev_mono" / "wer.json").is_file()
+    # decode.set_grammars reaches the GMM too: the set searched through lang_one_word, its HCLG in graph_one_word
+    from asrlib.lang.lexicon import write_lang_files
+    from test_gmm import LEXICON
+    write_lang_files(root / "data" / "lang_one_word", LEXICON)
+    build_tlg(root / "data" / "lang_one_word", grammar="one_word")
+    cfg_1w = gmm_toy_config(root / "c1w.yaml", train={"init": "ce", "epochs": 1}, ce={"epochs": 1},
+                            gmm={"num_iters": 3, "max_iter_inc": 2}, decode={"set_grammars": {"dev": "one_word"}})
+    r = subprocess.run(["bash", "-c", script.replace(f"config={cfg};", f"config={cfg_1w};")], capture_output=True,
+                       text=True, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"--lang-dir {root / 'data'}/lang_one_word" in r.stderr and f"--graph-dir {root}/exp/mono/graph_one_word" \
+        in r.stderr
+    assert (root / "exp" / "mono" / "graph_one_word" / "HCLG.fst").is_file()
+    for m in ("mono", "tlg"):      # exactly one word per hypothesis now (the word loop gave up to three)
+        hyps = [line.split()[1:] for line in (exp / f"decode_dev_{m}" / "hyp.txt").read_text().splitlines()]
+        assert hyps and all(len(h) == 1 for h in hyps), (m, hyps)

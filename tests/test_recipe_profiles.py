@@ -59,3 +59,17 @@ def test_single_node_learners_use_torchrun_standalone(tmp_path):
     conf.write_text(yaml.safe_dump(cfg))
     out = _dry_run("local", conf, tmp_path / "w")
     assert "-m steps.train_dist --num-learners 2 --max-restarts 3 -- --config" in out
+
+
+def test_set_grammars_reach_tlg_and_gmm_decoding(tmp_path):
+    """decode.set_grammars in the Snakefile: the set's TLG search and its GMM search both use lang_<grammar>."""
+    cfg = yaml.safe_load((ROOT / "recipes/yesno/config_ce.yaml").read_text())
+    cfg["decode"]["set_grammars"] = {"test": "one_word"}
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    out = _dry_run("local", conf, tmp_path / "w")
+    assert "--set lang.grammar=one_word" in out and "--lang-dir data/lang_one_word" in out   # rule lang_grammar
+    gmm = [line for line in out.splitlines() if "-m steps.decode_gmm" in line]
+    assert gmm and all("--lang-dir data/lang_one_word" in line and "/graph_one_word " in line for line in gmm), gmm
+    tlg = [line for line in out.splitlines() if "-m steps.decode " in line and "--method tlg" in line]
+    assert tlg and all("--lang-dir data/lang_one_word" in line for line in tlg), tlg

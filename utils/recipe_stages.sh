@@ -104,7 +104,8 @@ decode_methods() {  # greedy and TLG search of the CTC model; with train.init: c
   if [ "$init" = ce ]; then echo greedy tlg mono; else echo greedy tlg; fi
 }
 
-stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search (+ GMM: mono)
+stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search (+ GMM: mono),
+                  # each set through its lang dir (decode.set_grammars); the GMM's HCLG in graph<_grammar>
   local s m threads methods pairs lang
   threads=$(cfg decode.num_threads) || return 1
   methods=$(decode_methods) || return 1
@@ -116,8 +117,8 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
       --num-threads "$threads"
     for m in $methods; do
       if [ "$m" = mono ]; then
-        run steps.decode_gmm --config "$config" --model "$mono/final.mdl" --lang-dir "$data/lang" \
-          --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph" --out-dir "$exp/decode_${s}_$m"
+        run steps.decode_gmm --config "$config" --model "$mono/final.mdl" --lang-dir "$lang" \
+          --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph${lang#"$data/lang"}" --out-dir "$exp/decode_${s}_$m"
       else
         run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
           --lang-dir "$lang" --out-dir "$exp/decode_${s}_$m"

@@ -81,10 +81,11 @@ rule fbank:  # stage 2
     shell: "{PY} -m steps.compute_fbank --config {CONFIG} --data-dir data/{wildcards.s} --out-dir data/fbank/{wildcards.s} --nj {threads}"
 
 
-rule cmvn:  # global (features.cmvn: speaker — per-speaker stats, then global over the speaker-normalised features)
+rule cmvn:  # global (features.cmvn: speaker — per-speaker stats, then global over the speaker-normalised features;
+            # utterance — global over the utterance-normalised features)
     input: "data/fbank/train/.done"
     output: "data/fbank/train/cmvn.scp", *(["data/fbank/train/cmvn_spk.scp"] if SPK_CMN else [])
-    params: spk="--utt2spk data/train/utt2spk" if SPK_CMN else ""
+    params: spk="--utt2spk data/train/utt2spk" if SPK_CMN else "--cmn utterance" if RCFG.features.cmvn == "utterance" else ""
     shell: "{PY} -m steps.compute_cmvn --feats data/fbank/train/feats.scp --out-dir data/fbank/train {params.spk}"
 
 

@@ -45,7 +45,8 @@ class FeatureConfig:
     # global: one mean/variance from the training set, folded into the model. speaker: Kaldi's default for
     # GMM and nnet recipes (compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk, means only): every set's features
     # minus the mean of their speaker (over all of that speaker's utterances in the set, test speakers included:
-    # unsupervised, like Kaldi), then the global normalisation on top. asrlib/features/cmvn.py
+    # unsupervised, like Kaldi), then the global normalisation on top. utterance: each recording minus its own mean
+    # (ESPnet's utterance_mvn, means only), then the global one. Only global exports to mobile today.
     cmvn: str = "global"
 
 

@@ -174,11 +174,16 @@ class TorchBackend:
 
         self.model_path = Path(model_path)
         self.saved = load_model(self.model_path)
-        if self.saved.speaker_cmn:
+        if self.saved.cmn == "speaker":
             raise AsrError(f"{self.model_path} was trained with per-speaker CMN (features.cmvn: speaker): its input "
                            f"needs the mean of all of a speaker's audio, which a recording-at-a-time recognizer does "
                            f"not have; decode a data dir with steps.compute_fbank, steps.compute_cmvn --utt2spk and "
                            f"steps.compute_logprobs instead, or train with features.cmvn: global")
+        if self.saved.cmn:
+            raise AsrError(f"{self.model_path} was trained with features.cmvn: {self.saved.cmn}, which this "
+                           f"recognizer's streaming front end does not apply yet (it applies the global CMVN only); "
+                           f"decode a data dir with steps.compute_fbank and steps.compute_logprobs instead, or train "
+                           f"with features.cmvn: global")
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)

@@ -44,7 +44,7 @@ def _file_md5(path: Path) -> str:
 
 def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter, lang, text: Path, feats_scp: Path,
               out: Path, beam: float, retry_beam: float, num_plot: int = 4) -> dict:
-    reader = open_features(feats_scp, model.speaker_cmn)
+    reader = open_features(feats_scp, model.cmn)
     utts, excluded = select_utterances(text, reader, lang)
     alis: List[Tuple[str, List[int]]] = []
     retried: List[Tuple[str, str]] = []

@@ -5,9 +5,13 @@
         --out-dir data/fbank/train                  # features.cmvn: speaker, training set: per speaker + global
     python -m steps.compute_cmvn --feats data/fbank/test/feats.scp --utt2spk data/test/utt2spk \
         --out-dir data/fbank/test --speaker-only    # features.cmvn: speaker, any other set
+    python -m steps.compute_cmvn --feats data/fbank/train/feats.scp --cmn utterance \
+        --out-dir data/fbank/train                  # features.cmvn: utterance: global stats only
 
 Per-speaker stats go beside the feats.scp (cmvn_spk.ark/scp, keyed by speaker, + the utt2spk used); the global
-stats (OUT_DIR/cmvn.ark, cmvn.scp) are then computed over the speaker-mean-normalised features. OUT_DIR/.cmvn.done
+stats (OUT_DIR/cmvn.ark, cmvn.scp) are then computed over the speaker-mean-normalised features. With ``--cmn
+utterance`` they are computed over the features minus each utterance's own mean; that mode needs no other
+statistics. OUT_DIR/.cmvn.done
 is written last; a finished directory is skipped.
 """
 from __future__ import annotations
@@ -28,9 +32,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out-dir", required=True, help="where cmvn.ark / cmvn.scp are written")
     p.add_argument("--utt2spk", help="per-speaker statistics too (features.cmvn: speaker), speakers from this file")
     p.add_argument("--speaker-only", action="store_true", help="with --utt2spk: no global statistics (dev/test)")
+    p.add_argument("--cmn", choices=("utterance",), default=None,
+                   help="features.cmvn utterance: global stats over utterance-mean-normalised features")
     args = p.parse_args(argv)
     if args.speaker_only and not args.utt2spk:
         p.error("--speaker-only needs --utt2spk")
+    if args.cmn and args.utt2spk:
+        p.error("--cmn and --utt2spk are two different mean normalisations; give one")
     out_dir = Path(args.out_dir)
     marker = out_dir / ".cmvn.done"  # not ".done": the directory is usually the feature directory itself
     feats = Path(args.feats)
@@ -38,7 +46,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise AsrError(f"{feats} does not exist; run steps.compute_fbank first")
     if args.utt2spk and not Path(args.utt2spk).is_file():
         raise AsrError(f"{args.utt2spk} does not exist; per-speaker CMVN needs the data dir's utt2spk")
-    mode = "speaker-only" if args.speaker_only else "speaker+global" if args.utt2spk else "global"
+    mode = ("speaker-only" if args.speaker_only else "speaker+global" if args.utt2spk
+            else f"{args.cmn}+global" if args.cmn else "global")
     feats_sha1 = hashlib.sha1(feats.read_bytes() + (Path(args.utt2spk).read_bytes() if args.utt2spk else b"")
                               ).hexdigest()
     from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, compute_global_cmvn, compute_speaker_cmvn
@@ -59,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         info["speakers"] = len(spk)
         print(f"{feats.parent / SPEAKER_STATS}: {len(spk)} speakers")
     if not args.speaker_only:
-        stats = compute_global_cmvn(args.feats, out_dir, speaker_cmn=bool(args.utt2spk))
+        stats = compute_global_cmvn(args.feats, out_dir, cmn="speaker" if args.utt2spk else args.cmn or "")
         cmvn, _ = Cmvn.from_stats(stats)
         info.update(num_frames=int(stats[0, -1]), dim=cmvn.dim)
         print(f"{out_dir / 'cmvn.scp'}: {info['num_frames']} frames, dim {cmvn.dim}, mean of means "

@@ -33,7 +33,7 @@ def main(argv=None):
         return 0
     torch.set_num_threads(a.num_threads)
     model = load_model(a.model)
-    reader = open_features(a.feats, model.speaker_cmn)  # speaker CMN when the model was trained with it
+    reader = open_features(a.feats, model.cmn)  # the mean normalisation the model was trained with, if any
     keys = [k for k, _ in read_table(a.feats)]
 
     def items():

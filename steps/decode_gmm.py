@@ -81,7 +81,7 @@ def main(argv=None):
     decoder = GmmDecoder(model, hclg, beam=g.decode_beam, max_active=g.decode_max_active,
                          acoustic_scale=g.decode_acwt)
     id2word = {i: w for w, i in lang.words.items()}
-    reader = open_features(a.feats, model.speaker_cmn)
+    reader = open_features(a.feats, model.cmn)
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
     for utt, _ in tqdm(read_table(a.feats), desc="decode gmm", unit="utt", mininterval=2.0):
         fbank = reader[utt]

@@ -91,9 +91,9 @@ def compress(a, cfg, out: Path) -> Path:
     return target
 
 
-def _refuse_speaker_cmn(why: str) -> None:
-    raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and sees one recording at "
-                   f"a time, so it cannot apply per-speaker CMN; export a model trained with features.cmvn: global")
+def _refuse_local_cmn(why: str) -> None:
+    raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and nothing else (per-speaker "
+                   f"CMN needs all of a speaker's audio; utterance CMN is not in the exported graphs yet); export a model trained with features.cmvn: global")
 
 
 def main(argv=None):
@@ -112,7 +112,7 @@ def main(argv=None):
     if not a.model.is_file():
         raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
     if cfg.features.cmvn != "global":
-        _refuse_speaker_cmn(f"features.cmvn is {cfg.features.cmvn!r}")
+        _refuse_local_cmn(f"features.cmvn is {cfg.features.cmvn!r}")
     out = a.out_dir
     done = out / ".export.done"
     st = a.model.stat()
@@ -123,8 +123,8 @@ def main(argv=None):
         print(f"export_mobile: {out} complete; skipping")
         return 0
     baseline = prune.load_compressed(a.model)     # after the skip check: a finished export costs no model load
-    if baseline.speaker_cmn:
-        _refuse_speaker_cmn(f"{a.model} was trained with features.cmvn: speaker")
+    if baseline.cmn:
+        _refuse_local_cmn(f"{a.model} was trained with features.cmvn: {baseline.cmn}")
     for f in ("tokens.txt", "words.txt", "TLG.fst"):
         if not (a.lang_dir / f).is_file():
             raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")

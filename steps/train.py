@@ -70,13 +70,13 @@ def main(argv=None):
     torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
-    speaker_cmn = check_cmvn_mode(cfg.features.cmvn)
+    cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
     def dataset(name: str) -> CtcDataset:
         return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
                           excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
-                          speaker_cmn=speaker_cmn)
+                          cmn=cmn)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))

@@ -65,13 +65,13 @@ def main(argv=None):
     seed_everything(cfg.train.seed)
     num_pdfs = int(ali_info["num_pdfs"])
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
-    speaker_cmn = check_cmvn_mode(cfg.features.cmvn)
+    cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
     def dataset(name: str) -> FrameTargetDataset:
         return FrameTargetDataset(a.feats_dir / name / "feats.scp", a.ali_dir / name, cmvn, num_pdfs,
                                   excluded_path=a.exp_dir / f"excluded_{name}.txt", stack=stack,
-                                  speaker_cmn=speaker_cmn)
+                                  cmn=cmn)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]

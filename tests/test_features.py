@@ -168,7 +168,7 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     on_disk = MatrixReader(fb / "cmvn_spk.scp", double=True)
     assert np.array_equal(on_disk["b"], stats["b"]) and read_table(fb / "utt2spk")[0] == ("u0", "a")
     assert np.allclose(stats["b"][0, :-1] - stats["a"][0, :-1], 110 * offset, atol=1e-3)
-    raw, normed = open_features(fb / "feats.scp"), open_features(fb / "feats.scp", speaker_cmn=True)
+    raw, normed = open_features(fb / "feats.scp"), open_features(fb / "feats.scp", cmn="speaker")
     assert np.array_equal(raw["v1"], base["u1"] + offset)                 # raw reader: untouched
     for i in range(4):                                                    # the channel offset is gone
         assert np.allclose(normed[f"u{i}"], normed[f"v{i}"], atol=1e-4) and normed[f"u{i}"].dtype == np.float32
@@ -180,7 +180,7 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     assert cmvn_main(args) == 0 and (fb / "cmvn_spk.scp").is_file()
     glob = MatrixReader(fb / "cmvn.scp", double=True)["global"]
     assert np.abs(glob[0, :-1] / glob[0, -1]).max() < 1e-5                # mean of the normalised features: 0
-    assert np.array_equal(glob, accumulate_cmvn_stats(fb / "feats.scp", False, speaker_cmn=True))
+    assert np.array_equal(glob, accumulate_cmvn_stats(fb / "feats.scp", False, cmn="speaker"))
     capsys.readouterr()
     assert cmvn_main(args) == 0 and "skipping" in capsys.readouterr().out
     assert cmvn_main(args[:2] + ["--out-dir", str(fb)]) == 0 and "recomputing" in capsys.readouterr().out  # mode
@@ -190,8 +190,34 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
         compute_speaker_cmvn(fb / "feats.scp", u2s, show_progress=False)
     (fb / "cmvn_spk.scp").unlink()
     with pytest.raises(AsrError, match="no per-speaker CMVN statistics .*compute_cmvn"):
-        open_features(fb / "feats.scp", speaker_cmn=True)
+        open_features(fb / "feats.scp", cmn="speaker")
     from asrlib.features.cmvn import check_cmvn_mode
-    assert check_cmvn_mode("speaker") and not check_cmvn_mode("global")
+    assert [check_cmvn_mode(m) for m in ("global", "speaker", "utterance")] == ["", "speaker", "utterance"]
     with pytest.raises(AsrError, match="features.cmvn must be one of"):
-        check_cmvn_mode("utterance")
+        check_cmvn_mode("online")
+
+
+def test_utterance_cmn(tmp_path, capsys):
+    """features.cmvn: utterance — each recording minus its own mean (no statistics files); the global stats over
+    the result, computed by steps.compute_cmvn --cmn utterance."""
+    from asrlib.features.cmvn import open_features, utterance_cmn
+    from asrlib.kaldi_io import write_matrices
+    from steps.compute_cmvn import main as cmvn_main
+    rng = np.random.default_rng(1)
+    x = (rng.normal(0, 1, (30, 4)) + np.array([5.0, -3.0, 0.0, 9.0])).astype(np.float32)
+    u = utterance_cmn(x)
+    assert u.dtype == np.float32 and np.abs(u.mean(0)).max() < 1e-5 and np.allclose(x - u, x.mean(0), atol=1e-4)
+    assert utterance_cmn(x[:0]).shape == (0, 4)
+    write_matrices(tmp_path / "fb" / "feats.ark", [("a", x), ("b", x[:12] * 2)])
+    assert np.array_equal(open_features(tmp_path / "fb" / "feats.scp", "utterance")["a"], u)
+    with pytest.raises(AsrError, match="no mean normalisation 'online'"):
+        open_features(tmp_path / "fb" / "feats.scp", "online")
+    args = ["--feats", str(tmp_path / "fb" / "feats.scp"), "--cmn", "utterance", "--out-dir", str(tmp_path / "u")]
+    assert cmvn_main(args) == 0
+    glob = MatrixReader(tmp_path / "u" / "cmvn.scp", double=True)["global"]
+    assert glob[0, -1] == 42 and np.abs(glob[0, :-1]).max() < 1e-3         # every utterance's mean removed
+    sq = sum((utterance_cmn(m).astype(np.float64) ** 2).sum(0) for m in (x, x[:12] * 2))
+    assert np.allclose(glob[1, :-1], sq, rtol=1e-5)
+    capsys.readouterr()
+    assert cmvn_main(args[:2] + ["--out-dir", str(tmp_path / "u")]) == 0
+    assert "recomputing" in capsys.readouterr().out                      # global only is another mode

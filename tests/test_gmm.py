@@ -265,7 +265,7 @@ def test_speaker_cmn_through_gmm_training_alignment_and_decoding(tmp_path):
         write_matrices(fb / "feats.ark", feats)
         write_table(root / "data" / s / "utt2spk", [(u, u.split("-")[0]) for u, _ in feats])
         compute_speaker_cmvn(fb / "feats.scp", root / "data" / s / "utt2spk", show_progress=False)
-    compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", False, speaker_cmn=True)
+    compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", False, cmn="speaker")
     mono, ali = run_mono_and_align(root, gmm_toy_config(root / "c.yaml", features={"cmvn": "speaker"}))
     assert load_gmm(mono / "final.mdl").info["cmvn"] == "speaker"
     assert json.loads((ali / "dev" / "info.json").read_text())["utterances"] == 12

@@ -69,10 +69,10 @@ def test_fsdd_recipe_one_fold(tmp_path):
     from asrlib.kaldi_io import MatrixReader
     from asrlib.models.saved import load_model
     saved = load_model(exp / "loso_jackson" / "final.pt")
-    assert saved.speaker_cmn
+    assert saved.cmn == "speaker"
     utt = MatrixReader(fold / "fbank" / "test" / "feats.scp").keys()[0]
     logp = MatrixReader(exp / "loso_jackson" / "logprobs_test" / "logprobs.scp")[utt]
-    feats = open_features(fold / "fbank" / "test" / "feats.scp", speaker_cmn=True)[utt]
+    feats = open_features(fold / "fbank" / "test" / "feats.scp", cmn="speaker")[utt]
     assert np.allclose(logp, saved.log_probs(feats), atol=1e-5)
     raw = MatrixReader(fold / "fbank" / "test" / "feats.scp")[utt]
     assert not np.allclose(logp, saved.log_probs(raw), atol=1e-2)       # (the speaker mean made a difference)

@@ -73,3 +73,13 @@ def test_set_grammars_reach_tlg_and_gmm_decoding(tmp_path):
     assert gmm and all("--lang-dir data/lang_one_word" in line and "/graph_one_word " in line for line in gmm), gmm
     tlg = [line for line in out.splitlines() if "-m steps.decode " in line and "--method tlg" in line]
     assert tlg and all("--lang-dir data/lang_one_word" in line for line in tlg), tlg
+
+
+def test_utterance_cmn_in_the_cmvn_rule(tmp_path):
+    cfg = yaml.safe_load((ROOT / "recipes/digits/config.yaml").read_text())
+    cfg["features"]["cmvn"] = "utterance"
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    out = _dry_run("local", conf, tmp_path / "w")
+    assert "steps.compute_cmvn --feats data/fbank/train/feats.scp --out-dir data/fbank/train --cmn utterance" in out
+    assert "--speaker-only" not in out and "--utt2spk" not in out

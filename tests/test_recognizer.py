@@ -403,3 +403,33 @@ def test_digits_model_60s_recordings_vs_pieces():
     assert len(groups) >= 2
     wer_pieces, wer_long = score(ref, hyp_pieces).wer, score(ref, hyp_long).wer
     assert abs(wer_long - wer_pieces) <= 1.5, (wer_long, wer_pieces)
+
+
+def test_utterance_cmn_model_through_compute_logprobs_and_refused_by_the_recognizer(tm, tmp_path):
+    """A model trained with features.cmvn: utterance records it; steps.compute_logprobs applies that normalisation
+    (then the model's global CMVN); the streaming recognizer, which cannot yet, says so."""
+    from asrlib.config import ModelConfig
+    from asrlib.features.cmvn import utterance_cmn
+    from asrlib.kaldi_io import MatrixReader, write_matrices
+    from asrlib.models.lstm import build_model
+    from asrlib.models.saved import load_model, save_model
+    from steps.compute_logprobs import main as compute_logprobs
+
+    torch.manual_seed(0)
+    model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3))
+    exp = tmp_path / "utt"
+    save_model(exp / "final.pt", model.eval(), np.zeros(24), np.ones(24),
+               info={"lang_dir": str(tm.lang), "cmvn": "utterance"})
+    rng = np.random.default_rng(0)
+    raw = {k: (rng.normal(0, 1, (60, 24)) + rng.normal(0, 3, 24)).astype(np.float32) for k in ("a", "b")}
+    write_matrices(tmp_path / "fb" / "feats.ark", sorted(raw.items()))
+    assert compute_logprobs(["--model", str(exp / "final.pt"), "--feats", str(tmp_path / "fb" / "feats.scp"),
+                             "--out-dir", str(tmp_path / "lp"), "--num-threads", "1"]) == 0
+    saved = load_model(exp / "final.pt")
+    assert saved.cmn == "utterance"
+    out = MatrixReader(tmp_path / "lp" / "logprobs.scp")
+    for k, x in raw.items():
+        np.testing.assert_allclose(out[k], saved.log_probs(utterance_cmn(x)), atol=1e-5)
+        assert not np.allclose(out[k], saved.log_probs(x), atol=1e-3)
+    with pytest.raises(AsrError, match="features.cmvn: utterance, which this recognizer's streaming front end"):
+        Recognizer.from_dir(exp)

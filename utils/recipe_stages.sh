@@ -35,9 +35,11 @@ stage_validate() {  # stage_validate SET...: Kaldi data dir checks; bad utteranc
 }
 
 stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, global CMVN from the first
-  local s mode spk=()                   # (features.cmvn: speaker — per-speaker stats of every set, then global)
+  local s mode spk=()                   # (features.cmvn: speaker — per-speaker stats of every set, then global;
+                                        #  utterance — global stats over utterance-normalised features)
   mode=$(cfg features.cmvn) || return 1
   [ "$mode" = speaker ] && spk=(--utt2spk "$data/$1/utt2spk")
+  [ "$mode" = utterance ] && spk=(--cmn utterance)   # global stats over utterance-normalised features, no others
   for s in "$@"; do
     run steps.compute_fbank --config "$config" --data-dir "$data/$s" --out-dir "$data/fbank/$s" --nj "$nj"
     if [ "$mode" = speaker ] && [ "$s" != "$1" ]; then

@@ -34,7 +34,7 @@ from torch import nn
 from asrlib.config import ModelConfig, RecipeConfig
 from asrlib.io_utils import AsrError, PathLike
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
-from asrlib.models.saved import FORMAT_VERSION, SavedModel, trained_with_speaker_cmn
+from asrlib.models.saved import FORMAT_VERSION, SavedModel, trained_cmn
 from asrlib.train.algo import LocalAlgo
 from asrlib.train.checkpoint import save_checkpoint
 
@@ -223,7 +223,7 @@ def load_compressed(path: PathLike) -> SavedModel:
         low_rank_factorize(model, ranks=comp["ranks"])
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_with_speaker_cmn(st))
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st))
 
 
 def count_nonzero_parameters(model: nn.Module) -> int:

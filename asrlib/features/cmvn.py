@@ -10,6 +10,9 @@ per-dimension sums followed by the frame count, row 1 the per-dimension sums of 
   and a copy of the set's ``utt2spk``; :func:`open_features` then subtracts each utterance's speaker mean, and the
   global normalisation (computed over the speaker-normalised training features) applies on top. A test speaker's
   mean comes from all of that speaker's utterances in the test set (unsupervised, as in Kaldi).
+* Per utterance (``features.cmvn: utterance``, ESPnet's ``utterance_mvn`` without the variance): each recording
+  minus its own mean (:func:`utterance_cmn`), no statistics files; the global normalisation (computed over the
+  training features so normalised) applies on top.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 
 GLOBAL_KEY = "global"
 SPEAKER_STATS = "cmvn_spk.scp"   # per-speaker stats in a set's feature dir (features.cmvn: speaker)
-CMVN_MODES = ("global", "speaker")
+CMVN_MODES = ("global", "speaker", "utterance")
 VAR_FLOOR = 1e-10  # Kaldi's floor in ApplyCmvn
 
 
@@ -58,10 +61,10 @@ def _accumulate(reader: MatrixReader, group: Callable[[str], str], show_progress
     return out
 
 
-def accumulate_cmvn_stats(feats_scp: PathLike, show_progress: bool = True, speaker_cmn: bool = False) -> np.ndarray:
+def accumulate_cmvn_stats(feats_scp: PathLike, show_progress: bool = True, cmn: str = "") -> np.ndarray:
     """Sum the features of every utterance in ``feats_scp`` into Kaldi CMVN stats (float64, 2 x (D+1)); with
-    ``speaker_cmn`` the features are speaker-mean-normalised first (:func:`open_features`)."""
-    return _accumulate(open_features(feats_scp, speaker_cmn), lambda _: GLOBAL_KEY, show_progress)[GLOBAL_KEY]
+    ``cmn`` (speaker, utterance) the features are mean-normalised so first (:func:`open_features`)."""
+    return _accumulate(open_features(feats_scp, cmn), lambda _: GLOBAL_KEY, show_progress)[GLOBAL_KEY]
 
 
 def compute_speaker_cmvn(feats_scp: PathLike, utt2spk: PathLike, show_progress: bool = True) -> Dict[str, np.ndarray]:
@@ -89,10 +92,10 @@ def write_cmvn(out_dir: PathLike, stats: np.ndarray) -> Path:
 
 
 def compute_global_cmvn(feats_scp: PathLike, out_dir: PathLike, show_progress: bool = True,
-                        speaker_cmn: bool = False) -> np.ndarray:
-    """Accumulate stats over ``feats_scp`` (speaker-normalised with ``speaker_cmn``) and write them to
-    ``out_dir/cmvn.{ark,scp}``; returns the stats."""
-    stats = accumulate_cmvn_stats(feats_scp, show_progress, speaker_cmn)
+                        cmn: str = "") -> np.ndarray:
+    """Accumulate stats over ``feats_scp`` (mean-normalised first by ``cmn``: speaker or utterance) and
+    write them to ``out_dir/cmvn.{ark,scp}``; returns the stats."""
+    stats = accumulate_cmvn_stats(feats_scp, show_progress, cmn)
     write_cmvn(out_dir, stats)
     return stats
 
@@ -132,11 +135,25 @@ class Cmvn:
         return ((feats - self.mean) * self.inv_std).astype(np.float32, copy=False)
 
 
-def check_cmvn_mode(mode: str) -> bool:
-    """``features.cmvn`` → whether speaker CMN applies; anything but global/speaker is an error."""
+def check_cmvn_mode(mode: str) -> str:
+    """``features.cmvn`` → the mean normalisation applied before the global one: ``""`` (global only), ``speaker``
+    or ``utterance``; anything else is an error."""
     if mode not in CMVN_MODES:
         raise AsrError(f"features.cmvn must be one of {', '.join(CMVN_MODES)}, got {mode!r}")
-    return mode == "speaker"
+    return "" if mode == "global" else mode
+
+
+def utterance_cmn(feats: np.ndarray) -> np.ndarray:
+    """A (T, D) recording minus its own mean over all its frames (float32 out)."""
+    x = np.asarray(feats, np.float64)
+    return np.asarray(feats, np.float32) if len(x) == 0 else (x - x.mean(axis=0)).astype(np.float32)
+
+
+class UtteranceCmnReader(MatrixReader):
+    """A feats.scp whose matrices come out minus their own mean (:func:`utterance_cmn`)."""
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return utterance_cmn(super().__getitem__(key))
 
 
 class SpeakerCmnReader(MatrixReader):
@@ -171,9 +188,13 @@ def cmvn_fingerprint(mode: str) -> dict:
     return {} if mode == "global" else {"cmvn": mode}
 
 
-def open_features(feats_scp: PathLike, speaker_cmn: bool = False) -> MatrixReader:
-    """The reader every consumer of a feats.scp uses: raw fbank, or speaker-mean-normalised ones."""
-    return SpeakerCmnReader(feats_scp) if speaker_cmn else MatrixReader(feats_scp)
+def open_features(feats_scp: PathLike, cmn: str = "") -> MatrixReader:
+    """The reader every consumer of a feats.scp uses: raw fbank (``cmn`` empty), or mean-normalised by speaker or
+    by utterance (:func:`check_cmvn_mode`'s values)."""
+    readers = {"": MatrixReader, "speaker": SpeakerCmnReader, "utterance": UtteranceCmnReader}
+    if cmn not in readers:
+        raise AsrError(f"no mean normalisation {cmn!r}; features.cmvn is one of {', '.join(CMVN_MODES)}")
+    return readers[cmn](feats_scp)
 
 
 def load_cmvn(cmvn_scp: PathLike, var_floor: float = VAR_FLOOR) -> Cmvn:

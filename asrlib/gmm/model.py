@@ -51,9 +51,11 @@ class GmmModel:
         return self.phones[self.sil_phone]
 
     @property
-    def speaker_cmn(self) -> bool:
-        """Trained with features.cmvn: speaker (steps.train_mono records it): its fbank input is speaker-normalised."""
-        return self.info.get("cmvn") == "speaker"
+    def cmn(self) -> str:
+        """The mean normalisation of its fbank input (steps.train_mono records features.cmvn): ``""`` for global,
+        else speaker or utterance (asrlib.features.cmvn.open_features)."""
+        mode = self.info.get("cmvn") or "global"
+        return "" if mode == "global" else mode
 
     def features(self, fbank: np.ndarray) -> np.ndarray:
         """Raw fbank (T, D) of the feature stage -> this model's features (CMVN, then MFCC + deltas or fbank)."""

@@ -17,9 +17,11 @@ from asrlib.train.checkpoint import save_checkpoint
 FORMAT_VERSION = 1
 
 
-def trained_with_speaker_cmn(st: dict) -> bool:
-    """Whether a saved model's checkpoint dict says it was trained with features.cmvn: speaker."""
-    return st.get("info", {}).get("cmvn") == "speaker"
+def trained_cmn(st: dict) -> str:
+    """The mean normalisation a saved model's checkpoint dict says it was trained with before the global CMVN:
+    ``""`` (none: features.cmvn global), ``speaker`` or ``utterance``."""
+    mode = st.get("info", {}).get("cmvn") or "global"
+    return "" if mode == "global" else mode
 
 
 @dataclass
@@ -27,8 +29,9 @@ class SavedModel:
     model: StackedLstmAcousticModel
     cmvn_mean: np.ndarray
     cmvn_inv_std: np.ndarray
-    # trained with features.cmvn: speaker: its inputs must be speaker-mean-normalised first (features.cmvn)
-    speaker_cmn: bool = False
+    # features.cmvn other than global: its inputs must be mean-normalised first (speaker or utterance;
+    # asrlib.features.cmvn.open_features); the global mean and 1/std above apply after that
+    cmn: str = ""
 
     def normalise(self, feats: np.ndarray) -> np.ndarray:
         return ((feats - self.cmvn_mean) * self.cmvn_inv_std).astype(np.float32)
@@ -61,4 +64,4 @@ def load_model(path: Path) -> SavedModel:
     model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_with_speaker_cmn(st))
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st))

@@ -48,9 +48,9 @@ class FrameTargetDataset:
 
     def __init__(self, feats_scp: PathLike, ali_dir: PathLike, cmvn_scp: PathLike, num_classes: int,
                  excluded_path: Optional[PathLike] = None, max_frames: int = 3000, stack: int = 3,
-                 speaker_cmn: bool = False):
+                 cmn: str = ""):
         ali_dir = Path(ali_dir)
-        self.reader = open_features(feats_scp, speaker_cmn)
+        self.reader = open_features(feats_scp, cmn)
         self.cmvn: Cmvn = load_cmvn(cmvn_scp)
         targets = read_int_vectors(ali_dir / "pdf.scp")
         why = _reasons(ali_dir / "excluded.txt")

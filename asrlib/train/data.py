@@ -54,7 +54,7 @@ class Utterance:
 
 
 class CtcDataset:
-    """Utterances with features, normalised by global CMVN (after per-speaker CMN with ``speaker_cmn``), and CTC
+    """Utterances with features, normalised by global CMVN (after the mean normalisation ``cmn``, if any), and CTC
     targets.
 
     Utterances with no features, an OOV word or a transcript too long for the network's output frames are excluded
@@ -62,8 +62,8 @@ class CtcDataset:
     """
 
     def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
-                 excluded_path: Optional[Path] = None, max_frames: int = 3000, speaker_cmn: bool = False):
-        self.reader = open_features(feats_scp, speaker_cmn)
+                 excluded_path: Optional[Path] = None, max_frames: int = 3000, cmn: str = ""):
+        self.reader = open_features(feats_scp, cmn)
         self.cmvn: Cmvn = load_cmvn(cmvn_scp)
         lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
         tokens = read_token_ids(Path(lang_dir) / "tokens.txt")

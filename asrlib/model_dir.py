@@ -28,8 +28,9 @@ max_active, acoustic_scale, blank_penalty: the recipe's decode settings) and ``s
 
 A backend turns raw fbank frames into CTC log-probabilities incrementally (:class:`AcousticStream`), so a long
 recording is processed in bounded memory: the torch backend carries the LSTM state from chunk to chunk
-(unidirectional models: identical to one pass over the whole recording) or, for a bidirectional model, runs
-overlapping windows (see :class:`_BidirectionalStream`).
+(unidirectional models: identical to one pass over the whole recording) or, for a bidirectional model or one
+trained with per-utterance CMN (which needs the recording's mean), collects the frames and runs them at the end
+(see :class:`_WholeRecordingStream`).
 """
 from __future__ import annotations
 
@@ -133,11 +134,13 @@ class _UnidirectionalStream(_StackedStream):
             return self.model.output(x).log_softmax(dim=-1)[0].numpy()
 
 
-class _BidirectionalStream:
-    """A bidirectional LSTM cannot carry state forwards only: the features are collected and, at the end, run in
-    windows of ``window`` output frames with ``context`` frames of extra audio on each side (whose outputs are
-    dropped). A recording of at most ``window + 2 * context`` output frames runs in one pass (exact); a longer one
-    is approximate at the window edges, by an amount that shrinks with ``context``."""
+class _WholeRecordingStream:
+    """For a bidirectional LSTM (which cannot carry state forwards only) and for a model trained with
+    ``features.cmvn: utterance`` (whose input is the recording minus its mean, known at the end): the features are
+    collected and, at the end, reduced by their mean (utterance CMN) and run in windows of ``window`` output frames
+    with ``context`` frames of extra audio on each side (whose outputs are dropped). A recording of at most
+    ``window + 2 * context`` output frames runs in one pass (exact, as steps.compute_logprobs); a longer one is
+    approximate at the window edges, by an amount that shrinks with ``context``."""
 
     def __init__(self, saved, window: int = 1000, context: int = 100) -> None:
         self.saved, self.window, self.context = saved, window, context
@@ -153,6 +156,9 @@ class _BidirectionalStream:
         t_out = len(feats) // stack
         if t_out == 0:
             return np.zeros((0, self.saved.model.vocab_size), np.float32)
+        if self.saved.cmn == "utterance":
+            from asrlib.features.cmvn import utterance_cmn
+            feats = utterance_cmn(feats)       # over every frame, as the feature readers do
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
             if t_out <= self.window + 2 * self.context:
@@ -179,17 +185,13 @@ class TorchBackend:
                            f"needs the mean of all of a speaker's audio, which a recording-at-a-time recognizer does "
                            f"not have; decode a data dir with steps.compute_fbank, steps.compute_cmvn --utt2spk and "
                            f"steps.compute_logprobs instead, or train with features.cmvn: global")
-        if self.saved.cmn:
-            raise AsrError(f"{self.model_path} was trained with features.cmvn: {self.saved.cmn}, which this "
-                           f"recognizer's streaming front end does not apply yet (it applies the global CMVN only); "
-                           f"decode a data dir with steps.compute_fbank and steps.compute_logprobs instead, or train "
-                           f"with features.cmvn: global")
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
 
     def stream(self) -> AcousticStream:
-        return _BidirectionalStream(self.saved) if self.bidirectional else _UnidirectionalStream(self.saved)
+        whole = self.bidirectional or self.saved.cmn == "utterance"
+        return _WholeRecordingStream(self.saved) if whole else _UnidirectionalStream(self.saved)
 
     def describe(self) -> Dict[str, object]:
         from asrlib.models.lstm import count_parameters

@@ -94,7 +94,7 @@ def test_chunked_log_probs_equal_one_pass(tm, tmp_path):
 
 def test_bidirectional_model_runs_in_overlapping_windows(tm, tmp_path):
     from asrlib.config import ModelConfig
-    from asrlib.model_dir import _BidirectionalStream
+    from asrlib.model_dir import _WholeRecordingStream
     from asrlib.models.lstm import build_model
     from asrlib.models.saved import load_model, save_model
 
@@ -106,7 +106,7 @@ def test_bidirectional_model_runs_in_overlapping_windows(tm, tmp_path):
     whole = _whole_log_probs(tmp_path / "bi" / "final.pt", x, 24)
     np.testing.assert_allclose(rec.log_probs(x, SR), whole, atol=2e-5)   # short: one pass, exact
     feats = rec._fbank(x)
-    stream = _BidirectionalStream(load_model(tmp_path / "bi" / "final.pt"), window=20, context=8)
+    stream = _WholeRecordingStream(load_model(tmp_path / "bi" / "final.pt"), window=20, context=8)
     for i in range(0, len(feats), 50):
         assert stream.accept(feats[i:i + 50]).shape[0] == 0
     windowed = stream.finish()
@@ -405,9 +405,9 @@ def test_digits_model_60s_recordings_vs_pieces():
     assert abs(wer_long - wer_pieces) <= 1.5, (wer_long, wer_pieces)
 
 
-def test_utterance_cmn_model_through_compute_logprobs_and_refused_by_the_recognizer(tm, tmp_path):
-    """A model trained with features.cmvn: utterance records it; steps.compute_logprobs applies that normalisation
-    (then the model's global CMVN); the streaming recognizer, which cannot yet, says so."""
+def test_utterance_cmn_model_through_compute_logprobs_and_the_recognizer(tm, tmp_path):
+    """A model trained with features.cmvn: utterance records it; steps.compute_logprobs and the recognizer both
+    apply that normalisation (then the model's global CMVN)."""
     from asrlib.config import ModelConfig
     from asrlib.features.cmvn import utterance_cmn
     from asrlib.kaldi_io import MatrixReader, write_matrices
@@ -431,5 +431,10 @@ def test_utterance_cmn_model_through_compute_logprobs_and_refused_by_the_recogni
     for k, x in raw.items():
         np.testing.assert_allclose(out[k], saved.log_probs(utterance_cmn(x)), atol=1e-5)
         assert not np.allclose(out[k], saved.log_probs(x), atol=1e-3)
-    with pytest.raises(AsrError, match="features.cmvn: utterance, which this recognizer's streaming front end"):
-        Recognizer.from_dir(exp)
+    # the recognizer collects the recording's frames and normalises them at the end: the same log-probs
+    audio = np.random.default_rng(1).normal(0, 0.1, 2 * SR).astype(np.float32) + 0.05
+    rec = Recognizer.from_dir(exp, chunk_seconds=0.3)
+    feats = rec._fbank(audio)
+    whole = saved.log_probs(utterance_cmn(feats))
+    np.testing.assert_allclose(rec.log_probs(audio, SR), whole, atol=2e-5)
+    assert not np.allclose(whole, saved.log_probs(feats), atol=1e-3)

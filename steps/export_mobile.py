@@ -93,7 +93,8 @@ def compress(a, cfg, out: Path) -> Path:
 
 def _refuse_local_cmn(why: str) -> None:
     raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and nothing else (per-speaker "
-                   f"CMN needs all of a speaker's audio; utterance CMN is not in the exported graphs yet); export a model trained with features.cmvn: global")
+                   f"CMN needs all of a speaker's audio; utterance CMN is not in the exported graphs yet); export "
+                   f"a model trained with features.cmvn: global")
 
 
 def main(argv=None):

@@ -120,7 +120,8 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
     for m in $methods; do
       if [ "$m" = mono ]; then
         run steps.decode_gmm --config "$config" --model "$mono/final.mdl" --lang-dir "$lang" \
-          --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph${lang#"$data/lang"}" --out-dir "$exp/decode_${s}_$m"
+          --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph${lang#"$data/lang"}" \
+          --out-dir "$exp/decode_${s}_$m"
       else
         run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
           --lang-dir "$lang" --out-dir "$exp/decode_${s}_$m"

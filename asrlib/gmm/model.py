@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path, write_text
 from asrlib.kaldi_imports import khg
 from asrlib.gmm.feats import GmmFeatureMaker
@@ -54,8 +55,7 @@ class GmmModel:
     def cmn(self) -> str:
         """The mean normalisation of its fbank input (steps.train_mono records features.cmvn): ``""`` for global,
         else speaker or utterance (asrlib.features.cmvn.open_features)."""
-        mode = self.info.get("cmvn") or "global"
-        return "" if mode == "global" else mode
+        return check_cmvn_mode(self.info.get("cmvn") or "global")
 
     def features(self, fbank: np.ndarray) -> np.ndarray:
         """Raw fbank (T, D) of the feature stage -> this model's features (CMVN, then MFCC + deltas or fbank)."""

@@ -30,7 +30,6 @@ from asrlib.lang.ngram import build_arpa
 log = logging.getLogger(__name__)
 
 
-
 # ---------------------------------------------------------------- helpers
 def write_fst(fst: kaldifst.StdVectorFst, path: PathLike) -> None:
     """Write ``fst`` in OpenFst binary format, atomically."""

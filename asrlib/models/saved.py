@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from asrlib.config import ModelConfig
+from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
 from asrlib.train.checkpoint import save_checkpoint
@@ -19,9 +20,8 @@ FORMAT_VERSION = 1
 
 def trained_cmn(st: dict) -> str:
     """The mean normalisation a saved model's checkpoint dict says it was trained with before the global CMVN:
-    ``""`` (none: features.cmvn global), ``speaker`` or ``utterance``."""
-    mode = st.get("info", {}).get("cmvn") or "global"
-    return "" if mode == "global" else mode
+    ``""`` (none: features.cmvn global), ``speaker`` or ``utterance`` (:func:`check_cmvn_mode`)."""
+    return check_cmvn_mode(st.get("info", {}).get("cmvn") or "global")
 
 
 @dataclass

@@ -46,8 +46,12 @@ class FeatureConfig:
     # GMM and nnet recipes (compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk, means only): every set's features
     # minus the mean of their speaker (over all of that speaker's utterances in the set, test speakers included:
     # unsupervised, like Kaldi), then the global normalisation on top. utterance: each recording minus its own mean
-    # (ESPnet's utterance_mvn, means only), then the global one. Only global exports to mobile today.
+    # (ESPnet's utterance_mvn, means only), then the global one. online: the global one, then the causal running
+    # mean (Kaldi's apply-cmvn-online; asrlib.features.cmvn.online_cmn), which starts from the training mean with
+    # the weight of online_prior_frames frames; the only local normalisation a streaming model can apply, and with
+    # global the one that exports to mobile.
     cmvn: str = "global"
+    online_prior_frames: float = 50.0
 
 
 @dataclass
@@ -188,6 +192,7 @@ class ClusterConfig:
     partition: str = ""           # SLURM partition of the training job ("" = the profile's / cluster's default)
 
 
+CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
 GRAMMARS = ("digit_loop", "one_word", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 
@@ -279,6 +284,13 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                 raise AsrError(f"override '{ov}': '{name}' is not a section")
         node[leaf] = yaml.safe_load(val)
     cfg = _build(RecipeConfig, raw, str(path))
+    if cfg.features.cmvn not in CMVN_MODES:
+        raise AsrError(f"{path}: features.cmvn must be one of {', '.join(CMVN_MODES)}, got {cfg.features.cmvn!r}")
+    if cfg.features.cmvn == "online" and cfg.train.init == "ce":
+        raise AsrError(f"{path}: features.cmvn online is for the neural models; the GMM-HMM that train.init: ce "
+                       f"aligns with has no online CMN: use global, speaker or utterance with train.init: ce")
+    if cfg.features.online_prior_frames < 0:
+        raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
     for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)
                                                              for k, v in cfg.decode.set_grammars.items()]:
         if g not in GRAMMARS:   # said at load time, not when stage 3 or 5 reaches it

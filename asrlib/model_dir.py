@@ -115,13 +115,15 @@ class _UnidirectionalStream(_StackedStream):
         self.saved, self.model = saved, saved.model
         super().__init__(self.model.stack, self.model.feat_dim, self.model.vocab_size)
         self.state: List[Optional[tuple]] = [None] * len(self.model.layers)
+        self.cmvn, self.cmvn_state = saved.cmvn, None   # features.cmvn online: the running mean is carried too
 
     def _run(self, feats: np.ndarray) -> np.ndarray:
         import torch
 
         from asrlib.models.lstm import _PeepholeLayer, _TorchLstmLayer
 
-        x = torch.from_numpy(self.saved.normalise(feats)).reshape(1, len(feats) // self.stack, -1)
+        z, self.cmvn_state = self.cmvn.apply_chunk(np.asarray(feats, np.float32), self.cmvn_state)
+        x = torch.from_numpy(z).reshape(1, len(feats) // self.stack, -1)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
             for i, layer in enumerate(self.model.layers):
@@ -200,15 +202,16 @@ class TorchBackend:
 
 
 class _OnnxStream(_StackedStream):
-    """Raw fbank → the bundle's streaming ONNX model (CMVN folded in), whole stacks at a time, (h, c) carried."""
+    """Raw fbank → the bundle's streaming ONNX model (CMVN folded in), whole stacks at a time, its state carried
+    (LSTM h, c; with online CMN its running sum and count too)."""
 
     def __init__(self, backend: "OnnxBundleBackend") -> None:
         super().__init__(backend.subsampling, backend.num_mel_bins, backend.vocab_size)
         self.model = backend.model
-        self.h, self.c = self.model.zero_state()
+        self.state = self.model.zero_state()
 
     def _run(self, feats: np.ndarray) -> np.ndarray:
-        logp, self.h, self.c = self.model.run(feats, self.h, self.c)
+        logp, self.state = self.model.run(feats, self.state)
         return logp
 
 

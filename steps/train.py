@@ -20,10 +20,10 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, online_prior
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
-from asrlib.models.saved import save_model
+from asrlib.models.saved import cmvn_info, save_model
 from asrlib.train.algo import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
@@ -49,7 +49,7 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
     fp["train"].pop("kill_after_steps")
-    fp.update(cmvn_fingerprint(cfg.features.cmvn))
+    fp.update(cmvn_fingerprint(cfg.features))
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
     if cfg.train.init == "random":
@@ -76,7 +76,7 @@ def main(argv=None):
     def dataset(name: str) -> CtcDataset:
         return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
                           excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
-                          cmn=cmn)
+                          cmn=cmn, online_prior=online_prior(cfg.features))
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
@@ -93,7 +93,7 @@ def main(argv=None):
     if not algo.is_main:
         return 0
     save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"lang_dir": str(a.lang_dir), "cmvn": cfg.features.cmvn, **init_info, **summary})
+               info={"lang_dir": str(a.lang_dir), **cmvn_info(cfg.features), **init_info, **summary})
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0

@@ -52,7 +52,7 @@ def main(argv=None):
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
     fp["train"].pop("kill_after_steps")
-    fp.update(cmvn_fingerprint(cfg.features.cmvn))
+    fp.update(cmvn_fingerprint(cfg.features))
     if is_done(done, fingerprint=fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0

@@ -43,7 +43,10 @@ def main(argv=None):
     g = cfg.gmm
     done = a.exp_dir / ".done"
     fp = {"gmm": config_to_dict(g), "train_set": a.train_set}
-    fp.update(cmvn_fingerprint(cfg.features.cmvn))
+    fp.update(cmvn_fingerprint(cfg.features))
+    if cfg.features.cmvn == "online":
+        raise AsrError("features.cmvn online is for the neural models: the GMM-HMM has no online CMN; train it "
+                       "with global, speaker or utterance")
     if is_done(done, fingerprint=fp):
         print(f"train_mono: {a.exp_dir} already trained ({done}); skipping")
         return 0

@@ -192,9 +192,10 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     with pytest.raises(AsrError, match="no per-speaker CMVN statistics .*compute_cmvn"):
         open_features(fb / "feats.scp", cmn="speaker")
     from asrlib.features.cmvn import check_cmvn_mode
-    assert [check_cmvn_mode(m) for m in ("global", "speaker", "utterance")] == ["", "speaker", "utterance"]
+    assert [check_cmvn_mode(m) for m in ("global", "speaker", "utterance", "online")] == \
+        ["", "speaker", "utterance", "online"]
     with pytest.raises(AsrError, match="features.cmvn must be one of"):
-        check_cmvn_mode("online")
+        check_cmvn_mode("sliding")
 
 
 def test_utterance_cmn(tmp_path, capsys):
@@ -210,8 +211,8 @@ def test_utterance_cmn(tmp_path, capsys):
     assert utterance_cmn(x[:0]).shape == (0, 4)
     write_matrices(tmp_path / "fb" / "feats.ark", [("a", x), ("b", x[:12] * 2)])
     assert np.array_equal(open_features(tmp_path / "fb" / "feats.scp", "utterance")["a"], u)
-    with pytest.raises(AsrError, match="no mean normalisation 'online'"):
-        open_features(tmp_path / "fb" / "feats.scp", "online")
+    with pytest.raises(AsrError, match="no mean normalisation 'sliding'"):
+        open_features(tmp_path / "fb" / "feats.scp", "sliding")
     args = ["--feats", str(tmp_path / "fb" / "feats.scp"), "--cmn", "utterance", "--out-dir", str(tmp_path / "u")]
     assert cmvn_main(args) == 0
     glob = MatrixReader(tmp_path / "u" / "cmvn.scp", double=True)["global"]
@@ -221,3 +222,35 @@ def test_utterance_cmn(tmp_path, capsys):
     capsys.readouterr()
     assert cmvn_main(args[:2] + ["--out-dir", str(tmp_path / "u")]) == 0
     assert "recomputing" in capsys.readouterr().out                      # global only is another mode
+
+
+def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
+    """features.cmvn: online — after the global CMVN, frame t minus the running mean of frames 0..t that starts
+    from the training mean (0) with the weight of P frames; chunked == whole; the config checks it."""
+    from asrlib.config import load_config
+    from asrlib.features.cmvn import Cmvn, online_cmn
+    rng = np.random.default_rng(2)
+    z = (rng.normal(0, 1, (40, 3)) + np.array([2.0, -1.0, 0.5])).astype(np.float32)
+    out, (s, n) = online_cmn(z, 10.0)
+    t = 17
+    assert np.allclose(out[t], z[t] - z[: t + 1].astype(np.float64).sum(0) / (t + 1 + 10.0), atol=1e-6)
+    assert n == 40 and np.allclose(s, z.astype(np.float64).sum(0))
+    assert np.allclose(online_cmn(z, 0.0)[0][0], 0.0)                   # no prior: the first frame is its own mean
+    assert np.array_equal(online_cmn(z[:17], 10.0)[0], out[:17])          # causal: later frames change nothing
+    state, parts = None, []
+    for a, b in ((0, 5), (5, 6), (6, 40)):
+        part, state = online_cmn(z[a:b], 10.0, state)
+        parts.append(part)
+    assert np.array_equal(np.concatenate(parts), out)
+    assert online_cmn(z[:0], 10.0)[0].shape == (0, 3)
+    cm = Cmvn(np.full(3, 1.0, np.float32), np.full(3, 0.5, np.float32), online_prior=10.0)
+    assert np.allclose(cm.apply(z), online_cmn((z - 1.0) * 0.5, 10.0)[0], atol=1e-6)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("features: {cmvn: online, online_prior_frames: 20}\n")
+    assert load_config(cfg).features.online_prior_frames == 20.0
+    for bad, why in (("features: {cmvn: sliding}", "features.cmvn must be one of"),
+                     ("features: {cmvn: online}\ntrain: {init: ce}", "GMM-HMM .* has no online CMN"),
+                     ("features: {cmvn: online, online_prior_frames: -1}", "must be >= 0")):
+        cfg.write_text(bad + "\n")
+        with pytest.raises(AsrError, match=why):
+            load_config(cfg)

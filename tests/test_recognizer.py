@@ -438,3 +438,40 @@ def test_utterance_cmn_model_through_compute_logprobs_and_the_recognizer(tm, tmp
     whole = saved.log_probs(utterance_cmn(feats))
     np.testing.assert_allclose(rec.log_probs(audio, SR), whole, atol=2e-5)
     assert not np.allclose(whole, saved.log_probs(feats), atol=1e-3)
+
+
+def test_online_cmn_model_streams_in_the_recognizer_as_in_compute_logprobs(tm, tmp_path):
+    """A model trained with features.cmvn: online records the mode and its prior weight; steps.compute_logprobs
+    applies it over whole utterances, the recognizer chunk by chunk (running mean carried): the same log-probs."""
+    from asrlib.config import ModelConfig
+    from asrlib.features.cmvn import online_cmn
+    from asrlib.kaldi_io import MatrixReader, write_matrices
+    from asrlib.models.lstm import build_model
+    from asrlib.models.saved import load_model, save_model
+    from steps.compute_logprobs import main as compute_logprobs
+
+    torch.manual_seed(0)
+    model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3))
+    exp = tmp_path / "online"
+    save_model(exp / "final.pt", model.eval(), np.full(24, 1.0), np.full(24, 0.5),
+               info={"lang_dir": str(tm.lang), "cmvn": "online", "online_prior_frames": 40.0})
+    saved = load_model(exp / "final.pt")
+    assert (saved.cmn, saved.online_prior) == ("online", 40.0)
+    rng = np.random.default_rng(0)
+    raw = {k: (rng.normal(0, 1, (60, 24)) + rng.normal(0, 3, 24)).astype(np.float32) for k in ("a", "b")}
+    write_matrices(tmp_path / "fb" / "feats.ark", sorted(raw.items()))
+    assert compute_logprobs(["--model", str(exp / "final.pt"), "--feats", str(tmp_path / "fb" / "feats.scp"),
+                             "--out-dir", str(tmp_path / "lp"), "--num-threads", "1"]) == 0
+    out = MatrixReader(tmp_path / "lp" / "logprobs.scp")
+    for k, x in raw.items():
+        z = online_cmn((x - 1.0) * 0.5, 40.0)[0]
+        with torch.no_grad():
+            ref = saved.model(torch.from_numpy(z)[None], torch.tensor([60]))[0][0].numpy()
+        np.testing.assert_allclose(out[k], ref, atol=1e-5)
+    audio = np.random.default_rng(1).normal(0, 0.1, 2 * SR).astype(np.float32) + 0.05
+    rec = Recognizer.from_dir(exp, chunk_seconds=0.3)     # the unidirectional stream, chunk by chunk
+    whole = saved.log_probs(rec._fbank(audio))
+    np.testing.assert_allclose(rec.log_probs(audio, SR), whole, atol=2e-5)
+    with torch.no_grad():   # and the running mean really is applied: global CMVN alone gives other log-probs
+        plain = saved.model(torch.from_numpy((rec._fbank(audio) - 1.0) * 0.5)[None], torch.tensor([200]))[0][0]
+    assert not np.allclose(whole, plain.numpy()[: len(whole)], atol=1e-3)

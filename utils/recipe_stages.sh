@@ -36,7 +36,8 @@ stage_validate() {  # stage_validate SET...: Kaldi data dir checks; bad utteranc
 
 stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, global CMVN from the first
   local s mode spk=()                   # (features.cmvn: speaker — per-speaker stats of every set, then global;
-                                        #  utterance — global stats over utterance-normalised features)
+                                        #  utterance — global stats over utterance-normalised features;
+                                        #  online — the global stats: the model applies the causal mean itself)
   mode=$(cfg features.cmvn) || return 1
   [ "$mode" = speaker ] && spk=(--utt2spk "$data/$1/utt2spk")
   [ "$mode" = utterance ] && spk=(--cmn utterance)   # global stats over utterance-normalised features, no others

@@ -32,9 +32,10 @@ import torch
 from torch import nn
 
 from asrlib.config import ModelConfig, RecipeConfig
+from asrlib.features.cmvn import check_cmvn_mode, online_prior
 from asrlib.io_utils import AsrError, PathLike
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
-from asrlib.models.saved import FORMAT_VERSION, SavedModel, trained_cmn
+from asrlib.models.saved import FORMAT_VERSION, SavedModel, trained_cmn, trained_online_prior
 from asrlib.train.algo import LocalAlgo
 from asrlib.train.checkpoint import save_checkpoint
 
@@ -184,9 +185,10 @@ def finetune(model: nn.Module, cfg: RecipeConfig, feats_dir: Path, data_dir: Pat
     exp_dir = Path(exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
 
-    def dataset(name: str) -> CtcDataset:
+    def dataset(name: str) -> CtcDataset:   # the model's own normalisation: global, or global + online
         return CtcDataset(Path(feats_dir) / name / "feats.scp", Path(data_dir) / name / "text", Path(lang_dir),
-                          cmvn, model.stack, excluded_path=exp_dir / f"excluded_{name}.txt")
+                          cmvn, model.stack, excluded_path=exp_dir / f"excluded_{name}.txt",
+                          cmn=check_cmvn_mode(cfg.features.cmvn), online_prior=online_prior(cfg.features))
 
     train_ds = dataset(train_set)
     train_ds.keep_random(ex.finetune_utts, tcfg.seed)
@@ -223,7 +225,7 @@ def load_compressed(path: PathLike) -> SavedModel:
         low_rank_factorize(model, ranks=comp["ranks"])
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st))
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st), trained_online_prior(st))
 
 
 def count_nonzero_parameters(model: nn.Module) -> int:

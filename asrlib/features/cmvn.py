@@ -13,17 +13,23 @@ per-dimension sums followed by the frame count, row 1 the per-dimension sums of 
 * Per utterance (``features.cmvn: utterance``, ESPnet's ``utterance_mvn`` without the variance): each recording
   minus its own mean (:func:`utterance_cmn`), no statistics files; the global normalisation (computed over the
   training features so normalised) applies on top.
+* Online (``features.cmvn: online``, the causal form that a streaming recogniser can run, like Kaldi's
+  ``apply-cmvn-online``): the global CMVN first, then frame t minus the running mean of frames 0..t, which starts
+  from the training mean (0 after the global CMVN) with the weight of ``features.online_prior_frames`` frames
+  (:func:`online_cmn`). The same statistics as ``global``; models apply it themselves, chunk by chunk, carrying
+  the running sum and frame count (the exported ONNX graphs too).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 from tqdm import tqdm
 
+from asrlib.config import CMVN_MODES
 from asrlib.io_utils import AsrError, PathLike, read_table, write_table
 from asrlib.kaldi_io import MatrixReader, write_double_matrices
 
@@ -31,7 +37,6 @@ log = logging.getLogger(__name__)
 
 GLOBAL_KEY = "global"
 SPEAKER_STATS = "cmvn_spk.scp"   # per-speaker stats in a set's feature dir (features.cmvn: speaker)
-CMVN_MODES = ("global", "speaker", "utterance")
 VAR_FLOOR = 1e-10  # Kaldi's floor in ApplyCmvn
 
 
@@ -107,11 +112,31 @@ def _check_stats(stats: np.ndarray, where: str) -> None:
         raise AsrError(f"{where}: CMVN stats are not finite or count no frames")
 
 
+OnlineState = Tuple[np.ndarray, float]   # (running sum of the normalised frames so far (D,), their number)
+
+
+def online_cmn(z: np.ndarray, prior_frames: float, state: Optional[OnlineState] = None
+               ) -> Tuple[np.ndarray, OnlineState]:
+    """Causal mean normalisation of globally normalised frames ``z`` (T, D): frame t minus (sum of the frames up to
+    and including t) / (their number + ``prior_frames``), i.e. the running mean with ``prior_frames`` frames of the
+    training mean (zero) in front. ``state`` continues an utterance given in chunks (None: its start); returns the
+    normalised frames (float32) and the state after them. Chunked or whole, the frames are the same."""
+    z64 = np.asarray(z, np.float64)
+    s0, n0 = state if state is not None else (np.zeros(z64.shape[1], np.float64), 0.0)
+    if len(z64) == 0:
+        return np.asarray(z, np.float32), (s0, n0)
+    sums = np.cumsum(np.vstack([s0[None], z64]), axis=0)[1:]   # continued from s0 in order: chunked == whole
+    counts = n0 + np.arange(1, len(z64) + 1, dtype=np.float64) + float(prior_frames)
+    return (z64 - sums / counts[:, None]).astype(np.float32), (sums[-1], n0 + len(z64))
+
+
 @dataclass
 class Cmvn:
-    """Global normalisation ``(x - mean) * inv_std`` (both float32 vectors of the feature dimension)."""
+    """Global normalisation ``(x - mean) * inv_std`` (both float32 vectors of the feature dimension), followed by
+    :func:`online_cmn` when ``online_prior`` is not None (``features.cmvn: online``)."""
     mean: np.ndarray
     inv_std: np.ndarray
+    online_prior: Optional[float] = None
 
     @property
     def dim(self) -> int:
@@ -128,16 +153,26 @@ class Cmvn:
         var = np.maximum(var, var_floor)
         return cls(mean.astype(np.float32), (1.0 / np.sqrt(var)).astype(np.float32)), floored
 
-    def apply(self, feats: np.ndarray) -> np.ndarray:
-        """Normalise a (T, D) float32 feature matrix (returns a new float32 array)."""
+    def apply(self, feats: np.ndarray, state: Optional[OnlineState] = None) -> np.ndarray:
+        """Normalise a whole (T, D) float32 feature matrix (returns a new float32 array)."""
+        return self.apply_chunk(feats, state)[0]
+
+    def apply_chunk(self, feats: np.ndarray, state: Optional[OnlineState] = None
+                    ) -> Tuple[np.ndarray, Optional[OnlineState]]:
+        """Normalise the next (T, D) frames of an utterance; ``state``: what the previous chunk returned (None at
+        the start). Returns (frames, state for the next chunk)."""
         if feats.ndim != 2 or feats.shape[1] != self.dim:
             raise AsrError(f"CMVN has dimension {self.dim}, features have shape {feats.shape}")
-        return ((feats - self.mean) * self.inv_std).astype(np.float32, copy=False)
+        z = ((feats - self.mean) * self.inv_std).astype(np.float32, copy=False)
+        if self.online_prior is None:
+            return z, None
+        return online_cmn(z, self.online_prior, state)
 
 
 def check_cmvn_mode(mode: str) -> str:
-    """``features.cmvn`` → the mean normalisation applied before the global one: ``""`` (global only), ``speaker``
-    or ``utterance``; anything else is an error."""
+    """``features.cmvn`` → the mean normalisation beside the global one: ``""`` (global only), ``speaker`` or
+    ``utterance`` (before it, by :func:`open_features`), ``online`` (after it, by :class:`Cmvn`); anything else is
+    an error."""
     if mode not in CMVN_MODES:
         raise AsrError(f"features.cmvn must be one of {', '.join(CMVN_MODES)}, got {mode!r}")
     return "" if mode == "global" else mode
@@ -182,29 +217,43 @@ class SpeakerCmnReader(MatrixReader):
         return (super().__getitem__(key) - self._mean[key]).astype(np.float32, copy=False)
 
 
-def cmvn_fingerprint(mode: str) -> dict:
-    """What a trained stage's fingerprint adds for ``features.cmvn``: nothing for ``global``, so outputs written
-    before the option existed stay complete; the mode otherwise (switching it retrains)."""
-    return {} if mode == "global" else {"cmvn": mode}
+def cmvn_fingerprint(features) -> dict:
+    """What a trained stage's fingerprint adds for ``features`` (the config's section): nothing for ``cmvn:
+    global``, so outputs written before the option existed stay complete; the mode otherwise (switching it
+    retrains), with the prior weight for ``online``."""
+    mode = features.cmvn
+    if mode == "global":
+        return {}
+    return {"cmvn": mode, "online_prior_frames": float(features.online_prior_frames)} if mode == "online" \
+        else {"cmvn": mode}
+
+
+def online_prior(features) -> Optional[float]:
+    """The :class:`Cmvn` ``online_prior`` for the config's ``features`` section: its prior weight with ``cmvn:
+    online``, else None."""
+    return float(features.online_prior_frames) if features.cmvn == "online" else None
 
 
 def open_features(feats_scp: PathLike, cmn: str = "") -> MatrixReader:
     """The reader every consumer of a feats.scp uses: raw fbank (``cmn`` empty), or mean-normalised by speaker or
     by utterance (:func:`check_cmvn_mode`'s values)."""
-    readers = {"": MatrixReader, "speaker": SpeakerCmnReader, "utterance": UtteranceCmnReader}
+    readers = {"": MatrixReader, "speaker": SpeakerCmnReader, "utterance": UtteranceCmnReader,
+               "online": MatrixReader}   # online: after the global CMVN (Cmvn.online_prior)
     if cmn not in readers:
         raise AsrError(f"no mean normalisation {cmn!r}; features.cmvn is one of {', '.join(CMVN_MODES)}")
     return readers[cmn](feats_scp)
 
 
-def load_cmvn(cmvn_scp: PathLike, var_floor: float = VAR_FLOOR) -> Cmvn:
-    """Load the ``global`` CMVN stats from ``cmvn_scp``; variances below ``var_floor`` are floored (warned)."""
+def load_cmvn(cmvn_scp: PathLike, var_floor: float = VAR_FLOOR, online_prior: Optional[float] = None) -> Cmvn:
+    """Load the ``global`` CMVN stats from ``cmvn_scp``; variances below ``var_floor`` are floored (warned);
+    ``online_prior``: :func:`online_cmn` after them with that prior weight (``features.cmvn: online``)."""
     reader = MatrixReader(cmvn_scp, double=True)
     if GLOBAL_KEY not in reader:
         raise AsrError(f"{cmvn_scp} has no '{GLOBAL_KEY}' entry; recompute it with steps.compute_cmvn")
     stats = reader[GLOBAL_KEY]
     _check_stats(stats, str(cmvn_scp))
     cmvn, floored = Cmvn.from_stats(stats, var_floor)
+    cmvn.online_prior = online_prior
     if floored:
         log.warning("%s: variance of %d of %d dimensions floored to %g (constant feature dimensions?)",
                     cmvn_scp, floored, cmvn.dim, var_floor)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from asrlib.config import ModelConfig
-from asrlib.features.cmvn import check_cmvn_mode
+from asrlib.features.cmvn import Cmvn, check_cmvn_mode
 from asrlib.io_utils import AsrError
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
 from asrlib.train.checkpoint import save_checkpoint
@@ -24,17 +24,40 @@ def trained_cmn(st: dict) -> str:
     return check_cmvn_mode(st.get("info", {}).get("cmvn") or "global")
 
 
+def trained_online_prior(st: dict) -> Optional[float]:
+    """The prior weight of a model trained with ``features.cmvn: online`` (None for the other modes)."""
+    return float(st["info"].get("online_prior_frames", 0.0)) if trained_cmn(st) == "online" else None
+
+
+def cmvn_info(features) -> dict:
+    """What a saved model's ``info`` records of the config's ``features`` section: ``cmvn`` (the mode) and, for
+    ``online``, ``online_prior_frames``."""
+    out = {"cmvn": features.cmvn}
+    if features.cmvn == "online":
+        out["online_prior_frames"] = float(features.online_prior_frames)
+    return out
+
+
 @dataclass
 class SavedModel:
     model: StackedLstmAcousticModel
     cmvn_mean: np.ndarray
     cmvn_inv_std: np.ndarray
-    # features.cmvn other than global: its inputs must be mean-normalised first (speaker or utterance;
-    # asrlib.features.cmvn.open_features); the global mean and 1/std above apply after that
+    # features.cmvn other than global: speaker or utterance: its inputs must be mean-normalised first
+    # (asrlib.features.cmvn.open_features), the global mean and 1/std above apply after that; online: the model
+    # applies the causal mean normalisation after the global one itself (online_prior: its prior weight)
     cmn: str = ""
+    online_prior: Optional[float] = None
+
+    @property
+    def cmvn(self) -> Cmvn:
+        """The normalisation this model applies to its (already mean-normalised, for speaker/utterance) input."""
+        return Cmvn(np.asarray(self.cmvn_mean, np.float32), np.asarray(self.cmvn_inv_std, np.float32),
+                    self.online_prior)
 
     def normalise(self, feats: np.ndarray) -> np.ndarray:
-        return ((feats - self.cmvn_mean) * self.cmvn_inv_std).astype(np.float32)
+        """A whole utterance's input frames (T, D) -> the network's input."""
+        return self.cmvn.apply(np.asarray(feats, np.float32))
 
     @torch.no_grad()
     def log_probs(self, feats: np.ndarray) -> np.ndarray:
@@ -64,4 +87,4 @@ def load_model(path: Path) -> SavedModel:
     model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st))
+    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st), trained_online_prior(st))

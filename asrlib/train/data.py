@@ -54,17 +54,18 @@ class Utterance:
 
 
 class CtcDataset:
-    """Utterances with features, normalised by global CMVN (after the mean normalisation ``cmn``, if any), and CTC
-    targets.
+    """Utterances with features, normalised by global CMVN (after the mean normalisation ``cmn``, if any; before
+    the online one when ``online_prior`` is given), and CTC targets.
 
     Utterances with no features, an OOV word or a transcript too long for the network's output frames are excluded
     and listed (with the reason) in ``excluded_path`` — never dropped silently.
     """
 
     def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
-                 excluded_path: Optional[Path] = None, max_frames: int = 3000, cmn: str = ""):
+                 excluded_path: Optional[Path] = None, max_frames: int = 3000, cmn: str = "",
+                 online_prior: Optional[float] = None):
         self.reader = open_features(feats_scp, cmn)
-        self.cmvn: Cmvn = load_cmvn(cmvn_scp)
+        self.cmvn: Cmvn = load_cmvn(cmvn_scp, online_prior=online_prior)
         lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
         tokens = read_token_ids(Path(lang_dir) / "tokens.txt")
         num_frames = self._num_frames(Path(feats_scp))

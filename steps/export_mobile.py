@@ -31,11 +31,13 @@ import torch
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.export import prune
+from asrlib.features.cmvn import check_cmvn_mode, online_prior
 from asrlib.export.bundle import write_bundle
 from asrlib.export.onnx_model import ScanAcousticModel, export_onnx, verify_onnx
 from asrlib.export.quantize import convert_fp16_weights, quantize_int8
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import count_parameters
+from asrlib.models.saved import cmvn_info
 
 log = logging.getLogger("export_mobile")
 
@@ -86,15 +88,20 @@ def compress(a, cfg, out: Path) -> Path:
                                                 dev_set=a.dev_set)
     info["sparsity"] = prune.sparsity_of(model)
     info["nonzero_params"] = prune.count_nonzero_parameters(model)
-    prune.save_compressed(target, model, saved.cmvn_mean, saved.cmvn_inv_std, ranks, info["sparsity"], info=info)
+    prune.save_compressed(target, model, saved.cmvn_mean, saved.cmvn_inv_std, ranks, info["sparsity"],
+                          info={**info, **cmvn_info(cfg.features)})
     mark_done(marker, info, fingerprint=fp)
     return target
 
 
+EXPORTABLE_CMVN = ("global", "online")
+
+
 def _refuse_local_cmn(why: str) -> None:
-    raise AsrError(f"{why}: an on-device model folds one global CMVN into its graph and nothing else (per-speaker "
-                   f"CMN needs all of a speaker's audio; utterance CMN is not in the exported graphs yet); export "
-                   f"a model trained with features.cmvn: global")
+    raise AsrError(f"{why}: an on-device model folds the global CMVN and, with online, the causal running mean into "
+                   f"its graph, and nothing else (per-speaker CMN needs all of a speaker's audio, utterance CMN "
+                   f"all of the recording: a streaming model has neither); export a model trained with "
+                   f"features.cmvn: {' or '.join(EXPORTABLE_CMVN)}")
 
 
 def main(argv=None):
@@ -112,7 +119,7 @@ def main(argv=None):
     cfg = load_config(a.config, a.overrides)
     if not a.model.is_file():
         raise AsrError(f"model file {a.model} does not exist (has the train stage finished?)")
-    if cfg.features.cmvn != "global":
+    if cfg.features.cmvn not in EXPORTABLE_CMVN:
         _refuse_local_cmn(f"features.cmvn is {cfg.features.cmvn!r}")
     out = a.out_dir
     done = out / ".export.done"
@@ -124,8 +131,12 @@ def main(argv=None):
         print(f"export_mobile: {out} complete; skipping")
         return 0
     baseline = prune.load_compressed(a.model)     # after the skip check: a finished export costs no model load
-    if baseline.cmn:
+    if baseline.cmn not in ("", "online"):
         _refuse_local_cmn(f"{a.model} was trained with features.cmvn: {baseline.cmn}")
+    if (baseline.cmn, baseline.online_prior) != (check_cmvn_mode(cfg.features.cmvn), online_prior(cfg.features)):
+        raise AsrError(f"{a.model} was trained with features.cmvn {baseline.cmn or 'global'} (online prior "
+                       f"{baseline.online_prior}), {a.config} says {cfg.features.cmvn} (online prior "
+                       f"{online_prior(cfg.features)}): fine-tuning needs the model's own; export with its config")
     for f in ("tokens.txt", "words.txt", "TLG.fst"):
         if not (a.lang_dir / f).is_file():
             raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
@@ -142,13 +153,15 @@ def main(argv=None):
     torch.set_num_threads(1)
     files = {}
     for name, saved in (("baseline", baseline), ("pruned", pruned)):
-        core = ScanAcousticModel.from_model(saved.model, saved.cmvn_mean, saved.cmvn_inv_std)
+        core = ScanAcousticModel.from_model(saved.model, saved.cmvn_mean, saved.cmvn_inv_std,
+                                            online_prior=saved.online_prior)
         for streaming in (False, True):
             if name == "baseline" and streaming:
                 continue
             tag = f"{name}.streaming" if streaming else name
             path = export_onnx(core, out / f"{tag}.fp32.onnx", streaming=streaming, sample_rate=sr)
-            diff = verify_onnx(path, saved.model, saved.cmvn_mean, saved.cmvn_inv_std, lengths=(61, 250))
+            diff = verify_onnx(path, saved.model, saved.cmvn_mean, saved.cmvn_inv_std, lengths=(61, 250),
+                               online_prior=saved.online_prior)
             report["max_abs_diff_vs_torch"][tag] = diff
             log.info("%s: exported and verified against PyTorch (max |diff| %.2e on two lengths)", path, diff)
             q = quantize_int8(path, out / f"{tag}.int8.onnx", per_channel=cfg.export.per_channel)

@@ -13,10 +13,10 @@ import yaml
 from tone_model import ToneModel, tone_model
 
 
-def tone_bundle(tmp_path_factory) -> tuple[ToneModel, Path]:
-    """(tone model, export dir); the bundle is ``<export dir>/bundle``."""
-    tm = tone_model(tmp_path_factory)
-    out = tmp_path_factory.getbasetemp() / "tone_mobile"
+def tone_bundle(tmp_path_factory, cmvn: str = "global") -> tuple[ToneModel, Path]:
+    """(tone model trained with ``features.cmvn`` = ``cmvn``, export dir); the bundle is ``<export dir>/bundle``."""
+    tm = tone_model(tmp_path_factory, cmvn)
+    out = tmp_path_factory.getbasetemp() / ("tone_mobile" if cmvn == "global" else f"tone_mobile_{cmvn}")
     if not (out / ".export.done").is_file():
         from steps import export_mobile
 

@@ -133,6 +133,36 @@ def test_streaming_signature_matches_torch_and_carries_state(peephole_lowrank):
     assert np.abs(np.concatenate(outs) - ref).max() <= 1e-4
 
 
+def test_online_cmn_is_in_both_graphs_and_streams_exactly(tmp_path):
+    """features.cmvn: online: the causal running mean (CumSum) after the folded global CMVN, offline equal to the
+    PyTorch reference; the streaming model carries the running sum and count with (h, c): chunked == whole, in
+    fp32 and int8; a model with a different prior weight differs (the prior is really in the graph)."""
+    from asrlib.export.runtime import StreamingOnnxModel
+
+    m, mean, inv = _no_proj_model(False, [10, 8, None], seed=3)
+    core = ScanAcousticModel.from_model(m, mean, inv, online_prior=30.0)
+    off, st = export_onnx(core, tmp_path / "on.onnx"), export_onnx(core, tmp_path / "on.str.onnx", streaming=True)
+    assert verify_onnx(off, m, mean, inv, lengths=(40, 301), online_prior=30.0) <= 1e-4
+    assert verify_onnx(st, m, mean, inv, lengths=(33, 150), online_prior=30.0) <= 1e-4
+    with pytest.raises(AsrError, match="differs from PyTorch"):
+        verify_onnx(off, m, mean, inv, lengths=(40, 301), online_prior=5.0)
+    with pytest.raises(AsrError, match="differs from PyTorch"):
+        verify_onnx(off, m, mean, inv, lengths=(40, 301))            # global only: not the same network
+    assert OnnxAcousticModel(off).meta["cmvn"] == "folded+online"
+    x = (mean + 2.0 + np.random.default_rng(8).normal(0, 1, (201, FEAT)) / inv).astype(np.float32)  # off-mean
+    for path in (off, quantize_int8(off, tmp_path / "on.int8.onnx") and tmp_path / "on.int8.onnx"):
+        spath = st if path == off else quantize_int8(st, tmp_path / "on.str.int8.onnx") and tmp_path / "on.str.int8.onnx"
+        whole = OnnxAcousticModel(path).log_probs(x)
+        sm = StreamingOnnxModel(spath, FEAT)
+        state, outs = sm.zero_state(), []
+        assert len(state) == 4
+        for a, b in ((0, 30), (30, 33), (33, 99), (99, 201)):
+            lp, state = sm.run(x[a:b], state)
+            outs.append(lp)
+        assert np.abs(np.concatenate(outs) - whole).max() <= (1e-4 if path == off else 0.0), path
+        assert float(state[3][0, 0]) == 201.0
+
+
 def test_padding_does_not_change_valid_frames(plain):
     m, mean, inv, path, _ = plain
     am = OnnxAcousticModel(path)

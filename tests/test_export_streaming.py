@@ -64,3 +64,28 @@ def test_bad_input(bundle, tmp_path):
         s.accept_waveform(SR, np.zeros(800, np.float32))
     with pytest.raises(AsrError, match="does not exist"):
         StreamingRecognizer(tmp_path / "no_bundle")
+
+
+def test_online_cmn_model_exports_and_streams_exactly(tmp_path_factory):
+    """A model trained with features.cmvn: online goes through the real export (fine-tuned with its own
+    normalisation, ONNX, int8, bundle): the streaming model carries the running mean's state, and chunked
+    recognition equals whole-utterance decoding of the offline model, words and log-probs."""
+    from asrlib.export.runtime import StreamingOnnxModel
+    from asrlib.export.prune import load_compressed
+
+    tm, out = tone_bundle(tmp_path_factory, cmvn="online")
+    assert load_compressed(out / "pruned.pt").online_prior == 50.0        # the compressed model keeps its normalisation
+    sm = StreamingOnnxModel(out / "bundle" / "model.streaming.int8.onnx", 24)
+    assert sm.names == ["x", "h", "c", "cmn_sum", "cmn_count"]
+    rec = StreamingRecognizer(out / "bundle")
+    refs = read_texts(tm.data / "test" / "text")
+    correct = 0
+    for utt, x in utterance_audio(tm, "test")[:5]:
+        whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
+        s = rec.new_stream()
+        for i in range(0, len(x), 160 * 7):
+            s.accept_waveform(SR, x[i:i + 160 * 7])
+        assert s.finish() == whole_words, utt
+        assert np.abs(s.all_logprobs() - whole_lp).max() < 1e-4
+        correct += whole_words == refs[utt].split()
+    assert correct >= 3

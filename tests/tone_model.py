@@ -76,7 +76,7 @@ def _write_set(root: Path, name: str, n: int, rng: np.random.Generator, max_word
 
 
 def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: int = 12, seed: int = 0,
-                     max_words: int = 8) -> ToneModel:
+                     max_words: int = 8, cmvn: str = "global") -> ToneModel:
     from asrlib.features.cmvn import compute_global_cmvn
     from asrlib.features.fbank import compute_fbank
     from asrlib.lang.graphs import build_tlg
@@ -97,6 +97,7 @@ def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: in
     assert sorted(PHONES) == sorted(TONES)
     cfg = root / "config.yaml"
     cfg.write_text(yaml.safe_dump({
+        "features": {"num_mel_bins": NUM_MEL_BINS, "cmvn": cmvn},
         "model": {"num_layers": 1, "hidden_size": 32, "proj_size": 16, "stack": 3, "dropout": 0.0,
                   "peephole": False},
         "train": {"epochs": epochs, "batch_seconds": 8.0, "lr": 0.02, "warmup_steps": 5, "checkpoint_every": 1000,
@@ -120,12 +121,13 @@ def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: in
     return ToneModel(root, exp, lang, root / "data", root / "fbank")
 
 
-def tone_model(tmp_path_factory) -> ToneModel:
-    """The session's tone model (built once, reused by every test file of the session)."""
-    root = tmp_path_factory.getbasetemp() / "tone_model"
+def tone_model(tmp_path_factory, cmvn: str = "global") -> ToneModel:
+    """The session's tone model (built once per ``features.cmvn`` mode, reused by every test file of the
+    session)."""
+    root = tmp_path_factory.getbasetemp() / ("tone_model" if cmvn == "global" else f"tone_model_{cmvn}")
     done = root / "BUILT"
     if not done.is_file():
-        build_tone_model(root)
+        build_tone_model(root, cmvn=cmvn)
         done.write_text("ok\n")
     return ToneModel(root, root / "exp", root / "lang", root / "data", root / "fbank")
 

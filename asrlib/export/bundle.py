@@ -86,12 +86,13 @@ def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: Path
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
-    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate))
+    online_cmn = "cmn_sum" in _input_names(out / "model.streaming.int8.onnx")   # features.cmvn: online
+    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn))
     files = {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
              for name in (*REQUIRED, *OPTIONAL, "README.md")}
     info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
             "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
-            "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
+            "cmvn": "folded+online" if online_cmn else "folded", "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
     write_json(out / "bundle.json", info)
     return Bundle(out, info)
 
@@ -124,20 +125,29 @@ def check_bundle(bundle_dir: PathLike, verify: bool = True) -> Bundle:
                                f"(size/sha256 mismatch); re-run steps.export_mobile")
     b = Bundle(d, info)
     _check_model_dim(d / "model.int8.onnx", b.feat_dim, ("x", "x_lens"))
-    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, ("x", "h", "c"))
+    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, ("x", "h", "c"), ("x", "h", "c", "cmn_sum", "cmn_count"))
     return b
 
 
-def _check_model_dim(path: Path, feat_dim: int, inputs: Sequence[str]) -> None:
+def _load_onnx(path: Path):
     import onnx
 
     try:
-        m = onnx.load(str(path), load_external_data=False)
+        return onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - corrupt file: one clear message
         raise AsrError(f"{path}: not a readable ONNX model ({' '.join(str(e).split())[:200]})") from None
+
+
+def _input_names(path: Path) -> List[str]:
+    return [i.name for i in _load_onnx(path).graph.input]
+
+
+def _check_model_dim(path: Path, feat_dim: int, *signatures: Sequence[str]) -> None:
+    """``path``'s inputs are one of ``signatures`` and its features ``feat_dim``-dimensional, else AsrError."""
+    m = _load_onnx(path)
     names = [i.name for i in m.graph.input]
-    if tuple(names) != tuple(inputs):
-        raise AsrError(f"{path}: inputs are {names}, expected {list(inputs)}")
+    if tuple(names) not in {tuple(sig) for sig in signatures}:
+        raise AsrError(f"{path}: inputs are {names}, expected {' or '.join(str(list(sig)) for sig in signatures)}")
     dims = m.graph.input[0].type.tensor_type.shape.dim
     got = dims[2].dim_value if len(dims) == 3 else None
     if got != feat_dim:
@@ -215,7 +225,13 @@ class SherpaRecognizer:
         return [self._words(s.result) for s in streams]
 
 
-def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int) -> str:
+def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int, online_cmn: bool = False) -> str:
+    cmvn = ("No CMVN at runtime: it is part of the model (the training set's mean and variance,\nthen the "
+            "running mean of the utterance so far: online CMN)." if online_cmn else
+            "No CMVN at runtime: it is part of the model.")
+    state = (", and `cmn_sum` (N, {0}), `cmn_count` (N, 1): the\nonline CMN's running sum and frame count "
+             "(zeros at the start); it returns `log_probs`, `h_out`, `c_out`, `cmn_sum_out`,\n`cmn_count_out`"
+             .format(feat_dim) if online_cmn else " (zeros at the start); it returns `log_probs`, `h_out`, `c_out`")
     return f"""# asrlib mobile bundle (LSTM-CTC, int8)
 
 Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carried LSTM state), `tokens.txt`,
@@ -224,7 +240,7 @@ Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carr
 ## Input
 {sample_rate} Hz mono audio → {feat_dim}-dim log-mel fbank exactly as kaldi-native-fbank computes it with
 `dither=0`, `snip_edges=false`, `low_freq=20`, `high_freq=-400`, povey window, 25 ms / 10 ms (sherpa-onnx's
-defaults). No CMVN at runtime: it is part of the model. The network stacks {subsampling} frames, so it emits one
+defaults). {cmvn} The network stacks {subsampling} frames, so it emits one
 CTC frame per {10 * subsampling} ms.
 
 ## Run with sherpa-onnx (Python; the C++/Android/iOS APIs take the same fields)
@@ -258,7 +274,7 @@ for chunk in chunks:                       # float32 samples at {sample_rate} Hz
 print(stream.finish())                     # final words; identical to whole-utterance decoding
 ```
 The streaming model takes `x` (N, T, {feat_dim}) with T a multiple of {subsampling}, and the state `h` (L, N, P), `c`
-(L, N, H) (zeros at the start); it returns `log_probs`, `h_out`, `c_out`. No look-ahead: a unidirectional LSTM.
+(L, N, H){state}. No look-ahead: a unidirectional LSTM.
 
 ## Labels
 `TLG.fst` input labels are token id + 1 (0 = epsilon, 1 = blank), output labels are word ids of `words.txt`.

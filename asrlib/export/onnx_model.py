@@ -9,6 +9,8 @@ axis is dynamic (checked on two lengths by :func:`verify_onnx`).
 The exported network (:class:`ScanAcousticModel`), from raw 80-dim fbank to CTC log-probabilities:
 
 * global CMVN as two graph ops, ``(x - mean) * inv_std`` (no runtime CMVN needed: sherpa-onnx applies none);
+  for a model trained with ``features.cmvn: online`` then the causal running-mean normalisation
+  (:func:`asrlib.features.cmvn.online_cmn`: a ``CumSum`` over time, its prior weight a constant);
 * frame stacking ×``stack`` (also the subsampling), trailing frames that do not fill a stack dropped, as in
   training;
 * the LSTM layers, in one of three forms (``recurrence``, below);
@@ -54,13 +56,15 @@ Two signatures:
   int64; outputs ``log_probs`` (N, T // stack, V) and ``log_probs_len`` = ``x_lens // stack`` (int64). Padding
   after an utterance's end never changes its valid frames (unidirectional recurrence).
 * **streaming**: inputs ``x`` (N, T, F) plus the carried state ``h`` (L, N, P) and ``c`` (L, N, H); outputs
-  ``log_probs``, ``h_out``, ``c_out``. Feeding chunks whose lengths are multiples of ``stack`` and passing the
-  state on gives exactly the offline result (:mod:`asrlib.export.streaming`).
+  ``log_probs``, ``h_out``, ``c_out``. With online CMN the state also holds ``cmn_sum`` (N, F: the sum of the
+  globally normalised frames so far) and ``cmn_count`` (N, 1: their number), outputs ``cmn_sum_out``,
+  ``cmn_count_out``; all zeros at the start. Feeding chunks whose lengths are multiples of ``stack`` and passing
+  the state on gives exactly the offline result (:mod:`asrlib.export.streaming`).
 
 Model metadata (``metadata_props``): ``model_type`` = ``asrlib_lstm_ctc``, ``version``, ``feat_dim``,
 ``sample_rate``, ``frame_shift_ms``, ``subsampling``, ``vocab_size``, ``num_layers``, ``hidden_size``,
-``state_size`` (P), ``peephole``, ``cmvn`` = ``folded``, ``streaming`` (0/1), ``frame_local`` (0/1),
-``recurrence``, ``fbank`` (the front-end settings).
+``state_size`` (P), ``peephole``, ``cmvn`` = ``folded`` (or ``folded+online`` with ``online_prior_frames``),
+``streaming`` (0/1), ``frame_local`` (0/1), ``recurrence``, ``fbank`` (the front-end settings).
 """
 from __future__ import annotations
 
@@ -151,9 +155,10 @@ class ScanAcousticModel(nn.Module):
 
     def __init__(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor,
                  cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, stack: int, frame_local: bool = True,
-                 recurrence: str = "auto"):
+                 recurrence: str = "auto", online_prior: Optional[float] = None):
         super().__init__()
         self.frame_local = frame_local
+        self.online_prior = None if online_prior is None else float(online_prior)   # features.cmvn: online
         self._exporting = False  # True while export_onnx traces: LSTM nodes are emitted instead of torch ops
         if not layers:
             raise AsrError("the model has no LSTM layers")
@@ -240,14 +245,16 @@ class ScanAcousticModel(nn.Module):
 
     @classmethod
     def from_model(cls, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-                   frame_local: bool = True, recurrence: str = "auto") -> "ScanAcousticModel":
+                   frame_local: bool = True, recurrence: str = "auto",
+                   online_prior: Optional[float] = None) -> "ScanAcousticModel":
         """From a :class:`~asrlib.models.lstm.StackedLstmAcousticModel` (possibly compressed by
-        :mod:`asrlib.export.prune`) and its CMVN; ``frame_local``: every matrix product inside the loop (for
-        ``recurrence`` ``ops``); ``recurrence``: see the module docstring."""
+        :mod:`asrlib.export.prune`) and its CMVN (``online_prior``: the prior weight of its online CMN, None
+        without); ``frame_local``: every matrix product inside the loop (for ``recurrence`` ``ops``);
+        ``recurrence``: see the module docstring."""
         layers = [_lstm_layer_weights(layer) for layer in model.layers]
         out = model.output
         return cls(layers, out.weight.detach().clone(), out.bias.detach().clone(), cmvn_mean, cmvn_inv_std,
-                   model.stack, frame_local, recurrence)
+                   model.stack, frame_local, recurrence, online_prior)
 
     # ------------------------------------------------------------------ the network
     def _cell(self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
@@ -300,13 +307,25 @@ class ScanAcousticModel(nn.Module):
         int8 range of the result is exactly ±H_BOUND whatever the frames, so its activation scale is constant."""
         return torch.cat([x, self.h_bound.expand(*x.shape[:-1], 2)], dim=-1)
 
+    def _normalise(self, x: torch.Tensor, cmn_sum: torch.Tensor, cmn_count: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Raw fbank x (N, T, F) → the network's input; with online CMN from the running sum (N, F) and frame
+        count (N, 1) before x, which it returns updated (unchanged without)."""
+        z = (x - self.cmvn_mean) * self.cmvn_inv_std
+        if self.online_prior is None:
+            return z, cmn_sum, cmn_count
+        # the running sum continued from cmn_sum, in the same order as over the whole utterance (0 + z0 + z1 ...):
+        # chunked and whole give the same float32 sums, bit for bit
+        sums = torch.cumsum(torch.cat([cmn_sum.unsqueeze(1), z], dim=1), dim=1)[:, 1:]
+        counts = torch.cumsum(torch.ones_like(z[:, :, :1]), dim=1) + cmn_count.unsqueeze(1)
+        return z - sums / (counts + self.online_prior), sums[:, -1], counts[:, -1]
+
     def _run_lstm(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
-        """``lstm`` / ``hybrid``: x (N, T, F) raw fbank → log-probs, final (h, c) per layer."""
+        """``lstm`` / ``hybrid``: x (N, T, F) normalised fbank → log-probs, final (h, c) per layer."""
         from torch._higher_order_ops.scan import scan
 
         n, t, d = x.shape
         t_out = t // self.stack
-        x = (x - self.cmvn_mean) * self.cmvn_inv_std
         x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
         w = dict(self.named_buffers())
         ns, hybrid = self.in_scan, self.recurrence == "hybrid"
@@ -338,7 +357,8 @@ class ScanAcousticModel(nn.Module):
         return seq.transpose(0, 1).log_softmax(dim=-1), [h[0] for h in hs], [c[0] for c in cs]
 
     def _run(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
-        """x: (N, T, F) raw fbank → log-probs (N, T // stack, V), final (h, c) per layer."""
+        """x: (N, T, F) normalised fbank (:meth:`_normalise`) → log-probs (N, T // stack, V), final (h, c) per
+        layer."""
         from torch._higher_order_ops.scan import scan
 
         if self.recurrence != "ops":
@@ -346,7 +366,6 @@ class ScanAcousticModel(nn.Module):
 
         n, t, d = x.shape
         t_out = t // self.stack
-        x = (x - self.cmvn_mean) * self.cmvn_inv_std
         x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
         w = dict(self.named_buffers())
         num_layers, local = self.num_layers, self.frame_local
@@ -376,25 +395,38 @@ class ScanAcousticModel(nn.Module):
         n = x.shape[0]
         h0 = [x.new_zeros(n, self.P) for _ in range(self.num_layers)]
         c0 = [x.new_zeros(n, self.H) for _ in range(self.num_layers)]
-        logp, _, _ = self._run(x, h0, c0)
+        z, _, _ = self._normalise(x, x.new_zeros(n, self.feat_dim), x.new_zeros(n, 1))
+        logp, _, _ = self._run(z, h0, c0)
         return logp, torch.div(x_lens, self.stack, rounding_mode="floor")
 
-    def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor
-             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Streaming: x (N, T, F), h (L, N, P), c (L, N, H) → log_probs, h_out, c_out."""
-        logp, hs, cs = self._run(x, [s.clone() for s in h.unbind(0)], [s.clone() for s in c.unbind(0)])
-        return logp, torch.stack(hs, 0), torch.stack(cs, 0)
+    def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None,
+             cmn_count: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
+        """Streaming: x (N, T, F), h (L, N, P), c (L, N, H) [, cmn_sum (N, F), cmn_count (N, 1): online CMN]
+        → log_probs, h_out, c_out [, cmn_sum_out, cmn_count_out]."""
+        n = x.shape[0]
+        online = self.online_prior is not None
+        z, s, k = self._normalise(x, cmn_sum if online else x.new_zeros(n, self.feat_dim),
+                                  cmn_count if online else x.new_zeros(n, 1))
+        logp, hs, cs = self._run(z, [s_.clone() for s_ in h.unbind(0)], [c_.clone() for c_ in c.unbind(0)])
+        out = (logp, torch.stack(hs, 0), torch.stack(cs, 0))
+        return out + (s, k) if online else out
 
-    def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, np.ndarray]:
-        return (np.zeros((self.num_layers, batch, self.P), np.float32),
-                np.zeros((self.num_layers, batch, self.H), np.float32))
+    def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, ...]:
+        """The streaming signature's state inputs at an utterance's start (h, c [, cmn_sum, cmn_count])."""
+        hc = (np.zeros((self.num_layers, batch, self.P), np.float32),
+              np.zeros((self.num_layers, batch, self.H), np.float32))
+        if self.online_prior is None:
+            return hc
+        return hc + (np.zeros((batch, self.feat_dim), np.float32), np.zeros((batch, 1), np.float32))
 
     def metadata(self, sample_rate: int = 16000, streaming: bool = False) -> Dict[str, str]:
         return {"model_type": MODEL_TYPE, "version": str(EXPORT_VERSION), "feat_dim": str(self.feat_dim),
                 "sample_rate": str(sample_rate), "frame_shift_ms": "10", "subsampling": str(self.stack),
                 "vocab_size": str(self.vocab_size), "num_layers": str(self.num_layers),
                 "hidden_size": str(self.H), "state_size": str(self.P), "peephole": str(int(self.peephole)),
-                "cmvn": "folded", "streaming": str(int(streaming)), "frame_local": str(int(self.frame_local)),
+                "cmvn": "folded" if self.online_prior is None else "folded+online",
+                **({} if self.online_prior is None else {"online_prior_frames": str(self.online_prior)}),
+                "streaming": str(int(streaming)), "frame_local": str(int(self.frame_local)),
                 "recurrence": self.recurrence, "fbank": FBANK_SETTINGS}
 
 
@@ -426,6 +458,9 @@ def drop_unused_lstm_outputs(model) -> None:
                         node.output[j] = ""
 
 
+ONLINE_STATE = ["cmn_sum", "cmn_count"]   # the streaming signature's extra state with online CMN
+
+
 class _Streaming(nn.Module):
     """The streaming signature of a :class:`ScanAcousticModel` (its ``step``) as a module for export."""
 
@@ -435,6 +470,14 @@ class _Streaming(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
         return self.core.step(x, h, c)
+
+
+class _StreamingOnline(_Streaming):
+    """The same with the online CMN's state (``cmn_sum``, ``cmn_count``) carried too."""
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: torch.Tensor,
+                cmn_count: torch.Tensor):
+        return self.core.step(x, h, c, cmn_sum, cmn_count)
 
 
 def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, sample_rate: int = 16000) -> Path:
@@ -449,10 +492,15 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
     t = 17 * m.stack
     x = torch.randn(2, t, m.feat_dim)
     if streaming:
-        module = _Streaming(m)
-        args = (x, torch.zeros(m.num_layers, 2, m.P), torch.zeros(m.num_layers, 2, m.H))
+        module = _Streaming(m) if m.online_prior is None else _StreamingOnline(m)
+        args = tuple(torch.from_numpy(a) for a in m.zero_state(2))
+        args = (x,) + args
         names_in, names_out = ["x", "h", "c"], ["log_probs", "h_out", "c_out"]
         dyn = {"x": {0: batch, 1: time_}, "h": {1: batch}, "c": {1: batch}}
+        if m.online_prior is not None:
+            names_in += ONLINE_STATE
+            names_out += [f"{n}_out" for n in ONLINE_STATE]
+            dyn.update({n: {0: batch} for n in ONLINE_STATE})
     else:
         module = m
         args = (x, torch.tensor([t, t - 4], dtype=torch.int64))
@@ -484,17 +532,21 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
 
 # ---------------------------------------------------------------------------------------------- checks
 def torch_reference(model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, feats: np.ndarray,
-                    lens: np.ndarray) -> np.ndarray:
-    """The PyTorch model's log-probs for raw fbank ``feats`` (N, T, F) with lengths ``lens``."""
-    x = (torch.from_numpy(np.asarray(feats, np.float32)) - torch.from_numpy(np.asarray(cmvn_mean, np.float32))) \
-        * torch.from_numpy(np.asarray(cmvn_inv_std, np.float32))
+                    lens: np.ndarray, online_prior: Optional[float] = None) -> np.ndarray:
+    """The PyTorch model's log-probs for raw fbank ``feats`` (N, T, F) with lengths ``lens``, normalised as in
+    training (asrlib.features.cmvn.Cmvn; ``online_prior``: with online CMN)."""
+    from asrlib.features.cmvn import Cmvn
+
+    cmvn = Cmvn(np.asarray(cmvn_mean, np.float32), np.asarray(cmvn_inv_std, np.float32), online_prior)
+    x = torch.from_numpy(np.stack([cmvn.apply(np.asarray(f, np.float32)) for f in feats]))
     with torch.no_grad():
         logp, _ = model.eval()(x, torch.from_numpy(np.asarray(lens, np.int64)))
     return logp.numpy()
 
 
 def verify_onnx(path: PathLike, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-                lengths: Sequence[int] = (123, 457), tol: float = 1e-4, seed: int = 0) -> float:
+                lengths: Sequence[int] = (123, 457), tol: float = 1e-4, seed: int = 0,
+                online_prior: Optional[float] = None) -> float:
     """Max |ONNX − PyTorch| over valid log-prob frames for a batch of 2 at each of ``lengths`` (≥ 2 lengths:
     a graph specialised to one length fails here); AsrError above ``tol``. Inputs are random fbank-like frames
     around the CMVN mean."""
@@ -509,15 +561,17 @@ def verify_onnx(path: PathLike, model: nn.Module, cmvn_mean: np.ndarray, cmvn_in
     for t in lengths:
         x = (np.asarray(cmvn_mean, np.float32) + rng.normal(0, 1, (2, t, len(std))) * std).astype(np.float32)
         lens = np.array([t, max(stack, t - 2 * stack - 1)], np.int64)
-        ref = torch_reference(model, cmvn_mean, cmvn_inv_std, x, lens)
+        ref = torch_reference(model, cmvn_mean, cmvn_inv_std, x, lens, online_prior)
         if names[1] == "x_lens":
             got, got_lens = sess.run(None, {"x": x, "x_lens": lens})
             if not np.array_equal(got_lens, lens // stack):
                 raise AsrError(f"{path}: log_probs_len {got_lens} != x_lens // {stack} = {lens // stack}")
-        else:  # streaming signature, zero initial state
-            shp_h, shp_c = sess.get_inputs()[1].shape, sess.get_inputs()[2].shape
-            got = sess.run(None, {"x": x, "h": np.zeros((shp_h[0], 2, shp_h[2]), np.float32),
-                                  "c": np.zeros((shp_c[0], 2, shp_c[2]), np.float32)})[0]
+        else:  # streaming signature, zero initial state (the batch axis of h and c is 1, of the CMN state 0)
+            feeds = {"x": x}
+            for i in sess.get_inputs()[1:]:
+                shape = [2 if isinstance(d, str) else d for d in i.shape]
+                feeds[i.name] = np.zeros(shape, np.float32)
+            got = sess.run(None, feeds)[0]
         if got.shape[1] != ref.shape[1]:
             raise AsrError(f"{path}: {got.shape[1]} output frames for {t} input frames, PyTorch gives {ref.shape[1]}")
         for b in range(2):

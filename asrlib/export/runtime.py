@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -64,15 +64,19 @@ class OnnxAcousticModel:
 
 class StreamingOnnxModel:
     """Run an exported streaming model: raw fbank chunks (a multiple of ``stack`` frames) → log-probs, with the
-    LSTM state ``h`` (L, 1, P), ``c`` (L, 1, H) carried by the caller (:meth:`zero_state`, :meth:`run`)."""
+    state (LSTM ``h`` (L, 1, P), ``c`` (L, 1, H); with online CMN also ``cmn_sum`` (1, F), ``cmn_count`` (1, 1))
+    carried by the caller as one tuple (:meth:`zero_state`, :meth:`run`)."""
+
+    SIGNATURES = (["x", "h", "c"], ["x", "h", "c", "cmn_sum", "cmn_count"])
 
     def __init__(self, path: PathLike, feat_dim: int, num_threads: int = 1):
         self.path = Path(path)
         self.session = ort_session(self.path, num_threads)
         ins = self.session.get_inputs()
-        names = [i.name for i in ins]
-        if names != ["x", "h", "c"]:
-            raise AsrError(f"{self.path}: inputs {names} are not a streaming model's ['x', 'h', 'c']")
+        self.names = [i.name for i in ins]
+        if self.names not in self.SIGNATURES:
+            raise AsrError(f"{self.path}: inputs {self.names} are not a streaming model's "
+                           f"{' or '.join(map(str, self.SIGNATURES))}")
         if ins[0].shape[2] != feat_dim:
             raise AsrError(f"{self.path}: the model expects {ins[0].shape[2]}-dim features, the bundle's front end "
                            f"produces {feat_dim}")
@@ -80,11 +84,15 @@ class StreamingOnnxModel:
         self.num_layers, self.state_dim, self.hidden = int(ins[1].shape[0]), int(ins[1].shape[2]), int(ins[2].shape[2])
         self.vocab_size = int(self.session.get_outputs()[0].shape[2])
 
-    def zero_state(self):
-        return (np.zeros((self.num_layers, 1, self.state_dim), np.float32),
-                np.zeros((self.num_layers, 1, self.hidden), np.float32))
+    def zero_state(self) -> Tuple[np.ndarray, ...]:
+        state = (np.zeros((self.num_layers, 1, self.state_dim), np.float32),
+                 np.zeros((self.num_layers, 1, self.hidden), np.float32))
+        if len(self.names) == 5:
+            state += (np.zeros((1, self.feat_dim), np.float32), np.zeros((1, 1), np.float32))
+        return state
 
-    def run(self, feats: np.ndarray, h: np.ndarray, c: np.ndarray):
-        """(log-probs [T // stack, V], h, c) for raw fbank ``feats`` [T, F] of one utterance."""
-        logp, h, c = self.session.run(None, {"x": np.ascontiguousarray(feats[None], np.float32), "h": h, "c": c})
-        return logp[0], h, c
+    def run(self, feats: np.ndarray, state: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
+        """(log-probs [T // stack, V], the next state) for raw fbank ``feats`` [T, F] of one utterance."""
+        feeds = dict(zip(self.names, (np.ascontiguousarray(feats[None], np.float32),) + tuple(state)))
+        logp, *state = self.session.run(None, feeds)
+        return logp[0], tuple(state)

@@ -113,7 +113,7 @@ class Stream:
         b = rec.bundle
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
         self.frames_used = 0                      # fbank frames given to the network
-        self.h, self.c = rec.model.zero_state()
+        self.state = rec.model.zero_state()      # LSTM (h, c) [+ online CMN's running sum and count]
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
         self.frames_decoded = 0                   # network output frames searched
@@ -140,7 +140,7 @@ class Stream:
             return
         feats = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
         self.frames_used += n
-        scores, self.h, self.c = self.rec.model.run(feats, self.h, self.c)
+        scores, self.state = self.rec.model.run(feats, self.state)
         self.logprobs.append(scores)
         if self.rec.blank_penalty or self.rec.acoustic_scale != 1.0:
             scores = scores.copy()

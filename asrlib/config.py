@@ -176,6 +176,8 @@ class ExportConfig:
     per_channel: bool = False     # int8 weights quantized per output channel instead of per tensor
     fp16: bool = True             # also write an fp16-weight model (size/accuracy point)
     chunk_ms: int = 320           # streaming chunk length the bundle's README and the benchmark default to
+    bundle_model: str = "auto"    # the bundle's network: pruned (compressed int8) | int8 (the trained model in int8)
+    max_wer_loss: float = 0.3     # | auto: pruned unless its dev WER is more than this (absolute %) above int8's
 
 
 @dataclass
@@ -193,6 +195,7 @@ class ClusterConfig:
 
 
 CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
+BUNDLE_MODELS = ("auto", "pruned", "int8")   # export.bundle_model (steps.export_mobile)
 GRAMMARS = ("digit_loop", "one_word", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 
@@ -289,6 +292,9 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
     if cfg.features.cmvn == "online" and cfg.train.init == "ce":
         raise AsrError(f"{path}: features.cmvn online is for the neural models; the GMM-HMM that train.init: ce "
                        f"aligns with has no online CMN: use global, speaker or utterance with train.init: ce")
+    if cfg.export.bundle_model not in BUNDLE_MODELS:
+        raise AsrError(f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got "
+                       f"{cfg.export.bundle_model!r}")
     if cfg.features.online_prior_frames < 0:
         raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
     for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)

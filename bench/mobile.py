@@ -209,6 +209,8 @@ def main(argv=None) -> int:
     fp32_b = sizes["baseline.fp32.onnx"]["bytes"]
     R["size"] = {n: {**v, "ratio": round(v["bytes"] / fp32_b, 3)} for n, v in sizes.items()}
     R["params"], R["sparsity"] = export["params"], export["sparsity"]
+    R["bundle_model"] = export.get("bundle", {}).get("model", "pruned")   # steps.export_mobile's choice
+    R["dev_wer_int8"] = export.get("dev_wer_int8", {})
     q = export["int8_ops_pruned"]
     R["int8_ops"] = {"int8_matmuls": len(q["int8_matmuls"]), "float_matmuls": len(q["float_matmuls"]),
                      "ops": q["ops"]}
@@ -306,12 +308,13 @@ def report(R: dict, a) -> str:
          f"network times: median of {a.rounds} rounds, the models interleaved per utterance; speed-ups: median of "
          f"the per-round ratios. WER with the TLG search at sherpa-onnx's fixed beam 16.", "",
          "| model | bytes (zipped) | × fp32 | network RTF | test WER % |", "|---|---:|---:|---:|---:|"]
+    mark = lambda label, key: f"**{label} (the bundle's model)**" if key == R["bundle_model"] else label  # noqa: E731
     rows = [("fp32 (trained model, ONNX)", "baseline.fp32.onnx", "fp32"),
-            ("int8 (no pruning)", "baseline.int8.onnx", "int8"),
+            (mark("int8 (no pruning)", "int8"), "baseline.int8.onnx", "int8"),
             (f"pruned fp32 (low rank + {100 * R['sparsity']:.0f}% sparse, fine-tuned)", "pruned.fp32.onnx",
              "pruned fp32"),
             ("pruned fp16 weights", "pruned.fp16.onnx", "pruned fp16"),
-            ("**pruned int8 (the bundle's model)**", "pruned.int8.onnx", "pruned int8")]
+            (mark("pruned int8", "pruned"), "pruned.int8.onnx", "pruned int8")]
     for label, f, key in rows:
         if f in s and key in n:
             L.append(f"| {label} | {_kb(s[f]['bytes'])} ({_kb(s[f]['bytes_zip'])}) | {s[f]['ratio']:.3f} | "
@@ -326,6 +329,9 @@ def report(R: dict, a) -> str:
               f"fp32). Recurrence: {R['recurrence'].get('pruned int8', '?')} (asrlib.export.onnx_model). int8 ops: "
               f"{R['int8_ops']['int8_matmuls']} matrix products in int8 ({int8_kinds}; inside the Scan too), "
               f"{R['int8_ops']['float_matmuls']} left in float; Sigmoid/Tanh/cell state in float32.", "",
+          f"The bundle's model: {R['bundle_model']} (steps.export_mobile, export.bundle_model; dev %WER at "
+          f"sherpa-onnx's search: " + (", ".join(f"{k} {v:.2f}" for k, v in R["dev_wer_int8"].items()) or
+                                       "not measured: chosen by the config") + ").", "",
           "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |",
           "|---|---:|---:|---:|",
           f"| asrlib streaming recogniser, 320 ms chunks | {R['e2e_rtf']['ours streaming int8']:.4f} | "

@@ -5,14 +5,18 @@ PyTorch, and write the sherpa-onnx bundle.
         --data-dir data --feats-dir data/fbank --lang-dir data/lang --out-dir exp/lstm_ctc/mobile
 
 Settings: the config's ``export`` section (rank_ratio, sparsity, finetune_epochs, finetune_lr, finetune_utts,
-per_channel, fp16).
+per_channel, fp16, bundle_model, max_wer_loss). The bundle gets the compressed int8 model unless, with
+``bundle_model: auto`` (the default), it loses more than ``max_wer_loss`` %WER on the dev set against the
+uncompressed int8 model (TLG search at sherpa-onnx's settings), or ``bundle_model`` says ``int8``.
 Outputs in ``--out-dir``:
 
 * ``compress/lowrank``, ``compress/prune``: fine-tuning runs (checkpoints, logs; resumable), ``pruned.pt`` (the
   compressed PyTorch model, :func:`asrlib.export.prune.save_compressed`);
-* ``baseline.fp32.onnx`` / ``baseline.int8.onnx`` (the trained model as is), ``pruned.fp32.onnx``,
+* ``baseline.fp32.onnx`` / ``baseline.int8.onnx`` / ``baseline.streaming.{fp32,int8}.onnx`` (the trained model as
+  is), ``pruned.fp32.onnx``,
   ``pruned.int8.onnx``, ``pruned.fp16.onnx``, ``pruned.streaming.fp32.onnx``, ``pruned.streaming.int8.onnx``;
-* ``export.json``: parameter counts, sparsity, ranks, sizes, ONNX-vs-PyTorch differences, the int8 op report;
+* ``export.json``: parameter counts, sparsity, ranks, sizes, ONNX-vs-PyTorch differences, the int8 op report,
+  the dev %WER of both int8 models (``dev_wer_int8``) and the bundle's choice;
 * ``bundle/``: the deployable bundle (:mod:`asrlib.export.bundle`);
 * ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
 """
@@ -33,7 +37,7 @@ from asrlib.config import load_config
 from asrlib.export import prune
 from asrlib.features.cmvn import check_cmvn_mode, online_prior
 from asrlib.export.bundle import write_bundle
-from asrlib.export.onnx_model import ScanAcousticModel, export_onnx, verify_onnx
+from asrlib.export.onnx_model import OnnxAcousticModel, ScanAcousticModel, export_onnx, verify_onnx
 from asrlib.export.quantize import convert_fp16_weights, quantize_int8
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import count_parameters
@@ -95,6 +99,37 @@ def compress(a, cfg, out: Path) -> Path:
 
 
 EXPORTABLE_CMVN = ("global", "online")
+FILE_TAG = {"pruned": "pruned", "int8": "baseline"}   # export.bundle_model -> its files' prefix
+
+
+def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
+    """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings."""
+    from asrlib.decode.search import TlgDecoder
+    from asrlib.export.bundle import SHERPA_BEAM
+    from asrlib.io_utils import read_table
+    from asrlib.kaldi_io import MatrixReader
+    from asrlib.score import score
+
+    am, feats = OnnxAcousticModel(model), MatrixReader(feats_scp)
+    dec = TlgDecoder(lang_dir, beam=SHERPA_BEAM, max_active=3000)
+    refs = {u: t for u, t in read_table(text) if u in feats}
+    if not refs:
+        raise AsrError(f"{text} and {feats_scp} share no utterance: cannot measure the dev WER of {model}")
+    return score(refs, {u: " ".join(dec.decode(am.log_probs(feats[u]))) for u in refs}).wer
+
+
+def choose_bundle_model(ex, out: Path, feats_scp: Path, text: Path, lang_dir: Path):
+    """The bundle's network, ``pruned`` or ``int8`` (the uncompressed model), by ``export.bundle_model``; ``auto``
+    measures both int8 models on the dev set and keeps the compressed one unless it loses more than
+    ``export.max_wer_loss``. Returns (name, {name: dev %WER} of what was measured)."""
+    if ex.bundle_model != "auto":
+        return ex.bundle_model, {}
+    wers = {n: dev_wer(out / f"{FILE_TAG[n]}.int8.onnx", feats_scp, text, lang_dir) for n in ("int8", "pruned")}
+    name = "pruned" if wers["pruned"] <= wers["int8"] + ex.max_wer_loss else "int8"
+    log.info("dev %%WER at sherpa-onnx's search: int8 %.2f, pruned int8 %.2f -> the bundle gets %s", wers["int8"],
+             wers["pruned"], "the pruned model" if name == "pruned" else
+             f"the uncompressed int8 model (pruning loses more than export.max_wer_loss {ex.max_wer_loss})")
+    return name, wers
 
 
 def _refuse_local_cmn(why: str) -> None:
@@ -156,8 +191,6 @@ def main(argv=None):
         core = ScanAcousticModel.from_model(saved.model, saved.cmvn_mean, saved.cmvn_inv_std,
                                             online_prior=saved.online_prior)
         for streaming in (False, True):
-            if name == "baseline" and streaming:
-                continue
             tag = f"{name}.streaming" if streaming else name
             path = export_onnx(core, out / f"{tag}.fp32.onnx", streaming=streaming, sample_rate=sr)
             diff = verify_onnx(path, saved.model, saved.cmvn_mean, saved.cmvn_inv_std, lengths=(61, 250),
@@ -176,12 +209,17 @@ def main(argv=None):
     q = report["int8_ops_pruned"]
     log.info("int8: %d matrix products quantized (%s), %d left in float", len(q["int8_matmuls"]),
              ", ".join(sorted({m.rsplit('(', 1)[1].rstrip(')') for m in q["int8_matmuls"]})), len(q["float_matmuls"]))
-    bundle = write_bundle(out / "bundle", out / "pruned.int8.onnx", out / "pruned.streaming.int8.onnx", a.lang_dir,
+    choice, report["dev_wer_int8"] = choose_bundle_model(cfg.export, out, a.feats_dir / a.dev_set / "feats.scp",
+                                                          a.data_dir / a.dev_set / "text", a.lang_dir)
+    compression = ({"rank_ratio": cfg.export.rank_ratio, "sparsity": report["sparsity"]} if choice == "pruned"
+                   else {"rank_ratio": 0.0, "sparsity": 0.0})
+    tag = FILE_TAG[choice]
+    bundle = write_bundle(out / "bundle", out / f"{tag}.int8.onnx", out / f"{tag}.streaming.int8.onnx", a.lang_dir,
                           feat_dim=pruned.model.feat_dim, subsampling=pruned.model.stack, sample_rate=sr,
-                          extra={"compression": {"rank_ratio": cfg.export.rank_ratio,
-                                                 "sparsity": report["sparsity"]},
+                          extra={"model": choice, "compression": compression,
                                  "streaming": {"chunk_ms": cfg.export.chunk_ms}})
-    report["bundle"] = {"dir": str(bundle.dir), "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
+    report["bundle"] = {"dir": str(bundle.dir), "model": choice,
+                        "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
     write_json(out / "export.json", report)
     mark_done(done, {"bundle": str(bundle.dir)}, fingerprint=fp)
     sizes = report["files"]

@@ -62,3 +62,12 @@ def test_parse_options_sets_known_and_rejects_unknown():
     assert r.returncode == 0 and r.stdout.strip() == "4 5 rest"
     r = _parse(["--stgae", "4"])
     assert r.returncode != 0 and "unknown option --stgae" in r.stderr and "--stop-stage" in r.stderr
+
+
+def test_bundle_model_is_checked_at_load(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("export: {bundle_model: smallest}\n")
+    with pytest.raises(AsrError, match="export.bundle_model must be one of auto, pruned, int8"):
+        load_config(p)
+    p.write_text("export: {bundle_model: int8}\n")
+    assert load_config(p).export.bundle_model == "int8"

@@ -89,3 +89,23 @@ def test_online_cmn_model_exports_and_streams_exactly(tmp_path_factory):
         assert np.abs(s.all_logprobs() - whole_lp).max() < 1e-4
         correct += whole_words == refs[utt].split()
     assert correct >= 3
+
+
+def test_the_bundle_model_is_chosen_on_dev(bundle):
+    """export.bundle_model auto: both int8 models are measured on the dev set and the compressed one is kept unless
+    it loses more than export.max_wer_loss; int8 / pruned force the choice."""
+    from asrlib.config import ExportConfig
+    from steps.export_mobile import choose_bundle_model, dev_wer
+    import json
+
+    tm, out = bundle
+    info = json.loads((out / "export.json").read_text())
+    assert info["bundle"]["model"] == "pruned" and set(info["dev_wer_int8"]) == {"int8", "pruned"}
+    args = (out, tm.fbank / "dev" / "feats.scp", tm.data / "dev" / "text", tm.lang)
+    wers = {n: dev_wer(out / f"{tag}.int8.onnx", *args[1:]) for n, tag in (("int8", "baseline"), ("pruned", "pruned"))}
+    assert wers == info["dev_wer_int8"]
+    gap = wers["pruned"] - wers["int8"]
+    assert choose_bundle_model(ExportConfig(max_wer_loss=gap), *args)[0] == "pruned"
+    assert choose_bundle_model(ExportConfig(max_wer_loss=gap - 0.01), *args)[0] == "int8"
+    assert choose_bundle_model(ExportConfig(bundle_model="int8"), *args) == ("int8", {})
+    assert (out / "baseline.streaming.int8.onnx").is_file()      # the uncompressed model streams too

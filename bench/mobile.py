@@ -310,7 +310,7 @@ def report(R: dict, a) -> str:
          "| model | bytes (zipped) | × fp32 | network RTF | test WER % |", "|---|---:|---:|---:|---:|"]
     mark = lambda label, key: f"**{label} (the bundle's model)**" if key == R["bundle_model"] else label  # noqa: E731
     rows = [("fp32 (trained model, ONNX)", "baseline.fp32.onnx", "fp32"),
-            (mark("int8 (no pruning)", "int8"), "baseline.int8.onnx", "int8"),
+            (mark("int8, no pruning", "int8"), "baseline.int8.onnx", "int8"),
             (f"pruned fp32 (low rank + {100 * R['sparsity']:.0f}% sparse, fine-tuned)", "pruned.fp32.onnx",
              "pruned fp32"),
             ("pruned fp16 weights", "pruned.fp16.onnx", "pruned fp16"),

@@ -493,8 +493,7 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
     x = torch.randn(2, t, m.feat_dim)
     if streaming:
         module = _Streaming(m) if m.online_prior is None else _StreamingOnline(m)
-        args = tuple(torch.from_numpy(a) for a in m.zero_state(2))
-        args = (x,) + args
+        args = (x, *(torch.from_numpy(a) for a in m.zero_state(2)))   # h, c [, cmn_sum, cmn_count]
         names_in, names_out = ["x", "h", "c"], ["log_probs", "h_out", "c_out"]
         dyn = {"x": {0: batch, 1: time_}, "h": {1: batch}, "c": {1: batch}}
         if m.online_prior is not None:

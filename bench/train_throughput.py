@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asrlib.config import load_config  # noqa: E402
+from asrlib.features.cmvn import online_prior  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
 from asrlib.testing import make_toy_ctc_setup  # noqa: E402
 from asrlib.train.data import CtcDataset, collate  # noqa: E402
@@ -62,7 +63,9 @@ def main() -> None:
         make_toy_ctc_setup(tmp / "toy", {"train": 60 * n_batches}, feat_dim=80, frames_per_phone=25)
         feats, text, lang, cmvn = tmp / "toy/fbank/train/feats.scp", tmp / "toy/data/train/text", \
             tmp / "toy/lang", tmp / "toy/fbank/train/cmvn.scp"
-    ds = CtcDataset(feats, text, lang, cmvn, cfg.model.stack, excluded_path=tmp / "excluded.txt")
+    # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean, per utterance)
+    ds = CtcDataset(feats, text, lang, cmvn, cfg.model.stack, excluded_path=tmp / "excluded.txt",
+                    online_prior=online_prior(cfg.features))
     vocab = sum(1 for _ in open(lang / "tokens.txt"))
     cfg.train.epochs = 1
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)

@@ -35,13 +35,12 @@ import torch
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.export import prune
-from asrlib.features.cmvn import check_cmvn_mode, online_prior
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.export.bundle import write_bundle
 from asrlib.export.onnx_model import OnnxAcousticModel, ScanAcousticModel, export_onnx, verify_onnx
 from asrlib.export.quantize import convert_fp16_weights, quantize_int8
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import count_parameters
-from asrlib.models.saved import cmvn_info
 
 log = logging.getLogger("export_mobile")
 

@@ -20,10 +20,10 @@ import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, online_prior
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, cmvn_info, online_prior
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
-from asrlib.models.saved import cmvn_info, save_model
+from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything

@@ -150,8 +150,9 @@ def test_online_cmn_is_in_both_graphs_and_streams_exactly(tmp_path):
         verify_onnx(off, m, mean, inv, lengths=(40, 301))            # global only: not the same network
     assert OnnxAcousticModel(off).meta["cmvn"] == "folded+online"
     x = (mean + 2.0 + np.random.default_rng(8).normal(0, 1, (201, FEAT)) / inv).astype(np.float32)  # off-mean
-    for path in (off, quantize_int8(off, tmp_path / "on.int8.onnx") and tmp_path / "on.int8.onnx"):
-        spath = st if path == off else quantize_int8(st, tmp_path / "on.str.int8.onnx") and tmp_path / "on.str.int8.onnx"
+    quantize_int8(off, tmp_path / "on.int8.onnx")
+    quantize_int8(st, tmp_path / "on.str.int8.onnx")
+    for path, spath in ((off, st), (tmp_path / "on.int8.onnx", tmp_path / "on.str.int8.onnx")):
         whole = OnnxAcousticModel(path).log_probs(x)
         sm = StreamingOnnxModel(spath, FEAT)
         state, outs = sm.zero_state(), []

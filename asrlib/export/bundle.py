@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from asrlib.export.runtime import ONLINE_CMN_STATE, StreamingOnnxModel
 from asrlib.io_utils import AsrError, PathLike, atomic_path, sha256_file as sha256, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,14 @@ def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: Path
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
-    online_cmn = "cmn_sum" in _input_names(out / "model.streaming.int8.onnx")   # features.cmvn: online
+    online_cmn = ONLINE_CMN_STATE[0] in _input_names(out / "model.streaming.int8.onnx")   # features.cmvn: online
     write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn))
     files = {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
              for name in (*REQUIRED, *OPTIONAL, "README.md")}
     info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
             "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
-            "cmvn": "folded+online" if online_cmn else "folded", "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
+            "cmvn": "folded+online" if online_cmn else "folded",
+            "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
     write_json(out / "bundle.json", info)
     return Bundle(out, info)
 
@@ -125,7 +127,7 @@ def check_bundle(bundle_dir: PathLike, verify: bool = True) -> Bundle:
                                f"(size/sha256 mismatch); re-run steps.export_mobile")
     b = Bundle(d, info)
     _check_model_dim(d / "model.int8.onnx", b.feat_dim, ("x", "x_lens"))
-    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, ("x", "h", "c"), ("x", "h", "c", "cmn_sum", "cmn_count"))
+    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, *StreamingOnnxModel.SIGNATURES)
     return b
 
 

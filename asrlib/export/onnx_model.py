@@ -81,7 +81,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from asrlib.export.runtime import OnnxAcousticModel, check_features, model_metadata, ort_session  # noqa: F401
+from asrlib.export.runtime import (ONLINE_CMN_STATE, OnnxAcousticModel, check_features,  # noqa: F401
+                                   model_metadata, ort_session)
 from asrlib.io_utils import AsrError, PathLike, atomic_path
 
 log = logging.getLogger(__name__)
@@ -307,13 +308,15 @@ class ScanAcousticModel(nn.Module):
         int8 range of the result is exactly ±H_BOUND whatever the frames, so its activation scale is constant."""
         return torch.cat([x, self.h_bound.expand(*x.shape[:-1], 2)], dim=-1)
 
-    def _normalise(self, x: torch.Tensor, cmn_sum: torch.Tensor, cmn_count: torch.Tensor
-                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Raw fbank x (N, T, F) → the network's input; with online CMN from the running sum (N, F) and frame
-        count (N, 1) before x, which it returns updated (unchanged without)."""
+    def _normalise(self, x: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None,
+                   cmn_count: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
+        """Raw fbank x (N, T, F) → (the network's input, ) and, with online CMN, the running sum (N, F) and frame
+        count (N, 1) after x, continued from those before x (None: the utterance's start)."""
         z = (x - self.cmvn_mean) * self.cmvn_inv_std
         if self.online_prior is None:
-            return z, cmn_sum, cmn_count
+            return (z,)
+        if cmn_sum is None:
+            cmn_sum, cmn_count = x.new_zeros(x.shape[0], self.feat_dim), x.new_zeros(x.shape[0], 1)
         # the running sum continued from cmn_sum, in the same order as over the whole utterance (0 + z0 + z1 ...):
         # chunked and whole give the same float32 sums, bit for bit
         sums = torch.cumsum(torch.cat([cmn_sum.unsqueeze(1), z], dim=1), dim=1)[:, 1:]
@@ -395,21 +398,16 @@ class ScanAcousticModel(nn.Module):
         n = x.shape[0]
         h0 = [x.new_zeros(n, self.P) for _ in range(self.num_layers)]
         c0 = [x.new_zeros(n, self.H) for _ in range(self.num_layers)]
-        z, _, _ = self._normalise(x, x.new_zeros(n, self.feat_dim), x.new_zeros(n, 1))
-        logp, _, _ = self._run(z, h0, c0)
+        logp, _, _ = self._run(self._normalise(x)[0], h0, c0)
         return logp, torch.div(x_lens, self.stack, rounding_mode="floor")
 
     def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None,
              cmn_count: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
         """Streaming: x (N, T, F), h (L, N, P), c (L, N, H) [, cmn_sum (N, F), cmn_count (N, 1): online CMN]
         → log_probs, h_out, c_out [, cmn_sum_out, cmn_count_out]."""
-        n = x.shape[0]
-        online = self.online_prior is not None
-        z, s, k = self._normalise(x, cmn_sum if online else x.new_zeros(n, self.feat_dim),
-                                  cmn_count if online else x.new_zeros(n, 1))
-        logp, hs, cs = self._run(z, [s_.clone() for s_ in h.unbind(0)], [c_.clone() for c_ in c.unbind(0)])
-        out = (logp, torch.stack(hs, 0), torch.stack(cs, 0))
-        return out + (s, k) if online else out
+        z, *cmn_state = self._normalise(x, cmn_sum, cmn_count)   # cmn_state: [] without online CMN
+        logp, hs, cs = self._run(z, [s.clone() for s in h.unbind(0)], [c_.clone() for c_ in c.unbind(0)])
+        return (logp, torch.stack(hs, 0), torch.stack(cs, 0), *cmn_state)
 
     def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, ...]:
         """The streaming signature's state inputs at an utterance's start (h, c [, cmn_sum, cmn_count])."""
@@ -458,9 +456,6 @@ def drop_unused_lstm_outputs(model) -> None:
                         node.output[j] = ""
 
 
-ONLINE_STATE = ["cmn_sum", "cmn_count"]   # the streaming signature's extra state with online CMN
-
-
 class _Streaming(nn.Module):
     """The streaming signature of a :class:`ScanAcousticModel` (its ``step``) as a module for export."""
 
@@ -497,9 +492,9 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
         names_in, names_out = ["x", "h", "c"], ["log_probs", "h_out", "c_out"]
         dyn = {"x": {0: batch, 1: time_}, "h": {1: batch}, "c": {1: batch}}
         if m.online_prior is not None:
-            names_in += ONLINE_STATE
-            names_out += [f"{n}_out" for n in ONLINE_STATE]
-            dyn.update({n: {0: batch} for n in ONLINE_STATE})
+            names_in += ONLINE_CMN_STATE
+            names_out += [f"{n}_out" for n in ONLINE_CMN_STATE]
+            dyn.update({n: {0: batch} for n in ONLINE_CMN_STATE})
     else:
         module = m
         args = (x, torch.tensor([t, t - 4], dtype=torch.int64))

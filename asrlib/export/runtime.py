@@ -62,12 +62,15 @@ class OnnxAcousticModel:
         return logp[0] if feats.ndim == 2 else logp
 
 
+ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")   # the streaming signature's extra state with features.cmvn: online
+
+
 class StreamingOnnxModel:
     """Run an exported streaming model: raw fbank chunks (a multiple of ``stack`` frames) → log-probs, with the
     state (LSTM ``h`` (L, 1, P), ``c`` (L, 1, H); with online CMN also ``cmn_sum`` (1, F), ``cmn_count`` (1, 1))
     carried by the caller as one tuple (:meth:`zero_state`, :meth:`run`)."""
 
-    SIGNATURES = (["x", "h", "c"], ["x", "h", "c", "cmn_sum", "cmn_count"])
+    SIGNATURES = (["x", "h", "c"], ["x", "h", "c", *ONLINE_CMN_STATE])
 
     def __init__(self, path: PathLike, feat_dim: int, num_threads: int = 1):
         self.path = Path(path)

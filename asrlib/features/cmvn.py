@@ -153,9 +153,9 @@ class Cmvn:
         var = np.maximum(var, var_floor)
         return cls(mean.astype(np.float32), (1.0 / np.sqrt(var)).astype(np.float32)), floored
 
-    def apply(self, feats: np.ndarray, state: Optional[OnlineState] = None) -> np.ndarray:
+    def apply(self, feats: np.ndarray) -> np.ndarray:
         """Normalise a whole (T, D) float32 feature matrix (returns a new float32 array)."""
-        return self.apply_chunk(feats, state)[0]
+        return self.apply_chunk(feats)[0]
 
     def apply_chunk(self, feats: np.ndarray, state: Optional[OnlineState] = None
                     ) -> Tuple[np.ndarray, Optional[OnlineState]]:
@@ -217,15 +217,20 @@ class SpeakerCmnReader(MatrixReader):
         return (super().__getitem__(key) - self._mean[key]).astype(np.float32, copy=False)
 
 
+def cmvn_info(features) -> dict:
+    """What a trained model records of the config's ``features`` section (a saved model's ``info``): ``cmvn``
+    (the mode) and, for ``online``, ``online_prior_frames``."""
+    out = {"cmvn": features.cmvn}
+    if features.cmvn == "online":
+        out["online_prior_frames"] = float(features.online_prior_frames)
+    return out
+
+
 def cmvn_fingerprint(features) -> dict:
     """What a trained stage's fingerprint adds for ``features`` (the config's section): nothing for ``cmvn:
-    global``, so outputs written before the option existed stay complete; the mode otherwise (switching it
-    retrains), with the prior weight for ``online``."""
-    mode = features.cmvn
-    if mode == "global":
-        return {}
-    return {"cmvn": mode, "online_prior_frames": float(features.online_prior_frames)} if mode == "online" \
-        else {"cmvn": mode}
+    global``, so outputs written before the option existed stay complete; :func:`cmvn_info` otherwise (switching
+    the mode or the online prior retrains)."""
+    return {} if features.cmvn == "global" else cmvn_info(features)
 
 
 def online_prior(features) -> Optional[float]:

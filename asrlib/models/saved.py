@@ -29,15 +29,6 @@ def trained_online_prior(st: dict) -> Optional[float]:
     return float(st["info"].get("online_prior_frames", 0.0)) if trained_cmn(st) == "online" else None
 
 
-def cmvn_info(features) -> dict:
-    """What a saved model's ``info`` records of the config's ``features`` section: ``cmvn`` (the mode) and, for
-    ``online``, ``online_prior_frames``."""
-    out = {"cmvn": features.cmvn}
-    if features.cmvn == "online":
-        out["online_prior_frames"] = float(features.online_prior_frames)
-    return out
-
-
 @dataclass
 class SavedModel:
     model: StackedLstmAcousticModel

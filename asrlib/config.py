@@ -20,6 +20,7 @@ from asrlib.io_utils import AsrError
 class DataConfig:
     corpus: str = "digits"
     size: float = 1.0          # scales the default utterance counts (3000/300/300)
+    train_size: float = 0.0    # > 0: scales the training set's 3000 alone (dev/test keep `size`); 0 = `size`
     seed: int = 0
     noise_fraction: float = 0.3
     sample_rate: int = 16000

@@ -3,8 +3,8 @@
     python -m local.digits_fsdd --config recipes/digits_fsdd/config.yaml --out-dir data [--corpus-dir FSDD/recordings]
 
 Layout in ``out_dir``: ``fsdd/`` (local.fsdd: ``all``, folds, speed perturbation), ``digits/`` (local.digits at
-``data.sample_rate`` with ``data.size``, ``data.seed``, ``data.noise_fraction``), and for every FSDD fold
-``<fold>/{train,dev,test,test_synth}``: ``train`` is the fold's FSDD train set multiplexed with the synthetic train
+``data.sample_rate`` with ``data.size``, ``data.train_size``, ``data.seed``, ``data.noise_fraction``), and for
+every FSDD fold ``<fold>/{train,dev,test,test_synth}``: ``train`` is the fold's FSDD train set multiplexed with the synthetic train
 set by lhotse's ``CutSet.mux`` with ``data.mix_weights`` = [FSDD weight, synthetic weight] (the synthetic stream
 repeats as needed — a repeated utterance gets the id ``<utt>_repeat<i>`` — and the mix stops when the FSDD stream ends, so the
 synthetic share is w_synth / (w_fsdd + w_synth) in expectation); ``dev``/``test`` are the fold's FSDD speakers,
@@ -78,19 +78,20 @@ def mix_train(fsdd_train: Path, synth_train: Path, dst: Path, weights: Sequence[
 
 def prepare_digits_fsdd(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int = 1) -> Dict[str, Path]:
     """Prepare the FSDD folds, the 8 kHz synthetic corpus and the mixed folds; returns ``{fold: data dir}``."""
-    from local.digits import prepare_digits
+    from local.digits import prepare_digits, split_counts
 
     out_dir = Path(out_dir)
     weights = [float(w) for w in (data.mix_weights or [0.75, 0.25])]
     fp = {"corpus_dir": str(Path(corpus_dir).resolve()), "weights": weights, "size": data.size, "seed": data.seed,
           "noise_fraction": data.noise_fraction, "sample_rate": data.sample_rate, "sp": list(data.speed_perturb),
-          "level_db": data.level_db}
+          "level_db": data.level_db, **({"train_size": data.train_size} if data.train_size else {})}
     marker = out_dir / ".digits_fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("digits+FSDD data in %s is complete; skipping", out_dir)
         return {k: Path(v) for k, v in read_table_dict(out_dir / "folds.txt").items()}
     folds = prepare_fsdd(corpus_dir, out_dir / "fsdd", data.speed_perturb, nj, data.sample_rate, data.level_db)
-    prepare_digits(out_dir / "digits", data.size, data.seed, data.noise_fraction, nj, data.sample_rate)
+    prepare_digits(out_dir / "digits", seed=data.seed, noise_fraction=data.noise_fraction, nj=nj,
+                   sample_rate=data.sample_rate, counts=split_counts(data.size, data.train_size))
     mixed: Dict[str, Path] = {}
     info = {}
     for fold, d in sorted(folds.items()):

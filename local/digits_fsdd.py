@@ -4,12 +4,12 @@
 
 Layout in ``out_dir``: ``fsdd/`` (local.fsdd: ``all``, folds, speed perturbation), ``digits/`` (local.digits at
 ``data.sample_rate`` with ``data.size``, ``data.train_size``, ``data.seed``, ``data.noise_fraction``), and for
-every FSDD fold ``<fold>/{train,dev,test,test_synth}``: ``train`` is the fold's FSDD train set multiplexed with the synthetic train
-set by lhotse's ``CutSet.mux`` with ``data.mix_weights`` = [FSDD weight, synthetic weight] (the synthetic stream
-repeats as needed — a repeated utterance gets the id ``<utt>_repeat<i>`` — and the mix stops when the FSDD stream ends, so the
-synthetic share is w_synth / (w_fsdd + w_synth) in expectation); ``dev``/``test`` are the fold's FSDD speakers,
-``test_synth`` the synthetic test voices (never heard in training). ``folds.txt`` lists the folds, as for FSDD, so
-``python -m local.fsdd report`` makes the same tables.
+every FSDD fold ``<fold>/{train,dev,test,test_synth}``: ``train`` is the fold's FSDD train set multiplexed with
+the synthetic train set by lhotse's ``CutSet.mux`` with ``data.mix_weights`` = [FSDD weight, synthetic weight] (the
+synthetic stream repeats as needed — a repeated utterance gets the id ``<utt>_repeat<i>`` — and the mix stops when
+the FSDD stream ends, so the synthetic share is w_synth / (w_fsdd + w_synth) in expectation); ``dev``/``test`` are
+the fold's FSDD speakers, ``test_synth`` the synthetic test voices (never heard in training). ``folds.txt`` lists the
+folds, as for FSDD, so ``python -m local.fsdd report`` makes the same tables.
 """
 from __future__ import annotations
 

@@ -62,3 +62,19 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
     assert (tmp_path / "exp" / "loss.png").stat().st_size > 1000
     assert (tmp_path / "exp" / "log" / "train.log").read_text().count("loss") > 3
     assert any((tmp_path / "exp" / "tensorboard").iterdir())
+    # the last epoch's checkpoint is latest.pt itself (linked, not written twice); earlier epochs are kept apart
+    ck = tmp_path / "exp" / "checkpoints"
+    assert os.path.samefile(ck / "epoch-6.pt", ck / "latest.pt")
+    assert not os.path.samefile(ck / "epoch-5.pt", ck / "latest.pt")
+    assert torch.load(ck / "epoch-5.pt", weights_only=False)["epoch"] == 5
+
+
+def test_link_checkpoint_replaces_only_its_own_path(tmp_path):
+    from asrlib.train.checkpoint import link_checkpoint, load_checkpoint, save_checkpoint
+    save_checkpoint(tmp_path / "epoch-1.pt", {"step": 1})
+    link_checkpoint(tmp_path / "epoch-1.pt", tmp_path / "latest.pt")
+    assert load_checkpoint(tmp_path / "latest.pt") == {"step": 1}
+    save_checkpoint(tmp_path / "latest.pt", {"step": 2})       # a mid-epoch save after the link
+    assert load_checkpoint(tmp_path / "epoch-1.pt") == {"step": 1}
+    assert load_checkpoint(tmp_path / "latest.pt") == {"step": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-1.pt", "latest.pt"]   # no temporary left

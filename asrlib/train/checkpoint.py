@@ -1,7 +1,9 @@
 """Checkpoints that make resume exact: model, optimizer, scheduler, progress, RNG states and the algorithm's state."""
 from __future__ import annotations
 
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -33,6 +35,18 @@ def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
     """Write atomically: a checkpoint file either is complete or does not exist."""
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
+
+
+def link_checkpoint(src: Path, dst: Path) -> None:
+    """Make ``dst`` the same checkpoint as ``src`` without writing it again: a hard link, put in place atomically
+    (a copy where the file system has no hard links). A later :func:`save_checkpoint` to either path replaces that
+    path's link only, never the other file."""
+    with atomic_path(dst) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:

@@ -22,7 +22,8 @@ from tqdm import tqdm
 from asrlib.config import RecipeConfig, TrainConfig
 from asrlib.io_utils import AsrError, atomic_open
 from asrlib.train.algo import LocalAlgo, TrainAlgo
-from asrlib.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from asrlib.train.checkpoint import (latest_checkpoint, link_checkpoint, load_checkpoint, rng_state, save_checkpoint,
+                                     set_rng_state)
 from asrlib.train.criterion import Criterion, CtcCriterion
 from asrlib.train.data import CtcDataset, make_batches, spec_augment
 from asrlib.train.noise_aug import NoiseAugment
@@ -112,8 +113,8 @@ class Trainer:
         if not self.algo.is_main:
             return
         save_checkpoint(self.ckpt_dir / name, st)
-        if name != "latest.pt":
-            save_checkpoint(self.ckpt_dir / "latest.pt", st)
+        if name != "latest.pt":   # the same state: linked, not serialised and synced a second time
+            link_checkpoint(self.ckpt_dir / name, self.ckpt_dir / "latest.pt")
 
     def try_resume(self) -> bool:
         ck = latest_checkpoint(self.ckpt_dir)

@@ -20,7 +20,7 @@ from asrlib.io_utils import AsrError
 class DataConfig:
     corpus: str = "digits"
     size: float = 1.0          # scales the default utterance counts (3000/300/300)
-    train_size: float = 0.0    # > 0: scales the training set's 3000 alone (dev/test keep `size`); 0 = `size`
+    train_scale: float = 1.0   # the training set alone is scaled by this too (train = 3000 x size x train_scale)
     seed: int = 0
     noise_fraction: float = 0.3
     sample_rate: int = 16000

@@ -54,7 +54,7 @@ STAGE_OF = {"local.digits": 1, "steps.validate_data_dir": 1, "steps.compute_fban
             "steps.prepare_lang": 3, "steps.train": 4, "steps.train_dist": 4, "steps.compute_logprobs": 5, "steps.decode": 5,
             "steps.score": 6, "steps.make_results": 6}
 # Tiny settings: 90/9/9 utterances, a 1 x 64 LSTM, 6 epochs with a checkpoint every 10 steps (~35 s on 2 cores).
-TINY = {"data": {"size": 0.03}, "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
+TINY = {"data": {"size": 0.03, "train_scale": 1.0}, "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
         "train": {"epochs": 6, "batch_seconds": 8, "lr": 0.004, "warmup_steps": 5, "checkpoint_every": 10,
                   "num_threads": 1}}
 # --quick: fewer utterances and epochs on top of TINY (60/6/6 utterances, 3 epochs).

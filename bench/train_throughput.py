@@ -45,7 +45,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes/digits")
-    p.add_argument("--batches", type=int, default=60)
+    p.add_argument("--batches", type=int, default=0,
+                   help="batches in the trainer's epoch (0 = the recipe's whole epoch, so that per-epoch costs, "
+                        "checkpoint and plot, weigh as in the recipe; --quick: 20)")
     a = p.parse_args()
     n_batches = 20 if a.quick else a.batches
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
@@ -60,7 +62,7 @@ def main() -> None:
             a.recipe_dir / "data/lang", fb / "train/cmvn.scp"
     else:
         source = "synthetic"
-        make_toy_ctc_setup(tmp / "toy", {"train": 60 * n_batches}, feat_dim=80, frames_per_phone=25)
+        make_toy_ctc_setup(tmp / "toy", {"train": 60 * (n_batches or 60)}, feat_dim=80, frames_per_phone=25)
         feats, text, lang, cmvn = tmp / "toy/fbank/train/feats.scp", tmp / "toy/data/train/text", \
             tmp / "toy/lang", tmp / "toy/fbank/train/cmvn.scp"
     # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean, per utterance)
@@ -71,7 +73,7 @@ def main() -> None:
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
     model = build_model(80, vocab, cfg.model)
     trainer = Trainer(cfg, model, ds, None, tmp / "exp")
-    batches = trainer._epoch_batches(0)[:n_batches]
+    batches = trainer._epoch_batches(0)[:n_batches or None]
     keep = {u for b in batches for u in b}
     ds.utts = [u for u in ds.utts if u.utt in keep]
     trainer = Trainer(cfg, model, ds, None, tmp / "exp")  # an epoch = exactly these batches

@@ -1,6 +1,6 @@
 """The embedded default corpus: synthetic connected digits (TIDIGITS-like), spoken by espeak-ng and flite voices.
 
-    python -m local.digits --out-dir data [--size 1.0] [--train-size 1.5] [--seed 0] [--noise-fraction 0.3] [--nj 2]
+    python -m local.digits --out-dir data [--size 1.0] [--train-scale 1.0] [--seed 0] [--noise-fraction 0.3] [--nj 2]
 
 A *speaker* is (engine, voice/accent, variant), e.g. espeak-ng accent ``en-gb-scotland`` with variant ``+f2``, or
 the flite voice ``slt``. Speakers are disjoint between train, dev and test: the espeak-ng voice variants (timbres)
@@ -332,16 +332,15 @@ def _check_params(out_dir: Path, params: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ main API
-def split_counts(size: float = 1.0, train_size: float = 0.0) -> Dict[str, int]:
-    """Utterances per split: the default 3000/300/300 times ``size``; ``train_size`` > 0 scales train alone.
+def split_counts(size: float = 1.0, train_scale: float = 1.0) -> Dict[str, int]:
+    """Utterances per split: the default 3000/300/300 times ``size``, the training set times ``train_scale`` too.
 
-    A split's utterances depend only on its count and the seed, so ``train_size`` 1.5 keeps the dev and test sets of
-    ``size`` 1.0 utterance for utterance (results stay comparable) while training on 4500.
+    A split's utterances depend only on its count and the seed, so ``train_scale`` 1.5 trains on 4500 and keeps the
+    dev and test sets of ``train_scale`` 1.0 utterance for utterance (results stay comparable).
     """
-    if not size > 0 or train_size < 0:
-        raise AsrError(f"--size must be positive and --train-size >= 0, got {size} and {train_size}")
-    scale = {s: train_size if s == "train" and train_size > 0 else size for s in DEFAULT_COUNTS}
-    return {s: max(1, round(n * scale[s])) for s, n in DEFAULT_COUNTS.items()}
+    if not (size > 0 and train_scale > 0):
+        raise AsrError(f"--size and --train-scale must be positive, got {size} and {train_scale}")
+    return {s: max(1, round(n * size * (train_scale if s == "train" else 1.0))) for s, n in DEFAULT_COUNTS.items()}
 
 
 def prepare_digits(out_dir: Path, size: float = 1.0, seed: int = 0, noise_fraction: float = 0.3, nj: int = 2,
@@ -408,7 +407,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out-dir", type=Path, required=True, help="where wav/, manifests/ and <split>/ go")
     p.add_argument("--config", help="recipe YAML: its data section gives the defaults of the options below")
     p.add_argument("--size", type=float, help="scales the default 3000/300/300 utterances (default 1.0)")
-    p.add_argument("--train-size", type=float, help="> 0: scales the 3000 training utterances alone (default 0)")
+    p.add_argument("--train-scale", type=float, help="scales the training set on top of --size (default 1.0)")
     p.add_argument("--seed", type=int, help="default 0")
     p.add_argument("--noise-fraction", type=float, help="fraction of utterances with added noise (default 0.3)")
     p.add_argument("--nj", type=int, default=2, help="parallel synthesis processes")
@@ -417,7 +416,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     data = load_config(args.config).data if args.config else DataConfig()
     pick = lambda v, d: d if v is None else v  # noqa: E731
     setup_logging()
-    counts = split_counts(pick(args.size, data.size), pick(args.train_size, data.train_size))
+    counts = split_counts(pick(args.size, data.size), pick(args.train_scale, data.train_scale))
     prepare_digits(args.out_dir, seed=pick(args.seed, data.seed), noise_fraction=pick(args.noise_fraction,
                    data.noise_fraction), nj=args.nj, sample_rate=pick(args.sample_rate, data.sample_rate),
                    counts=counts)

@@ -3,7 +3,7 @@
     python -m local.digits_fsdd --config recipes/digits_fsdd/config.yaml --out-dir data [--corpus-dir FSDD/recordings]
 
 Layout in ``out_dir``: ``fsdd/`` (local.fsdd: ``all``, folds, speed perturbation), ``digits/`` (local.digits at
-``data.sample_rate`` with ``data.size``, ``data.train_size``, ``data.seed``, ``data.noise_fraction``), and for
+``data.sample_rate`` with ``data.size``, ``data.train_scale``, ``data.seed``, ``data.noise_fraction``), and for
 every FSDD fold ``<fold>/{train,dev,test,test_synth}``: ``train`` is the fold's FSDD train set multiplexed with
 the synthetic train set by lhotse's ``CutSet.mux`` with ``data.mix_weights`` = [FSDD weight, synthetic weight] (the
 synthetic stream repeats as needed — a repeated utterance gets the id ``<utt>_repeat<i>`` — and the mix stops when
@@ -84,14 +84,14 @@ def prepare_digits_fsdd(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: i
     weights = [float(w) for w in (data.mix_weights or [0.75, 0.25])]
     fp = {"corpus_dir": str(Path(corpus_dir).resolve()), "weights": weights, "size": data.size, "seed": data.seed,
           "noise_fraction": data.noise_fraction, "sample_rate": data.sample_rate, "sp": list(data.speed_perturb),
-          "level_db": data.level_db, **({"train_size": data.train_size} if data.train_size else {})}
+          "level_db": data.level_db, **({"train_scale": data.train_scale} if data.train_scale != 1.0 else {})}
     marker = out_dir / ".digits_fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("digits+FSDD data in %s is complete; skipping", out_dir)
         return {k: Path(v) for k, v in read_table_dict(out_dir / "folds.txt").items()}
     folds = prepare_fsdd(corpus_dir, out_dir / "fsdd", data.speed_perturb, nj, data.sample_rate, data.level_db)
     prepare_digits(out_dir / "digits", seed=data.seed, noise_fraction=data.noise_fraction, nj=nj,
-                   sample_rate=data.sample_rate, counts=split_counts(data.size, data.train_size))
+                   sample_rate=data.sample_rate, counts=split_counts(data.size, data.train_scale))
     mixed: Dict[str, Path] = {}
     info = {}
     for fold, d in sorted(folds.items()):

@@ -114,12 +114,13 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         prepare_digits(tmp_path, counts={"valid": 2})
 
 
-def test_train_size_scales_train_alone_and_keeps_dev_and_test(corpus, tmp_path):
+def test_train_scale_scales_train_alone_and_keeps_dev_and_test(corpus, tmp_path):
     assert split_counts(1.0) == {"train": 3000, "dev": 300, "test": 300}
     assert split_counts(0.5) == {"train": 1500, "dev": 150, "test": 150}
     assert split_counts(1.0, 1.5) == {"train": 4500, "dev": 300, "test": 300}
-    with pytest.raises(AsrError, match="train-size"):
-        split_counts(1.0, -1.0)
+    assert split_counts(0.1, 1.5) == {"train": 450, "dev": 30, "test": 30}
+    with pytest.raises(AsrError, match="train-scale"):
+        split_counts(1.0, 0.0)
     bigger = tmp_path / "bigger"   # more training utterances: the dev set is the same, wav for wav
     prepare_digits(bigger, seed=3, noise_fraction=0.5, nj=2, counts={"train": 15, "dev": 4})
     dev = {k: v for k, v in _wavs(corpus).items() if k.startswith("wav/dev/")}

@@ -124,8 +124,15 @@ class TrainConfig:
     noise_snr_max: float = 25.0   # uniformly from [noise_snr_min, noise_snr_max]
     log_every: int = 10
     kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
+    feature_cache_mb: float = 2048.0  # a set whose normalised features fit (float32) is read once and kept in memory
+                                      # (0 = read every batch from the archives); per learner process
     dist: DistConfig = field(default_factory=DistConfig)
     init: str = "random"          # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
+
+
+# train settings that change how a run goes, not what it computes: left out of the training stage's fingerprint and
+# of the resume check, so changing them neither retrains nor refuses to resume
+TRAIN_RUN_ONLY = ("kill_after_steps", "feature_cache_mb")
 
 
 @dataclass

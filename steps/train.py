@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import config_to_dict, load_config
+from asrlib.config import TRAIN_RUN_ONLY, config_to_dict, load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, cmvn_info, online_prior
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
@@ -48,7 +48,8 @@ def main(argv=None):
     cfg = load_config(a.config, a.overrides)
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
-    fp["train"].pop("kill_after_steps")
+    for key in TRAIN_RUN_ONLY:
+        fp["train"].pop(key)
     fp.update(cmvn_fingerprint(cfg.features))
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
@@ -79,6 +80,8 @@ def main(argv=None):
                           cmn=cmn, online_prior=online_prior(cfg.features))
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
+    for ds in (train_ds, dev_ds):
+        ds.preload(cfg.train.feature_cache_mb)
     vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
     model = build_model(feat_dim, vocab, cfg.model)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import config_to_dict, load_config
+from asrlib.config import TRAIN_RUN_ONLY, config_to_dict, load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint
 from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
@@ -51,7 +51,8 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
-    fp["train"].pop("kill_after_steps")
+    for key in TRAIN_RUN_ONLY:
+        fp["train"].pop(key)
     fp.update(cmvn_fingerprint(cfg.features))
     if is_done(done, fingerprint=fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
@@ -74,6 +75,8 @@ def main(argv=None):
                                   cmn=cmn)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
+    for ds in (train_ds, dev_ds):
+        ds.preload(cfg.train.feature_cache_mb)
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
     model = build_model(feat_dim, num_pdfs, cfg.model)
     log.info("CE model: %d parameters, %d pdf targets; %d train utts (%.0f s), %d dev utts", count_parameters(model),

@@ -125,3 +125,25 @@ def _subset(make, n, seed):
     d = make()
     d.keep_random(n, seed)
     return [u.utt for u in d.utts]
+
+
+def test_preload_keeps_the_same_normalised_features_and_reads_no_archive_after(tmp_path):
+    import numpy as np
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
+    fb = setup / "fbank" / "train"
+
+    def dataset():
+        return CtcDataset(fb / "feats.scp", setup / "data" / "train" / "text", setup / "lang", fb / "cmvn.scp", 3,
+                          online_prior=50.0)
+
+    ref, ds = dataset(), dataset()
+    mb = ds.total_frames() * 20 * 4 / 2**20
+    assert not ds.preload(mb / 2) and not ds.preload(0)            # too big for the budget / switched off: streamed
+    assert ds.preload(mb * 2)
+
+    class NoReads:
+        def __getitem__(self, key):
+            raise AssertionError(f"archive read for {key} after preload")
+    ds.reader = NoReads()
+    for u in ref.utts:
+        assert np.array_equal(ds.features(u.utt), ref.features(u.utt))

@@ -78,3 +78,17 @@ def test_link_checkpoint_replaces_only_its_own_path(tmp_path):
     assert load_checkpoint(tmp_path / "epoch-1.pt") == {"step": 1}
     assert load_checkpoint(tmp_path / "latest.pt") == {"step": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-1.pt", "latest.pt"]   # no temporary left
+
+
+@pytest.mark.parametrize("scale", [0.01, 100.0], ids=["within", "clipped"])
+def test_clip_gradients_equals_torch_bit_for_bit(scale):
+    from asrlib.train.trainer import clip_gradients
+    torch.manual_seed(0)
+    a, b = torch.nn.LSTM(8, 16, 2), torch.nn.LSTM(8, 16, 2)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(5, 3, 8) * scale
+    for m in (a, b):
+        (m(x)[0] ** 2).sum().mul(scale).backward()
+    ref = torch.nn.utils.clip_grad_norm_(a.parameters(), 5.0)
+    assert clip_gradients(b, 5.0) == float(ref) and (float(ref) > 5.0) == (scale > 1)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))

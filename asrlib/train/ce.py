@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from asrlib.features.cmvn import Cmvn, load_cmvn, open_features
+from asrlib.features.cmvn import load_cmvn
 from asrlib.io_utils import AsrError, PathLike, read_table, write_table
 from asrlib.kaldi_io import read_int_vectors
 from asrlib.train.criterion import Criterion
-from asrlib.train.data import Utterance
+from asrlib.train.data import FeatureSet, Utterance
 
 log = logging.getLogger(__name__)
 IGNORE = -100
@@ -38,7 +38,7 @@ def _reasons(path: Path) -> Dict[str, str]:
     return {u: r for u, r in read_table(path)} if path.is_file() else {}
 
 
-class FrameTargetDataset:
+class FrameTargetDataset(FeatureSet):
     """Utterances with features (global CMVN) and per-frame class targets from an alignment directory.
 
     Utterances with features but no alignment (with the aligner's reason when its ``excluded.txt`` gives one), a
@@ -50,8 +50,7 @@ class FrameTargetDataset:
                  excluded_path: Optional[PathLike] = None, max_frames: int = 3000, stack: int = 3,
                  cmn: str = ""):
         ali_dir = Path(ali_dir)
-        self.reader = open_features(feats_scp, cmn)
-        self.cmvn: Cmvn = load_cmvn(cmvn_scp)
+        self._init_features(Path(feats_scp), cmn, load_cmvn(cmvn_scp))
         targets = read_int_vectors(ali_dir / "pdf.scp")
         why = _reasons(ali_dir / "excluded.txt")
         u2n = Path(feats_scp).parent / "utt2num_frames"
@@ -88,13 +87,6 @@ class FrameTargetDataset:
         if not self.utts:
             raise AsrError(f"no utterance of {feats_scp} has a usable alignment in {ali_dir}; see {excluded_path}")
         self.by_id = {u.utt: u for u in self.utts}
-
-    def features(self, utt: str) -> np.ndarray:
-        return self.cmvn.apply(np.asarray(self.reader[utt], dtype=np.float32))
-
-    def total_frames(self) -> int:
-        return sum(u.num_frames for u in self.utts)
-
 
 class CeCriterion(Criterion):
     """Frame cross-entropy at the network's frame rate; dev metric ``frame_acc`` (fraction of frames correct)."""

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from asrlib.features.cmvn import Cmvn, load_cmvn, open_features
 from asrlib.io_utils import AsrError, read_table, write_table
@@ -53,7 +55,52 @@ class Utterance:
     token_ids: List[int]
 
 
-class CtcDataset:
+class FeatureSet:
+    """Normalised features of a set's utterances, read from a Kaldi archive, optionally kept in memory; the
+    datasets' shared part (``reader``, ``cmvn``, ``utts`` and ``name`` are set by the subclass)."""
+
+    reader: "object"
+    cmvn: Cmvn
+    utts: List["Utterance"]
+    name: str = ""
+    _cache: Dict[str, np.ndarray]
+
+    def _init_features(self, feats_scp: Path, cmn: str, cmvn: Cmvn) -> None:
+        self.reader = open_features(feats_scp, cmn)
+        self.cmvn = cmvn
+        self.name = str(feats_scp)
+        self._cache = {}
+
+    def features(self, utt: str) -> np.ndarray:
+        """The utterance's normalised features (callers must not modify them: they may be the cached array)."""
+        cached = self._cache.get(utt)
+        if cached is not None:
+            return cached
+        return self.cmvn.apply(np.asarray(self.reader[utt], dtype=np.float32))
+
+    def preload(self, max_mb: float) -> bool:
+        """Read and normalise every utterance's features once and keep them in memory if they fit in ``max_mb``
+        (float32; <= 0: never); an epoch then reads no archive. The same arrays as :meth:`features` would make, so
+        training is bit for bit the same. Returns whether the set was loaded."""
+        dim = self.features(self.utts[0].utt).shape[1]
+        mb = self.total_frames() * dim * 4 / 2**20
+        if not 0 < mb <= max_mb:
+            if max_mb > 0:
+                log.info("features of %s: %.0f MB > train.feature_cache_mb %.0f: read from the archives each batch",
+                         self.name, mb, max_mb)
+            return False
+        t0 = time.perf_counter()
+        self._cache = {u.utt: self.features(u.utt) for u in tqdm(self.utts, desc=f"loading {self.name}",
+                                                                  unit="utt", mininterval=2.0, leave=False)}
+        log.info("features of %s in memory: %d utterances, %.0f MB, read in %.1f s", self.name, len(self._cache), mb,
+                 time.perf_counter() - t0)
+        return True
+
+    def total_frames(self) -> int:
+        return sum(u.num_frames for u in self.utts)
+
+
+class CtcDataset(FeatureSet):
     """Utterances with features, normalised by global CMVN (after the mean normalisation ``cmn``, if any; before
     the online one when ``online_prior`` is given), and CTC targets.
 
@@ -64,8 +111,7 @@ class CtcDataset:
     def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
                  excluded_path: Optional[Path] = None, max_frames: int = 3000, cmn: str = "",
                  online_prior: Optional[float] = None):
-        self.reader = open_features(feats_scp, cmn)
-        self.cmvn: Cmvn = load_cmvn(cmvn_scp, online_prior=online_prior)
+        self._init_features(Path(feats_scp), cmn, load_cmvn(cmvn_scp, online_prior=online_prior))
         lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
         tokens = read_token_ids(Path(lang_dir) / "tokens.txt")
         num_frames = self._num_frames(Path(feats_scp))
@@ -107,12 +153,6 @@ class CtcDataset:
         if u2n.is_file():
             return {k: int(v) for k, v in read_table(u2n)}
         return {k: self.reader[k].shape[0] for k, _ in read_table(feats_scp)}
-
-    def features(self, utt: str) -> np.ndarray:
-        return self.cmvn.apply(np.asarray(self.reader[utt], dtype=np.float32))
-
-    def total_frames(self) -> int:
-        return sum(u.num_frames for u in self.utts)
 
     def keep_random(self, n: int, seed: int) -> None:
         """Keep a seeded random ``n`` of the usable utterances (all of them when ``n`` <= 0 or >= their number)."""

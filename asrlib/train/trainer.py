@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from asrlib.config import RecipeConfig, TrainConfig
+from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig
 from asrlib.io_utils import AsrError, atomic_open
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import (latest_checkpoint, link_checkpoint, load_checkpoint, rng_state, save_checkpoint,
@@ -58,6 +58,16 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: in
 def ctc_loss(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> tuple:
     """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
     return CtcCriterion().loss(model, batch)
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:
+    """torch's ``clip_grad_norm_``, bit for bit, without its pass over every gradient when nothing is clipped (torch
+    multiplies by its coefficient clamped to 1.0 then). Returns the total norm."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    if not bool(max_norm / (norm + 1e-6) >= 1.0):   # torch's own coefficient; NaN clips as in torch
+        torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
+    return float(norm)
 
 
 def _restart_count() -> int:
@@ -129,7 +139,8 @@ class Trainer:
             new = dataclasses.asdict(getattr(self.cfg, section))
             # settings added to the config since the checkpoint was written count as their defaults
             old = {**dataclasses.asdict(type(getattr(self.cfg, section))()), **st["config"][section]}
-            old.pop("kill_after_steps", None), new.pop("kill_after_steps", None)
+            for key in TRAIN_RUN_ONLY:
+                old.pop(key, None), new.pop(key, None)
             if old != new:
                 diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
                 raise AsrError(f"{ck} was written with other {section} settings {diff} (old, new): "
@@ -157,7 +168,7 @@ class Trainer:
             total, frames, n_in = 0.0, 0, 0
         if self.algo.after_backward(self.model, has_data=bool(utt_ids)):  # False: no update this step
             if self.tcfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tcfg.grad_clip)
+                clip_gradients(self.model, self.tcfg.grad_clip)
             self.optimizer.step()
         self.scheduler.step()
         self.step += 1

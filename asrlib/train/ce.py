@@ -88,6 +88,7 @@ class FrameTargetDataset(FeatureSet):
             raise AsrError(f"no utterance of {feats_scp} has a usable alignment in {ali_dir}; see {excluded_path}")
         self.by_id = {u.utt: u for u in self.utts}
 
+
 class CeCriterion(Criterion):
     """Frame cross-entropy at the network's frame rate; dev metric ``frame_acc`` (fraction of frames correct)."""
 

@@ -183,8 +183,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from asrlib.decode.search import TlgDecoder
-    from asrlib.export.bundle import SHERPA_BEAM, SherpaRecognizer, read_wav
+    from asrlib.export.bundle import SherpaRecognizer, read_wav, sherpa_search
     from asrlib.export.prune import load_compressed
     from asrlib.export.runtime import OnnxAcousticModel
     from asrlib.export.streaming import StreamingRecognizer
@@ -233,7 +232,7 @@ def main(argv=None) -> int:
     R["pruned_int8_speedup"] = speedup(secs, "fp32", "pruned int8")
     R["pruned_fp32_to_int8_speedup"] = speedup(secs, "pruned fp32", "pruned int8")
     R["recurrence"] = {n: runners_meta.get(n, "") for n in onnx_models}
-    dec = TlgDecoder(bundle, beam=SHERPA_BEAM, max_active=3000)
+    dec = sherpa_search(bundle)
     R["wer"] = {n: wer(refs, {k: dec.decode(logprobs[n][k]) for k in keys}) for n in runners}
 
     # ---- end to end on WAVs: ours (streaming, 320 ms chunks) vs sherpa-onnx, interleaved

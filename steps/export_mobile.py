@@ -103,14 +103,13 @@ FILE_TAG = {"pruned": "pruned", "int8": "baseline"}   # export.bundle_model -> i
 
 def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
     """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings."""
-    from asrlib.decode.search import TlgDecoder
-    from asrlib.export.bundle import SHERPA_BEAM
+    from asrlib.export.bundle import sherpa_search
     from asrlib.io_utils import read_table
     from asrlib.kaldi_io import MatrixReader
     from asrlib.score import score
 
     am, feats = OnnxAcousticModel(model), MatrixReader(feats_scp)
-    dec = TlgDecoder(lang_dir, beam=SHERPA_BEAM, max_active=3000)
+    dec = sherpa_search(lang_dir)
     refs = {u: t for u, t in read_table(text) if u in feats}
     if not refs:
         raise AsrError(f"{text} and {feats_scp} share no utterance: cannot measure the dev WER of {model}")

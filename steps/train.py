@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import TRAIN_RUN_ONLY, config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, cmvn_info, online_prior
+from asrlib.config import load_config
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
@@ -28,7 +28,7 @@ from asrlib.train.algo import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.data import CtcDataset, read_token_ids
-from asrlib.train.trainer import Trainer
+from asrlib.train.trainer import Trainer, train_fingerprint
 
 log = logging.getLogger("train")
 
@@ -47,10 +47,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
     done = a.exp_dir / ".train.done"
-    fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train)}
-    for key in TRAIN_RUN_ONLY:
-        fp["train"].pop(key)
-    fp.update(cmvn_fingerprint(cfg.features))
+    fp = train_fingerprint(cfg)
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
     if cfg.train.init == "random":

@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import TRAIN_RUN_ONLY, config_to_dict, load_config
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint
+from asrlib.config import load_config
+from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargetDataset
 from asrlib.train.checkpoint import seed_everything
-from asrlib.train.trainer import Trainer
+from asrlib.train.trainer import Trainer, train_fingerprint
 
 log = logging.getLogger("train_ce")
 
@@ -49,11 +49,8 @@ def main(argv=None):
         raise AsrError(f"{info_path} does not exist; run steps.align first")
     ali_info = json.loads(info_path.read_text())
     done = a.exp_dir / ".train.done"
-    fp = {"model": config_to_dict(cfg.model), "train": config_to_dict(cfg.train),
+    fp = {**train_fingerprint(cfg),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
-    for key in TRAIN_RUN_ONLY:
-        fp["train"].pop(key)
-    fp.update(cmvn_fingerprint(cfg.features))
     if is_done(done, fingerprint=fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0

@@ -38,9 +38,18 @@ log = logging.getLogger(__name__)
 BUNDLE_FORMAT = "asrlib-mobile-bundle"
 BUNDLE_VERSION = 1
 SHERPA_BEAM = 16.0  # kaldi-decoder FasterDecoderOptions default; sherpa-onnx does not expose it
+SHERPA_MAX_ACTIVE = 3000
 REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words.txt", "TLG.fst")
 OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of asrlib < 0.2 lack it)
 
+
+
+def sherpa_search(lang_dir: PathLike):
+    """The TLG search that sherpa-onnx's CTC FST decoder runs on a bundle: its fixed beam and max-active, acoustic
+    scale 1, no blank penalty (a :class:`asrlib.decode.search.TlgDecoder`)."""
+    from asrlib.decode.search import TlgDecoder
+
+    return TlgDecoder(lang_dir, beam=SHERPA_BEAM, max_active=SHERPA_MAX_ACTIVE)
 
 def _copy(src: Path, dst: Path) -> None:
     if not src.is_file():
@@ -94,7 +103,8 @@ def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: Path
     info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
             "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
             "cmvn": "folded+online" if online_cmn else "folded",
-            "decode": {"beam": SHERPA_BEAM, "max_active": 3000, **(decode or {})}, "files": files, **(extra or {})}
+            "decode": {"beam": SHERPA_BEAM, "max_active": SHERPA_MAX_ACTIVE, **(decode or {})}, "files": files,
+            **(extra or {})}
     write_json(out / "bundle.json", info)
     return Bundle(out, info)
 
@@ -190,7 +200,7 @@ def read_wav(path: PathLike, expected_rate: int) -> np.ndarray:
 class SherpaRecognizer:
     """sherpa-onnx's offline recogniser with its CTC FST decoder on a bundle; words mapped through words.txt."""
 
-    def __init__(self, bundle_dir: PathLike, num_threads: int = 1, max_active: int = 3000):
+    def __init__(self, bundle_dir: PathLike, num_threads: int = 1, max_active: int = SHERPA_MAX_ACTIVE):
         import sherpa_onnx
 
         self.bundle = check_bundle(bundle_dir)  # sherpa-onnx exits the process on a missing file: check first
@@ -250,7 +260,7 @@ CTC frame per {10 * subsampling} ms.
 import sherpa_onnx, soundfile as sf
 rec = sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
     model="model.int8.onnx", tokens="tokens.txt", num_threads=1, sample_rate={sample_rate},
-    feature_dim={feat_dim}, ctc_graph="TLG.fst", ctc_max_active=3000)
+    feature_dim={feat_dim}, ctc_graph="TLG.fst", ctc_max_active={SHERPA_MAX_ACTIVE})
 samples, sr = sf.read("audio.wav", dtype="float32")
 s = rec.create_stream(); s.accept_waveform(sr, samples); rec.decode_stream(s)
 id2word = dict((int(i), w) for w, i in (l.split() for l in open("words.txt")))
@@ -259,7 +269,7 @@ print(" ".join(id2word[w] for w in s.result.words))   # result.text holds tokens
 sherpa-onnx's timestamps assume subsampling 4; multiply them by {subsampling}/4.
 The C++ command line takes the same fields (option names of sherpa-onnx's sources; the binary is not part of the
 Python wheel, so this line is untested here): `sherpa-onnx-offline --zipformer-ctc-model=model.int8.onnx
---tokens=tokens.txt --ctc.graph=TLG.fst --ctc.max-active=3000 --feat-dim={feat_dim} --num-threads=1 audio.wav`
+--tokens=tokens.txt --ctc.graph=TLG.fst --ctc.max-active={SHERPA_MAX_ACTIVE} --feat-dim={feat_dim} --num-threads=1 audio.wav`
 (prints the token text; map word ids with words.txt).
 
 Batching several utterances in one call works (sherpa-onnx pads with log(1e-10)); the int8 model quantizes each

@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from asrlib.export.bundle import SHERPA_BEAM, Bundle, check_audio, check_bundle
+from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_audio, check_bundle
 from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.io_utils import AsrError, PathLike
 
@@ -75,7 +75,7 @@ class StreamingRecognizer:
     streaming ONNX model with the same signature (e.g. fp32, for comparisons)."""
 
     def __init__(self, bundle_dir: PathLike, model: str = "int8", num_threads: int = 1, beam: float = SHERPA_BEAM,
-                 max_active: int = 3000, acoustic_scale: float = 1.0, blank_penalty: float = 0.0):
+                 max_active: int = SHERPA_MAX_ACTIVE, acoustic_scale: float = 1.0, blank_penalty: float = 0.0):
         from asrlib.kaldi_imports import kaldi_decoder
 
         from asrlib.lang.graphs import read_fst
@@ -181,7 +181,7 @@ class Stream:
 
 
 def recognize_whole(bundle_dir: PathLike, samples: np.ndarray, sample_rate: int, model: Optional[PathLike] = None,
-                    beam: float = SHERPA_BEAM, max_active: int = 3000) -> Tuple[List[str], np.ndarray]:
+                    beam: float = SHERPA_BEAM, max_active: int = SHERPA_MAX_ACTIVE) -> Tuple[List[str], np.ndarray]:
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
     ``model``) → TLG search. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder

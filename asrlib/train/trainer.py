@@ -19,7 +19,8 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig
+from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
+from asrlib.features.cmvn import cmvn_fingerprint
 from asrlib.io_utils import AsrError, atomic_open
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import (latest_checkpoint, link_checkpoint, load_checkpoint, rng_state, save_checkpoint,
@@ -58,6 +59,15 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: in
 def ctc_loss(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> tuple:
     """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
     return CtcCriterion().loss(model, batch)
+
+
+def train_fingerprint(cfg: RecipeConfig) -> dict:
+    """What a training stage's ``.done`` marker records of the config: the model and train sections without the
+    :data:`~asrlib.config.TRAIN_RUN_ONLY` settings, and the normalisation (:func:`cmvn_fingerprint`)."""
+    train = config_to_dict(cfg.train)
+    for key in TRAIN_RUN_ONLY:
+        train.pop(key)
+    return {"model": config_to_dict(cfg.model), "train": train, **cmvn_fingerprint(cfg.features)}
 
 
 def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:

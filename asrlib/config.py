@@ -6,6 +6,7 @@ valid keys, so a typo in a recipe config never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,8 @@ class FeatureConfig:
 
 @dataclass
 class LangConfig:
-    grammar: str = "digit_loop"   # digit_loop | one_word (isolated words: exactly one per utterance) | arpa
+    grammar: str = "digit_loop"   # digit_loop | one_word (isolated words: exactly one per utterance) | words_N
+    #                               (known length: exactly N words, TIDIGITS' known-length condition) | arpa
     arpa: Optional[str] = None    # path to an ARPA LM when grammar == arpa
     ngram_order: int = 3
     # grammar == arpa without an arpa: steps.prepare_lang estimates <lang_dir>/lm_<order>gram.arpa (interpolated
@@ -167,6 +169,9 @@ class DecodeConfig:
     max_active: int = 3000
     acoustic_scale: float = 1.0
     blank_penalty: float = 0.0
+    # an utterance whose search ends in no final state of TLG (possible only with a grammar whose start is not
+    # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
+    retry_beam: float = 40.0
     num_threads: int = 1
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
@@ -204,7 +209,20 @@ class ClusterConfig:
 
 CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
 BUNDLE_MODELS = ("auto", "pruned", "int8")   # export.bundle_model (steps.export_mobile)
-GRAMMARS = ("digit_loop", "one_word", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
+GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
+
+
+def known_length(grammar: str) -> Optional[int]:
+    """The word count N of a known-length grammar ``words_N`` (``one_word`` = ``words_1``); None for the others."""
+    if grammar == "one_word":
+        return 1
+    m = re.fullmatch(r"words_([1-9][0-9]{0,2})", grammar)
+    return int(m.group(1)) if m else None
+
+
+def is_grammar(grammar: str) -> bool:
+    """Whether ``grammar`` names a G that :func:`asrlib.lang.graphs.build_tlg` builds (``words_N``: N = 1..999)."""
+    return grammar in GRAMMARS and grammar != "words_N" or known_length(grammar) is not None
 
 
 @dataclass
@@ -307,8 +325,8 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
         raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
     for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)
                                                              for k, v in cfg.decode.set_grammars.items()]:
-        if g not in GRAMMARS:   # said at load time, not when stage 3 or 5 reaches it
-            raise AsrError(f"{path}: {where} must be one of {', '.join(GRAMMARS)}, got {g!r}")
+        if not is_grammar(g):   # said at load time, not when stage 3 or 5 reaches it
+            raise AsrError(f"{path}: {where} must be one of {', '.join(GRAMMARS)} (N = 1..999), got {g!r}")
     return cfg
 
 

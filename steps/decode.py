@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from asrlib.cli import add_config_args, run_main
+from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
 from asrlib.io_utils import is_done, mark_done, read_table, write_table
 from asrlib.kaldi_io import MatrixReader
+
+log = logging.getLogger("decode")
 
 
 def make_decoder(method: str, lang_dir: Path, cfg):
@@ -27,7 +30,7 @@ def make_decoder(method: str, lang_dir: Path, cfg):
     if method == "greedy":
         return GreedyWordDecoder(lang_dir)
     return TlgDecoder(lang_dir, beam=cfg.beam, max_active=cfg.max_active, acoustic_scale=cfg.acoustic_scale,
-                      blank_penalty=cfg.blank_penalty)
+                      blank_penalty=cfg.blank_penalty, retry_beam=cfg.retry_beam)
 
 
 def main(argv=None):
@@ -38,6 +41,7 @@ def main(argv=None):
     p.add_argument("--lang-dir", type=Path, required=True)
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
+    setup_logging()
     cfg = load_config(a.config, a.overrides).decode
     done = a.out_dir / ".decode.done"
     fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir)}
@@ -46,14 +50,22 @@ def main(argv=None):
         return 0
     decoder = make_decoder(a.method, a.lang_dir, cfg)
     reader = MatrixReader(a.logprobs)
-    hyps, frames, t0 = [], 0, time.perf_counter()
+    hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
     for utt, _ in tqdm(read_table(a.logprobs), desc=f"decode {a.method}", unit="utt", mininterval=2.0):
         lp = np.asarray(reader[utt], dtype=np.float32)
         frames += lp.shape[0]
         hyps.append((utt, " ".join(decoder.decode(lp))))
+        if not getattr(decoder, "reached_final", True):
+            no_final.append((utt, f"no final state of TLG within retry beam {cfg.retry_beam}: best partial path"))
     elapsed = time.perf_counter() - t0
     write_table(a.out_dir / "hyp.txt", hyps)
     info = {"method": a.method, "utterances": len(hyps), "frames": frames, "search_seconds": elapsed}
+    if a.method == "tlg":
+        write_table(a.out_dir / "no_final.txt", no_final)
+        info.update(retries=decoder.retries, no_final=len(no_final))
+        if no_final:
+            log.warning("%d of %d utterances reached no final state of %s (partial hypotheses; see %s)",
+                        len(no_final), len(hyps), a.lang_dir / "TLG.fst", a.out_dir / "no_final.txt")
     mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0

@@ -47,6 +47,11 @@ def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
         load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars=[one_word]"])
     with pytest.raises(AsrError, match=r"decode\.set_grammars\.test must be one of .*got 'one_wrd'"):
         load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: one_wrd}"])   # a typo: at load
+    assert set_lang_dir("data/lang", load_config(ROOT / "recipes/digits/config.yaml", [
+        "decode.set_grammars={test: words_8}"]).decode, "test") == Path("data/lang_words_8")   # known length
+    for bad in ("words_0", "words_N", "words_08", "words_1000"):
+        with pytest.raises(AsrError, match=r"decode\.set_grammars\.test must be one of"):
+            load_config(ROOT / "recipes/digits/config.yaml", [f"decode.set_grammars={{test: {bad}}}"])
     with pytest.raises(AsrError, match=r"lang\.grammar must be one of"):
         load_config(ROOT / "recipes/digits/config.yaml", ["lang.grammar=loop"])
 

@@ -133,3 +133,41 @@ def test_one_word_grammar_gives_exactly_one_word(tmp_path, lang):
     assert len(dec.decode(blank)) == 1
     assert TlgDecoder(lang).decode(peaky(word_frames(lang, ["FOUR", "NINE"]), n)) == ["FOUR", "NINE"]  # the loop
     assert TlgDecoder(lang).decode(blank) == []
+
+
+def test_known_length_grammar_gives_exactly_n_words(tmp_path, lang):
+    """lang.grammar words_N (known length): three clear words give those three; two spoken words still give
+    three (the extra one where it costs least), four give three; the word loop gives what was spoken."""
+    write_lang_files(tmp_path, build_lexicon(DIGITS))
+    build_tlg(tmp_path, grammar="words_3")
+    n = len(read_tokens(tmp_path / "tokens.txt"))
+    dec = TlgDecoder(tmp_path)
+    assert dec.decode(peaky(word_frames(tmp_path, ["SEVEN", "OH", "TWO"]), n)) == ["SEVEN", "OH", "TWO"]
+    two = peaky(word_frames(tmp_path, ["FOUR", "NINE"]), n)
+    assert len(dec.decode(two)) == 3 and TlgDecoder(lang).decode(two) == ["FOUR", "NINE"]
+    assert len(dec.decode(peaky(word_frames(tmp_path, ["ONE", "SIX", "TWO", "EIGHT"]), n))) == 3
+    assert dec.reached_final and dec.retries == 0
+    with pytest.raises(AsrError, match="words_N"):
+        build_tlg(tmp_path, grammar="words_0")
+
+
+def test_retry_beam_reaches_the_final_state_a_narrow_beam_misses(tmp_path):
+    """Two clear words under words_4: within beam 12 every path with four words is pruned, so the search ends in
+    a non-final state (the partial path, flagged); the retry beam finds four words; a path beyond even the retry
+    beam stays partial and flagged."""
+    write_lang_files(tmp_path, build_lexicon(DIGITS))
+    build_tlg(tmp_path, grammar="words_4")
+    n = len(read_tokens(tmp_path / "tokens.txt"))
+    two = peaky(word_frames(tmp_path, ["FOUR", "NINE"], blanks=2), n)
+    narrow = TlgDecoder(tmp_path)
+    assert narrow.decode(two) == ["FOUR", "NINE"] and not narrow.reached_final and narrow.retries == 0
+    retry = TlgDecoder(tmp_path, retry_beam=40.0)
+    words = retry.decode(two)
+    assert len(words) == 4 and retry.reached_final and retry.retries == 1
+    assert retry.decode(peaky(word_frames(tmp_path, ["FOUR", "NINE", "OH", "TWO"]), n)) == ["FOUR", "NINE", "OH",
+                                                                                            "TWO"]
+    assert retry.retries == 1                                   # a search that reaches a final state is not retried
+    build_tlg(tmp_path, grammar="words_5")
+    far = two.copy()
+    far[far == OFF] = -15.0
+    assert TlgDecoder(tmp_path, retry_beam=40.0).decode(far) == ["FOUR", "NINE"]

@@ -108,10 +108,15 @@ class TlgDecoder:
     ``acoustic_scale`` multiplies the log-probabilities (DecodableCtc has no scale option); ``blank_penalty`` is
     subtracted from the blank column before scaling (> 0 makes deletions less likely). ``frames_searched`` and
     ``search_seconds`` accumulate over calls, for real-time factors.
+
+    A search whose surviving tokens are all in non-final states (a known-length grammar, ``one_word`` or
+    ``words_N``, under a peaky model) is run again with ``retry_beam`` (> ``beam``; 0 = no retry), like Kaldi's
+    aligners; ``reached_final`` says whether the last utterance's best path ends in a final state (if not, it is the
+    best partial path, as Kaldi's decoders output with --allow-partial) and ``retries`` counts the second searches.
     """
 
     def __init__(self, lang_dir: PathLike, beam: float = 12.0, max_active: int = 3000,
-                 acoustic_scale: float = 1.0, blank_penalty: float = 0.0):
+                 acoustic_scale: float = 1.0, blank_penalty: float = 0.0, retry_beam: float = 0.0):
         self.lang_dir = Path(lang_dir)
         self.tokens = read_tokens(self.lang_dir / "tokens.txt")
         self.id2word = read_words(self.lang_dir / "words.txt")
@@ -120,8 +125,14 @@ class TlgDecoder:
         self.acoustic_scale, self.blank_penalty = float(acoustic_scale), float(blank_penalty)
         opts = kaldi_decoder.FasterDecoderOptions(beam=self.beam, max_active=self.max_active)
         self.decoder = kaldi_decoder.FasterDecoder(self.graph, opts)
+        self.retry_decoder = None
+        if retry_beam > self.beam:
+            self.retry_decoder = kaldi_decoder.FasterDecoder(self.graph, kaldi_decoder.FasterDecoderOptions(
+                beam=float(retry_beam), max_active=self.max_active))
         self.frames_searched = 0
         self.search_seconds = 0.0
+        self.reached_final = True
+        self.retries = 0
 
     def decode(self, logprobs: np.ndarray) -> List[str]:
         """Best word sequence for one utterance's ``[T, V]`` log-probabilities (float32 or float64)."""
@@ -134,9 +145,13 @@ class TlgDecoder:
             scores[:, 0] -= self.blank_penalty
         if self.acoustic_scale != 1.0:
             scores *= self.acoustic_scale
-        decodable = kaldi_decoder.DecodableCtc(scores)
-        self.decoder.decode(decodable)
-        ok, lattice = self.decoder.get_best_path()
+        decoder = self.decoder
+        decoder.decode(kaldi_decoder.DecodableCtc(scores))
+        if not decoder.reached_final() and self.retry_decoder is not None:
+            decoder, self.retries = self.retry_decoder, self.retries + 1
+            decoder.decode(kaldi_decoder.DecodableCtc(scores))
+        self.reached_final = decoder.reached_final()
+        ok, lattice = decoder.get_best_path()
         words: List[str] = []
         if ok:
             ok, _, olabels, _ = kaldifst.get_linear_symbol_sequence(lattice)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from asrlib.config import GRAMMARS
+from asrlib.config import GRAMMARS, is_grammar, known_length
 from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
 from asrlib.kaldi_imports import kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
@@ -151,32 +151,37 @@ def make_lexicon_fst(entries: Sequence[Tuple[str, List[str], int]], tokens: Dict
     return fst
 
 
-def _word_grammar(words: Dict[str, int], loop: bool) -> kaldifst.StdVectorFst:
-    """Start state 0 and an arc per real word, each with the uniform cost ``log(number of words)``: back to state 0,
-    which is final (``loop``: any number of words), or to a final state 1 (exactly one word)."""
+def _word_grammar(words: Dict[str, int], count: Optional[int]) -> kaldifst.StdVectorFst:
+    """An arc per real word, each with the uniform cost ``log(number of words)``. ``count`` None: one state, start
+    and final, looping (any number of words); else a chain of ``count`` + 1 states, the last one final (exactly
+    ``count`` words)."""
     import math
 
     real = sorted(i for w, i in words.items() if w not in SPECIAL_WORDS)
     cost = math.log(len(real))
     fst = kaldifst.StdVectorFst()
     fst.add_state()
-    end = 0 if loop else fst.add_state()
     fst.start = 0
-    fst.set_final(end, 0.0)
-    for i in real:
-        fst.add_arc(0, kaldifst.StdArc(i, i, cost, end))
+    state = 0
+    for _ in range(count or 1):
+        nxt = state if count is None else fst.add_state()
+        for i in real:
+            fst.add_arc(state, kaldifst.StdArc(i, i, cost, nxt))
+        state = nxt
+    fst.set_final(state, 0.0)
     return fst
 
 
 def make_word_loop(words: Dict[str, int]) -> kaldifst.StdVectorFst:
     """G for ``grammar: digit_loop``: one state, start and final, a loop over every real word."""
-    return _word_grammar(words, loop=True)
+    return _word_grammar(words, None)
 
 
-def make_one_word(words: Dict[str, int]) -> kaldifst.StdVectorFst:
-    """G for ``grammar: one_word`` (isolated-word recognition, e.g. FSDD's single digits): exactly one word of the
-    vocabulary per utterance."""
-    return _word_grammar(words, loop=False)
+def make_known_length(words: Dict[str, int], count: int) -> kaldifst.StdVectorFst:
+    """G for ``grammar: words_N`` (TIDIGITS' known-length condition: every utterance has N words, e.g. yesno's 8)
+    and ``one_word`` (= ``words_1``, isolated-word recognition such as FSDD's single digits): exactly ``count``
+    words of the vocabulary."""
+    return _word_grammar(words, count)
 
 
 def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:
@@ -207,8 +212,8 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kald
 def check_grammar(grammar: str, arpa: Optional[PathLike], lm_text: Sequence[PathLike] = ()) -> None:
     """AsrError unless ``grammar`` is known and, for ``arpa``, the ARPA file exists or, without one, the texts
     ``lm_text`` to estimate it from do."""
-    if grammar not in GRAMMARS:
-        raise AsrError(f"lang.grammar must be one of {', '.join(GRAMMARS)}, got '{grammar}'")
+    if not is_grammar(grammar):
+        raise AsrError(f"lang.grammar must be one of {', '.join(GRAMMARS)} (N = 1..999), got '{grammar}'")
     if grammar == "arpa":
         if not arpa and not lm_text:
             raise AsrError("lang.grammar is 'arpa' but neither lang.arpa (path of an ARPA file) nor lang.lm_text "
@@ -228,7 +233,7 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
 
     ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
     :func:`asrlib.lang.lexicon.write_lang_files`). ``grammar`` is ``digit_loop`` (uniform word loop), ``one_word``
-    (exactly one word: isolated-word tasks) or ``arpa``
+    (exactly one word: isolated-word tasks), ``words_N`` (exactly N words: a known-length task) or ``arpa``
     (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). With ``arpa`` unset, the ``ngram_order``-gram is
     first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
     (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
@@ -260,8 +265,8 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     L = make_lexicon_fst(entries, tokens, words, disambig0)
     if grammar == "digit_loop":
         G = make_word_loop(words)
-    elif grammar == "one_word":
-        G = make_one_word(words)
+    elif known_length(grammar):
+        G = make_known_length(words, known_length(grammar))
     else:
         if not arpa:
             arpa = lang_dir / f"lm_{ngram_order}gram.arpa"

@@ -252,10 +252,19 @@ def remove_stale_temps(directory: PathLike) -> List[Path]:
 
 
 # ---------------------------------------------------------------- stage markers
-def is_done(marker: PathLike, fingerprint: dict | None = None) -> bool:
+def _with_defaults(old, defaults):
+    """``old`` with every key it lacks (at any depth) taken from ``defaults``."""
+    if not isinstance(old, dict) or not isinstance(defaults, dict):
+        return old
+    return {**defaults, **{k: _with_defaults(v, defaults.get(k)) for k, v in old.items()}}
+
+
+def is_done(marker: PathLike, fingerprint: dict | None = None, defaults: dict | None = None) -> bool:
     """True when the stage's marker exists and (if given) was written with the same settings ``fingerprint``.
 
     A marker written with other settings (e.g. the grammar changed in the config) makes the stage run again.
+    ``defaults``: the fingerprint of the default settings; a setting the marker lacks (added to the config since
+    it was written) counts as its default, so a new option left at its default does not redo finished work.
     """
     marker = Path(marker)
     if not marker.is_file():
@@ -266,7 +275,10 @@ def is_done(marker: PathLike, fingerprint: dict | None = None) -> bool:
         old = json.loads(marker.read_text()).get("_fingerprint")
     except (json.JSONDecodeError, AttributeError):
         old = None
-    if old != json.loads(json.dumps(fingerprint, sort_keys=True, default=str)):
+    new = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+    if defaults is not None and old is not None:
+        old = _with_defaults(old, json.loads(json.dumps(defaults, sort_keys=True, default=str)))
+    if old != new:
         logging.getLogger(__name__).warning("%s was made with other settings (%s, now %s): redoing the stage",
                                             marker, old, fingerprint)
         return False

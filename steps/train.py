@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import load_config
+from asrlib.config import RecipeConfig, load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.io_utils import AsrError, is_done, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
@@ -56,7 +56,7 @@ def main(argv=None):
         raise AsrError("train.init is 'ce': pass --init-model (the final.pt of steps.train_ce)")
     else:
         fp["init_model"] = str(a.init_model)
-    if is_done(done, fingerprint=fp):
+    if is_done(done, fingerprint=fp, defaults=train_fingerprint(RecipeConfig())):
         print(f"train: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import load_config
+from asrlib.config import RecipeConfig, load_config
 from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.io_utils import AsrError, is_done, mark_done
 from asrlib.models.lstm import build_model, count_parameters
@@ -51,7 +51,7 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {**train_fingerprint(cfg),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
-    if is_done(done, fingerprint=fp):
+    if is_done(done, fingerprint=fp, defaults=train_fingerprint(RecipeConfig())):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():

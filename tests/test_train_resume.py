@@ -92,3 +92,25 @@ def test_clip_gradients_equals_torch_bit_for_bit(scale):
     ref = torch.nn.utils.clip_grad_norm_(a.parameters(), 5.0)
     assert clip_gradients(b, 5.0) == float(ref) and (float(ref) > 5.0) == (scale > 1)
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_a_marker_from_before_a_new_setting_stays_complete_at_its_default(tmp_path):
+    """A .train.done written before train.noise_prob and train.dist.overlap existed (they are missing from its
+    fingerprint) still matches the same config with both at their defaults (no retraining after an upgrade); a
+    non-default value for a missing setting, or a changed existing one, does not match."""
+    from asrlib.config import RecipeConfig, load_config
+    from asrlib.io_utils import is_done, mark_done
+    from asrlib.train.trainer import train_fingerprint
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "recipes/digits/config.yaml")
+    old = train_fingerprint(cfg)
+    del old["train"]["noise_prob"], old["train"]["dist"]["overlap"]
+    marker = tmp_path / ".train.done"
+    mark_done(marker, {}, fingerprint=old)
+    defaults = train_fingerprint(RecipeConfig())
+    assert not is_done(marker, fingerprint=train_fingerprint(cfg))          # the strict comparison alone
+    assert is_done(marker, fingerprint=train_fingerprint(cfg), defaults=defaults)
+    for change in ("train.noise_prob=0.5", "train.dist.overlap=true", "train.epochs=3"):
+        changed = load_config(root / "recipes/digits/config.yaml", [change])
+        assert not is_done(marker, fingerprint=train_fingerprint(changed), defaults=defaults), change

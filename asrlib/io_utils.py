@@ -263,8 +263,9 @@ def is_done(marker: PathLike, fingerprint: dict | None = None, defaults: dict | 
     """True when the stage's marker exists and (if given) was written with the same settings ``fingerprint``.
 
     A marker written with other settings (e.g. the grammar changed in the config) makes the stage run again.
-    ``defaults``: the fingerprint of the default settings; a setting the marker lacks (added to the config since
-    it was written) counts as its default, so a new option left at its default does not redo finished work.
+    ``defaults``: the fingerprint of the default settings; a setting the marker or ``fingerprint`` lacks (added to
+    the config since the marker was written, or left out at its default) counts as its default, so a new option left
+    at its default does not redo finished work.
     """
     marker = Path(marker)
     if not marker.is_file():
@@ -276,8 +277,9 @@ def is_done(marker: PathLike, fingerprint: dict | None = None, defaults: dict | 
     except (json.JSONDecodeError, AttributeError):
         old = None
     new = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
-    if defaults is not None and old is not None:
-        old = _with_defaults(old, json.loads(json.dumps(defaults, sort_keys=True, default=str)))
+    if defaults is not None and old is not None:   # both sides: a setting either one leaves out is its default
+        defaults = json.loads(json.dumps(defaults, sort_keys=True, default=str))
+        old, new = _with_defaults(old, defaults), _with_defaults(new, defaults)
     if old != new:
         logging.getLogger(__name__).warning("%s was made with other settings (%s, now %s): redoing the stage",
                                             marker, old, fingerprint)

@@ -19,16 +19,16 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import RecipeConfig, load_config
+from asrlib.config import load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
-from asrlib.io_utils import AsrError, is_done, mark_done, write_json
+from asrlib.io_utils import AsrError, mark_done, write_json
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.algo import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.data import CtcDataset, read_token_ids
-from asrlib.train.trainer import Trainer, train_fingerprint
+from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
 log = logging.getLogger("train")
 
@@ -50,13 +50,11 @@ def main(argv=None):
     fp = train_fingerprint(cfg)
     if cfg.train.init not in ("random", "ce"):
         raise AsrError(f"train.init must be 'random' or 'ce', not '{cfg.train.init}'")
-    if cfg.train.init == "random":
-        fp["train"].pop("init")  # markers written before train.init existed stay valid
-    elif a.init_model is None:
-        raise AsrError("train.init is 'ce': pass --init-model (the final.pt of steps.train_ce)")
-    else:
+    if cfg.train.init == "ce":
+        if a.init_model is None:
+            raise AsrError("train.init is 'ce': pass --init-model (the final.pt of steps.train_ce)")
         fp["init_model"] = str(a.init_model)
-    if is_done(done, fingerprint=fp, defaults=train_fingerprint(RecipeConfig())):
+    if is_trained(done, fp):
         print(f"train: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():

@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 
 from asrlib.cli import add_config_args, run_main, setup_logging
-from asrlib.config import RecipeConfig, load_config
+from asrlib.config import load_config
 from asrlib.features.cmvn import check_cmvn_mode
-from asrlib.io_utils import AsrError, is_done, mark_done
+from asrlib.io_utils import AsrError, mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargetDataset
 from asrlib.train.checkpoint import seed_everything
-from asrlib.train.trainer import Trainer, train_fingerprint
+from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
 log = logging.getLogger("train_ce")
 
@@ -51,7 +51,7 @@ def main(argv=None):
     done = a.exp_dir / ".train.done"
     fp = {**train_fingerprint(cfg),
           "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
-    if is_done(done, fingerprint=fp, defaults=train_fingerprint(RecipeConfig())):
+    if is_trained(done, fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():

@@ -265,8 +265,8 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     L = make_lexicon_fst(entries, tokens, words, disambig0)
     if grammar == "digit_loop":
         G = make_word_loop(words)
-    elif known_length(grammar):
-        G = make_known_length(words, known_length(grammar))
+    elif count := known_length(grammar):
+        G = make_known_length(words, count)
     else:
         if not arpa:
             arpa = lang_dir / f"lm_{ngram_order}gram.arpa"

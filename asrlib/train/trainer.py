@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
 from asrlib.features.cmvn import cmvn_fingerprint
-from asrlib.io_utils import AsrError, atomic_open
+from asrlib.io_utils import AsrError, atomic_open, is_done
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import (latest_checkpoint, link_checkpoint, load_checkpoint, rng_state, save_checkpoint,
                                      set_rng_state)
@@ -68,6 +68,13 @@ def train_fingerprint(cfg: RecipeConfig) -> dict:
     for key in TRAIN_RUN_ONLY:
         train.pop(key)
     return {"model": config_to_dict(cfg.model), "train": train, **cmvn_fingerprint(cfg.features)}
+
+
+def is_trained(marker: Path, fingerprint: dict) -> bool:
+    """Whether a training stage's ``.done`` marker was written with the settings ``fingerprint`` (a
+    :func:`train_fingerprint`, perhaps with more keys); a setting either side lacks (added to the config since the
+    marker was written) counts as its default, so an upgrade neither refuses nor retrains a finished model."""
+    return is_done(marker, fingerprint=fingerprint, defaults=train_fingerprint(RecipeConfig()))
 
 
 def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:

@@ -9,7 +9,7 @@ import sys
 
 ROOT = workflow.basedir
 sys.path.insert(0, ROOT)
-from asrlib.config import lm_texts, load_config, set_lang_dir  # noqa: E402
+from asrlib.config import lm_texts, load_config, set_decode_methods, set_lang_dir  # noqa: E402
 
 RECIPE = os.path.join(ROOT, config.get("recipe", "recipes/digits"))
 CONFIG = os.path.abspath(config.get("recipe_config", os.path.join(RECIPE, "config.yaml")))
@@ -20,9 +20,10 @@ NJ = int(config.get("nj", RCFG.features.nj))
 PREPARE = f"local.{RCFG.data.corpus}"  # stage 1 of every recipe: python -m local.<data.corpus> (see asrlib/data/corpus.py)
 EVAL_SETS = list(RCFG.data.eval_sets)
 SETS = list(dict.fromkeys(["train", "dev"] + EVAL_SETS))  # dev: the training step logs its loss
-CTC_METHODS = ["greedy", "tlg"]
+CTC_METHODS = ["greedy", "tlg", "isolated"]   # rule decode; isolated: the sets with a one-word grammar
 INIT = RCFG.train.init  # random | ce: with ce the GMM, alignment and cross-entropy rules run before CTC training
-METHODS = CTC_METHODS + (["mono"] if INIT == "ce" else [])  # mono: the GMM-HMM decoded too (rule decode_gmm)
+# each eval set's searches (mono: the GMM-HMM, rule decode_gmm, with train.init: ce)
+DECODES = [f"{EXP}/decode_{s}_{m}/wer.json" for s in EVAL_SETS for m in set_decode_methods(RCFG, s)]
 MONO = config.get("mono", os.path.join(os.path.dirname(EXP) or ".", "mono"))  # GMM-HMM system (shared)
 ALI = MONO + "_ali"
 CE = config.get("ce", EXP + "_ce")  # cross-entropy model that initialises this experiment
@@ -102,11 +103,18 @@ rule lang:  # stage 3
     shell: "{PY} -m steps.prepare_lang --config {CONFIG} --text data/train/text --lang-dir data/lang"
 
 
-rule lang_grammar:  # stage 3, decode.set_grammars: the same lexicon with another grammar (e.g. one_word)
+# stage 3, decode.set_grammars / decode.set_words: the lang dir of an eval set with its own grammar or vocabulary
+SET_LANGS = {}  # its suffix (lang_<suffix>) -> one eval set it searches (sets sharing a dir share its settings)
+for _s in sorted(set(RCFG.decode.set_grammars) | set(RCFG.decode.set_words)):
+    SET_LANGS.setdefault(set_lang_dir("data/lang", RCFG.decode, _s).name[len("lang_"):], _s)
+
+
+rule lang_set:
     input: "data/train/.validated"
-    output: "data/lang_{g}/.done"
-    wildcard_constraints: g="|".join(sorted(set(RCFG.decode.set_grammars.values()))) or "(?!)"
-    shell: "{PY} -m steps.prepare_lang --config {CONFIG} --set lang.grammar={wildcards.g} --text data/train/text --lang-dir data/lang_{wildcards.g}"
+    output: "data/lang_{x}/.done"
+    wildcard_constraints: x="|".join(sorted(SET_LANGS)) or "(?!)"
+    params: eval_set=lambda w: SET_LANGS[w.x]
+    shell: "{PY} -m steps.prepare_lang --config {CONFIG} --eval-set {params.eval_set} --text data/train/text --lang-dir data/lang_{wildcards.x}"
 
 
 rule train_mono:  # stage 4, train.init: ce — monophone GMM-HMM (kaldi-hmm-gmm)
@@ -143,7 +151,7 @@ rule logprobs:  # stage 5
     shell: "{PY} -m steps.compute_logprobs --model {EXP}/final.pt --feats data/fbank/{wildcards.s}/feats.scp --out-dir {EXP}/logprobs_{wildcards.s}"
 
 
-def decode_lang(w):  # the lang dir that searches eval set w.s (decode.set_grammars, else data/lang)
+def decode_lang(w):  # the lang dir that searches eval set w.s (decode.set_grammars / set_words, else data/lang)
     return str(set_lang_dir("data/lang", RCFG.decode, w.s))
 
 
@@ -169,7 +177,7 @@ rule score:  # stage 6
 
 
 rule results:
-    input: expand(f"{EXP}/decode_{{s}}_{{m}}/wer.json", s=EVAL_SETS, m=METHODS)
+    input: DECODES
     output: f"{EXP}/RESULTS.md"
     shell: "{PY} -m steps.make_results --exp-dir {EXP}"
 

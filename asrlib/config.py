@@ -67,6 +67,10 @@ class LangConfig:
     # of the data dir, the lang dir's parent (data/lang -> data/): "train/text" = the training transcripts.
     lm_text: Union[str, List[str], None] = None
     lm_text_has_utt_ids: bool = False   # the texts are Kaldi `text` files: the first column is an utterance id
+    # the words G may emit (digit_loop, one_word, words_N): a task's closed vocabulary inside a larger lexicon (FSDD's
+    # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
+    # decode.set_words
+    grammar_words: Optional[List[str]] = None
 
 
 @dataclass
@@ -176,6 +180,9 @@ class DecodeConfig:
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
     set_grammars: Dict[str, str] = field(default_factory=dict)
+    # eval sets whose G emits only these words (lang.grammar_words), e.g. {test: [ZERO, ..., NINE]}: stage 3 builds
+    # <lang>_<set> for each (with the set's grammar: set_grammars, else lang.grammar), stage 5 decodes the set with it
+    set_words: Dict[str, List[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -327,6 +334,15 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                                                              for k, v in cfg.decode.set_grammars.items()]:
         if not is_grammar(g):   # said at load time, not when stage 3 or 5 reaches it
             raise AsrError(f"{path}: {where} must be one of {', '.join(GRAMMARS)} (N = 1..999), got {g!r}")
+    for eval_set in [None, *cfg.decode.set_words]:
+        lang = set_lang_config(cfg, eval_set)
+        if lang.grammar_words is not None:
+            where = "lang.grammar_words" if eval_set is None else f"decode.set_words.{eval_set}"
+            if not lang.grammar_words or not all(isinstance(w, str) and w.strip() for w in lang.grammar_words):
+                raise AsrError(f"{path}: {where} must be a non-empty list of words, got {lang.grammar_words!r}")
+            if lang.grammar == "arpa":
+                raise AsrError(f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
+                               f"grammar arpa has its own vocabulary")
     return cfg
 
 
@@ -343,10 +359,37 @@ def lm_texts(lang: LangConfig, data_dir: str | Path) -> List[Path]:
 
 
 def set_lang_dir(lang_dir: str | Path, decode: DecodeConfig, eval_set: str) -> Path:
-    """The lang dir whose TLG searches ``eval_set``: ``lang_dir`` itself, or ``<lang_dir>_<grammar>`` when
-    ``decode.set_grammars`` names another grammar for that set."""
+    """The lang dir whose TLG searches ``eval_set``: ``<lang_dir>_<set>`` when ``decode.set_words`` restricts that
+    set's words, else ``<lang_dir>_<grammar>`` when ``decode.set_grammars`` names another grammar for it, else
+    ``lang_dir`` itself (Kaldi's ``data/lang`` beside ``data/lang_test``)."""
+    name = Path(lang_dir).name
+    if eval_set in decode.set_words:
+        return Path(lang_dir).with_name(f"{name}_{eval_set}")
     g = decode.set_grammars.get(eval_set)
-    return Path(lang_dir) if not g else Path(lang_dir).with_name(f"{Path(lang_dir).name}_{g}")
+    return Path(lang_dir) if not g else Path(lang_dir).with_name(f"{name}_{g}")
+
+
+def set_decode_methods(cfg: RecipeConfig, eval_set: str) -> List[str]:
+    """The searches stage 5 runs on ``eval_set`` (decode_<set>_<method>): ``greedy`` and ``tlg`` of the CTC model;
+    ``isolated`` too when the set's grammar is one word (every candidate word's total CTC probability:
+    asrlib.decode.isolated); ``mono``, the monophone GMM-HMM, with ``train.init: ce``."""
+    methods = ["greedy", "tlg"]
+    if known_length(set_lang_config(cfg, eval_set).grammar) == 1:
+        methods.append("isolated")
+    return methods + (["mono"] if cfg.train.init == "ce" else [])
+
+
+def set_lang_config(cfg: RecipeConfig, eval_set: Optional[str]) -> LangConfig:
+    """The ``lang`` settings of the lang dir that searches ``eval_set`` (:func:`set_lang_dir`): ``lang`` with the
+    set's grammar (``decode.set_grammars``) and words (``decode.set_words``, upper-cased like the lexicon's) in place
+    of ``lang.grammar`` and ``lang.grammar_words``; ``eval_set`` None: ``lang`` itself."""
+    lang = cfg.lang
+    if eval_set is not None:
+        lang = dataclasses.replace(lang, grammar=cfg.decode.set_grammars.get(eval_set, lang.grammar),
+                                   grammar_words=cfg.decode.set_words.get(eval_set, lang.grammar_words))
+    if lang.grammar_words is not None and all(isinstance(w, str) for w in lang.grammar_words):
+        lang = dataclasses.replace(lang, grammar_words=[w.strip().upper() for w in lang.grammar_words])
+    return lang
 
 
 def config_to_dict(cfg) -> Dict[str, Any]:

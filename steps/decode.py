@@ -2,8 +2,14 @@
 
     python -m steps.decode --method tlg --logprobs exp/lstm_ctc/logprobs_test/logprobs.scp \
         --lang-dir data/lang --out-dir exp/lstm_ctc/decode_test_tlg --config recipes/digits/config.yaml
+    python -m steps.decode --method isolated --logprobs exp/a/logprobs_test/logprobs.scp \
+        exp/b/logprobs_test/logprobs.scp --lang-dir data/lang_test --out-dir exp/ab/decode_test_isolated
 
-Methods: ``greedy`` (best token per frame, no grammar) and ``tlg`` (kaldi-decoder FasterDecoder over TLG.fst).
+Methods: ``greedy`` (best token per frame, no grammar), ``tlg`` (kaldi-decoder FasterDecoder over TLG.fst) and
+``isolated`` (a one-word lang dir: every candidate word scored by its total CTC probability, several models' scores
+added; asrlib.decode.isolated), which also writes ``posteriors.txt`` (each utterance's three likeliest words and
+their posteriors). An utterance none of whose words fits its frames gets an empty hypothesis, listed in
+``no_final.txt``.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.io_utils import is_done, mark_done, read_table, write_table
+from asrlib.io_utils import AsrError, is_done, mark_done, read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 
 log = logging.getLogger("decode")
@@ -36,22 +42,30 @@ def make_decoder(method: str, lang_dir: Path, cfg):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
-    p.add_argument("--method", choices=["greedy", "tlg"], required=True)
-    p.add_argument("--logprobs", type=Path, required=True, help="logprobs.scp")
+    p.add_argument("--method", choices=["greedy", "tlg", "isolated"], required=True)
+    p.add_argument("--logprobs", type=Path, nargs="+", required=True,
+                   help="logprobs.scp; with --method isolated one per model to combine (same utterances)")
     p.add_argument("--lang-dir", type=Path, required=True)
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
     setup_logging()
     cfg = load_config(a.config, a.overrides).decode
+    if len(a.logprobs) > 1 and a.method != "isolated":
+        raise AsrError(f"--method {a.method} decodes one model's log-probabilities; several (model combination) "
+                       f"need --method isolated, or steps.combine_logprobs first")
     done = a.out_dir / ".decode.done"
     fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir)}
+    if len(a.logprobs) > 1:   # one model: the fingerprint markers of earlier versions stay valid
+        fp["logprobs"] = [str(x) for x in a.logprobs]
     if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0
+    if a.method == "isolated":
+        return decode_isolated(a, fp)
     decoder = make_decoder(a.method, a.lang_dir, cfg)
-    reader = MatrixReader(a.logprobs)
+    reader = MatrixReader(a.logprobs[0])
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
-    for utt, _ in tqdm(read_table(a.logprobs), desc=f"decode {a.method}", unit="utt", mininterval=2.0):
+    for utt, _ in tqdm(read_table(a.logprobs[0]), desc=f"decode {a.method}", unit="utt", mininterval=2.0):
         lp = np.asarray(reader[utt], dtype=np.float32)
         frames += lp.shape[0]
         hyps.append((utt, " ".join(decoder.decode(lp))))
@@ -67,6 +81,39 @@ def main(argv=None):
             log.warning("%d of %d utterances reached no final state of %s (partial hypotheses; see %s)",
                         len(no_final), len(hyps), a.lang_dir / "TLG.fst", a.out_dir / "no_final.txt")
     mark_done(done, info, fingerprint=fp)
+    print(json.dumps(info))
+    return 0
+
+
+def decode_isolated(a, fp: dict) -> int:
+    """--method isolated: each candidate word's total CTC probability, summed over the models in --logprobs."""
+    from asrlib.decode.isolated import IsolatedWordScorer
+
+    scorer = IsolatedWordScorer(a.lang_dir)
+    readers = [MatrixReader(x) for x in a.logprobs]
+    utts = [u for u, _ in read_table(a.logprobs[0])]
+    for x, r in zip(a.logprobs[1:], readers[1:]):
+        missing = [u for u in utts if u not in r]
+        if missing or len(r) != len(utts):
+            raise AsrError(f"{x} and {a.logprobs[0]} hold different utterances ({len(r)} and {len(utts)}; e.g. "
+                           f"{(missing or ['?'])[0]} is not in {x}): combine models decoded on the same set")
+    hyps, posts, empty, t0 = [], [], [], time.perf_counter()
+    for utt in tqdm(utts, desc="decode isolated", unit="utt", mininterval=2.0):
+        words, post = scorer.decode([np.asarray(r[utt], dtype=np.float32) for r in readers])
+        hyps.append((utt, " ".join(words)))
+        top = np.argsort(-post)[:3]
+        posts.append((utt, " ".join(f"{scorer.words[i]} {np.exp(post[i]):.4f}" for i in top if np.isfinite(post[i]))))
+        if not words:
+            empty.append((utt, "no candidate word fits its frames"))
+    write_table(a.out_dir / "hyp.txt", hyps)
+    write_table(a.out_dir / "posteriors.txt", posts)
+    write_table(a.out_dir / "no_final.txt", empty)
+    if empty:
+        log.warning("%d of %d utterances are too short for every candidate word (empty hypotheses; see %s)",
+                    len(empty), len(hyps), a.out_dir / "no_final.txt")
+    info = {"method": "isolated", "models": len(readers), "utterances": len(hyps), "candidates": len(scorer.words),
+            "no_final": len(empty), "search_seconds": time.perf_counter() - t0}
+    mark_done(a.out_dir / ".decode.done", info, fingerprint=fp)
     print(json.dumps(info))
     return 0
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from asrlib.config import load_config, set_lang_dir
+from asrlib.config import load_config, set_lang_config, set_lang_dir
 from asrlib.io_utils import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,26 @@ def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
             load_config(ROOT / "recipes/digits/config.yaml", [f"decode.set_grammars={{test: {bad}}}"])
     with pytest.raises(AsrError, match=r"lang\.grammar must be one of"):
         load_config(ROOT / "recipes/digits/config.yaml", ["lang.grammar=loop"])
+
+
+def test_set_words_name_the_sets_lang_dir_and_settings():
+    digits = ROOT / "recipes/digits/config.yaml"
+    cfg = load_config(digits, ["decode.set_grammars={test: one_word, dev: words_2}", "decode.set_words={test: [one, Two ]}"])
+    assert set_lang_dir("data/lang", cfg.decode, "test") == Path("data/lang_test")     # its own words: lang_<set>
+    assert set_lang_dir("data/lang", cfg.decode, "dev") == Path("data/lang_words_2")
+    test, dev, main = (set_lang_config(cfg, s) for s in ("test", "dev", None))
+    assert (test.grammar, test.grammar_words) == ("one_word", ["ONE", "TWO"])         # upper-cased, stripped
+    assert (dev.grammar, dev.grammar_words) == ("words_2", None) and main == cfg.lang
+    only_words = load_config(digits, ["decode.set_words={test: [ONE]}"])               # the main grammar, fewer words
+    assert set_lang_config(only_words, "test").grammar == cfg.lang.grammar
+    for bad, msg in [("decode.set_words={test: []}", r"decode\.set_words\.test must be a non-empty list"),
+                     ("decode.set_words={test: [ONE, '']}", r"decode\.set_words\.test must be a non-empty list"),
+                     ("lang.grammar_words=[]", r"lang\.grammar_words must be a non-empty list"),
+                     ("decode.set_words={test: ONE}", r"decode\.set_words: wrong type")]:
+        with pytest.raises(AsrError, match=msg):
+            load_config(digits, [bad])
+    with pytest.raises(AsrError, match=r"restricts a word loop .* grammar arpa"):
+        load_config(digits, ["lang.grammar=arpa", "lang.arpa=x.arpa", "decode.set_words={test: [ONE]}"])
 
 
 def _parse(args):

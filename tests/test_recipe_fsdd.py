@@ -58,6 +58,21 @@ def test_fsdd_recipe_one_fold(tmp_path):
     assert wer["ins"] == 0 and wer["dels"] == 0
     md = (exp / "RESULTS_fsdd_tlg.md").read_text()
     assert "| jackson | nicolas |" in md and "Not decoded yet" in md       # the other folds were not run
+    # a one-word test set is also decoded by total CTC probability (decode_test_isolated, its own table); stage 8
+    # combines experiments: the same model twice gives the single model's words
+    iso = exp / "loso_jackson/decode_test_isolated"
+    iso_hyps = (iso / "hyp.txt").read_text().splitlines()
+    assert len(iso_hyps) == 80 and all(len(h.split()) == 2 for h in iso_hyps)
+    assert json.loads((exp / "RESULTS_fsdd_isolated.json").read_text())["loso"]["jackson"] == pytest.approx(
+        100 - json.loads((iso / "wer.json").read_text())["wer"])
+    comb = tmp_path / "exp_comb"
+    r = subprocess.run([str(ROOT / "recipes/fsdd/run.sh"), "--config", str(conf), "--folds", "loso_jackson",
+                        "--data", str(data), "--exp", str(comb), "--stage", "8", "--fuse", f"{exp} {exp}",
+                        "--python", sys.executable], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (comb / "loso_jackson/decode_test_isolated/hyp.txt").read_text().splitlines() == iso_hyps
+    assert json.loads((comb / "loso_jackson/decode_test_isolated/.decode.done").read_text())["models"] == 2
+    assert "2 models combined (exp exp)" in (comb / "RESULTS_fsdd_isolated.md").read_text()
     # features.cmvn: speaker (the recipe's setting): every set has per-speaker stats, the model says so, its
     # log-posteriors are those of speaker-normalised features, and tools that see one recording refuse it
     assert cfg["features"]["cmvn"] == "speaker"

@@ -68,11 +68,28 @@ def test_set_grammars_reach_tlg_and_gmm_decoding(tmp_path):
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     out = _dry_run("local", conf, tmp_path / "w")
-    assert "--set lang.grammar=one_word" in out and "--lang-dir data/lang_one_word" in out   # rule lang_grammar
+    assert "--eval-set test --text data/train/text --lang-dir data/lang_one_word" in out   # rule lang_set
     gmm = [line for line in out.splitlines() if "-m steps.decode_gmm" in line]
     assert gmm and all("--lang-dir data/lang_one_word" in line and "/graph_one_word " in line for line in gmm), gmm
     tlg = [line for line in out.splitlines() if "-m steps.decode " in line and "--method tlg" in line]
     assert tlg and all("--lang-dir data/lang_one_word" in line for line in tlg), tlg
+
+
+def test_set_words_give_the_set_a_lang_dir_of_its_own(tmp_path):
+    """decode.set_words: the set is searched through data/lang_<set>, built by rule lang_set with --eval-set; a set
+    with only a grammar keeps lang_<grammar>."""
+    cfg = yaml.safe_load((ROOT / "recipes/yesno/config.yaml").read_text())
+    cfg["data"]["eval_sets"] = ["dev", "test"]
+    cfg["decode"]["set_grammars"] = {"test": "one_word", "dev": "words_8"}
+    cfg["decode"]["set_words"] = {"test": ["YES"]}
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    out = _dry_run("local", conf, tmp_path / "w")
+    assert "--eval-set test --text data/train/text --lang-dir data/lang_test" in out
+    assert "--eval-set dev --text data/train/text --lang-dir data/lang_words_8" in out
+    tlg = {s: [ln for ln in out.splitlines() if "--method tlg" in ln and f"logprobs_{s}/" in ln] for s in ("dev", "test")}
+    assert tlg["test"] and all("--lang-dir data/lang_test " in ln for ln in tlg["test"]), tlg
+    assert tlg["dev"] and all("--lang-dir data/lang_words_8 " in ln for ln in tlg["dev"]), tlg
 
 
 def test_utterance_cmn_in_the_cmvn_rule(tmp_path):

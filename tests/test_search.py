@@ -151,6 +151,28 @@ def test_known_length_grammar_gives_exactly_n_words(tmp_path, lang):
         build_tlg(tmp_path, grammar="words_0")
 
 
+TEN = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"]   # DIGITS less OH
+
+
+@pytest.mark.parametrize("grammar", ["one_word", "digit_loop"])
+def test_grammar_words_keep_g_inside_a_closed_vocabulary(tmp_path, lang, grammar):
+    """lang.grammar_words (decode.set_words): G emits only those words while L keeps the whole lexicon: a clear OH
+    comes out as one of the ten digits (one_word) or as none or some of them (the loop); the ten are recognised as before; a word the lexicon lacks is named."""
+    write_lang_files(tmp_path, build_lexicon(DIGITS))
+    build_tlg(tmp_path, grammar=grammar, grammar_words=TEN)
+    n = len(read_tokens(tmp_path / "tokens.txt"))
+    dec = TlgDecoder(tmp_path)
+    oh = dec.decode(peaky(word_frames(tmp_path, ["OH"]), n))
+    assert set(oh) <= set(TEN) and (grammar != "one_word" or len(oh) == 1)   # the loop may emit none
+    assert TlgDecoder(lang).decode(peaky(word_frames(lang, ["OH"]), n)) == ["OH"]
+    for w in TEN:
+        assert dec.decode(peaky(word_frames(tmp_path, [w]), n)) == [w]
+    with pytest.raises(AsrError, match=r"ELEVEN not in .*words\.txt"):
+        build_tlg(tmp_path, grammar=grammar, grammar_words=TEN + ["ELEVEN"])
+    with pytest.raises(AsrError, match="not an n-gram"):
+        build_tlg(tmp_path, grammar="arpa", arpa=tmp_path / "x.arpa", grammar_words=TEN)
+
+
 def test_retry_beam_reaches_the_final_state_a_narrow_beam_misses(tmp_path):
     """Two clear words under words_4: within beam 12 every path with four words is pruned, so the search ends in
     a non-final state (the partial path, flagged); the retry beam finds four words; a path beyond even the retry

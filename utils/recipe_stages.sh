@@ -51,21 +51,25 @@ stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, glob
   run steps.compute_cmvn --feats "$data/fbank/$1/feats.scp" --out-dir "$data/fbank/$1" "${spk[@]}"
 }
 
-stage_lang() {  # stage_lang TRAIN_SET: data/lang, and data/lang_<grammar> for each grammar of decode.set_grammars
-  local pairs g
+stage_lang() {  # stage_lang TRAIN_SET: data/lang, and the lang dir of each eval set that decode.set_grammars or
+  local s dir      # decode.set_words gives another grammar or vocabulary (data/lang_<grammar>, data/lang_<set>)
   run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang" || return 1
-  pairs=$(cfg decode.set_grammars) || return 1
-  for g in $(printf '%s\n' $pairs | cut -d= -f2 | sort -u); do
-    run steps.prepare_lang --config "$config" --set lang.grammar="$g" --text "$data/$1/text" \
-      --lang-dir "$data/lang_$g" || return 1
-  done
+  while read -r s dir _ <&3; do
+    [ "$dir" = "$data/lang" ] || run steps.prepare_lang --config "$config" --eval-set "$s" --text "$data/$1/text" \
+      --lang-dir "$dir" || return 1
+  done 3< <(set_langs)
 }
 
-set_lang() {  # set_lang SET PAIRS...: the lang dir that searches SET, given decode.set_grammars' SET=GRAMMAR pairs
-  local s=$1 g
-  shift
-  g=$(printf '%s\n' "$@" | sed -n "s/^$s=//p")
-  echo "$data/lang${g:+_$g}"
+set_langs() {  # set_langs [SET...]: "SET LANG_DIR METHOD..." lines: the lang dir that searches each SET and the
+               # searches stage 5 runs on it (asrlib.config's set_lang_dir and set_decode_methods, the Snakefile's
+               # too); no SET: every set decode.set_grammars or decode.set_words names
+  "$python" - "$config" "$data/lang" "$@" <<'PY'
+import sys
+from asrlib.config import load_config, set_decode_methods, set_lang_dir
+cfg = load_config(sys.argv[1])
+for s in sys.argv[3:] or sorted(set(cfg.decode.set_grammars) | set(cfg.decode.set_words)):
+    print(s, set_lang_dir(sys.argv[2], cfg.decode, s), *set_decode_methods(cfg, s))
+PY
 }
 
 gmm_dirs() {  # where the GMM system, its alignments and the CE model go (override with mono=..., ce=...)
@@ -101,21 +105,14 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
     --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"
 }
 
-decode_methods() {  # greedy and TLG search of the CTC model; with train.init: ce also the monophone GMM-HMM ("mono")
-  local init
-  init=$(cfg train.init) || return 1
-  if [ "$init" = ce ]; then echo greedy tlg mono; else echo greedy tlg; fi
-}
-
 stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then greedy and TLG search (+ GMM: mono),
-                  # each set through its lang dir (decode.set_grammars); the GMM's HCLG in graph<_grammar>
-  local s m threads methods pairs lang
+                  # each set through its lang dir (set_langs); the GMM's HCLG in graph<the lang dir's suffix>
+  local s m threads methods lang line
   threads=$(cfg decode.num_threads) || return 1
-  methods=$(decode_methods) || return 1
-  pairs=$(cfg decode.set_grammars) || return 1
   gmm_dirs
   for s in "$@"; do
-    lang=$(set_lang "$s" $pairs)
+    line=$(set_langs "$s") || return 1
+    read -r _ lang methods <<< "$line"
     run steps.compute_logprobs --model "$exp/final.pt" --feats "$data/fbank/$s/feats.scp" --out-dir "$exp/logprobs_$s" \
       --num-threads "$threads"
     for m in $methods; do
@@ -131,10 +128,11 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
   done
 }
 
-stage_score() {  # stage_score SET...: WER per set × method, then exp/RESULTS.md
-  local s m methods
-  methods=$(decode_methods) || return 1
+stage_score() {  # stage_score SET...: WER per set × method (set_langs), then exp/RESULTS.md
+  local s m methods line
   for s in "$@"; do
+    line=$(set_langs "$s") || return 1
+    read -r _ _ methods <<< "$line"
     for m in $methods; do
       run steps.score --ref "$data/$s/text" --hyp "$exp/decode_${s}_$m/hyp.txt" --out-dir "$exp/decode_${s}_$m"
     done

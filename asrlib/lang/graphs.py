@@ -227,8 +227,24 @@ def check_grammar(grammar: str, arpa: Optional[PathLike], lm_text: Sequence[Path
                 raise AsrError(f"LM text {t} does not exist (lang.lm_text)")
 
 
+def grammar_vocabulary(words: Dict[str, int], grammar_words: Optional[Sequence[str]], where: PathLike
+                       ) -> Dict[str, int]:
+    """The part of ``words`` (words.txt: word -> id) that G may emit: ``grammar_words`` (``lang.grammar_words``,
+    ``decode.set_words``) plus the special symbols, or all of ``words`` when None; a word missing from words.txt is
+    an AsrError naming it (``where``: that file)."""
+    if grammar_words is None:
+        return words
+    missing = sorted({w for w in grammar_words if w not in words or w in SPECIAL_WORDS})
+    if missing:
+        raise AsrError(f"lang.grammar_words / decode.set_words: {' '.join(missing)} not in {where} (the vocabulary "
+                       f"of the training transcripts); G can only emit words the lexicon has")
+    keep = set(grammar_words) | set(SPECIAL_WORDS)
+    return {w: i for w, i in words.items() if w in keep}
+
+
 def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[PathLike] = None,
-              ngram_order: int = 3, lm_text: Sequence[PathLike] = (), lm_text_has_utt_ids: bool = False) -> Path:
+              ngram_order: int = 3, lm_text: Sequence[PathLike] = (), lm_text_has_utt_ids: bool = False,
+              grammar_words: Optional[Sequence[str]] = None) -> Path:
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
     ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
@@ -237,9 +253,12 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     (``arpa`` = path of an ARPA file, pruned to ``ngram_order``). With ``arpa`` unset, the ``ngram_order``-gram is
     first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
     (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
-    ``<unk>``, whose n-grams G then leaves out). Returns the path of ``TLG.fst``.
+    ``<unk>``, whose n-grams G then leaves out). ``grammar_words``: the words G may emit (not for ``arpa``); L keeps
+    the whole lexicon. Returns the path of ``TLG.fst``.
     """
     lang_dir = Path(lang_dir)
+    if grammar_words is not None and grammar == "arpa":
+        raise AsrError("lang.grammar_words restricts a word loop or a known-length grammar, not an n-gram")
     check_grammar(grammar, arpa, lm_text)
     tokens = read_tokens(lang_dir / "tokens.txt")
     words = {w: i for i, w in read_words(lang_dir / "words.txt").items()}
@@ -263,10 +282,11 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
             f.write(f"#{k} {i}\n")
 
     L = make_lexicon_fst(entries, tokens, words, disambig0)
+    g_words = grammar_vocabulary(words, grammar_words, lang_dir / "words.txt")
     if grammar == "digit_loop":
-        G = make_word_loop(words)
+        G = make_word_loop(g_words)
     elif count := known_length(grammar):
-        G = make_known_length(words, count)
+        G = make_known_length(g_words, count)
     else:
         if not arpa:
             arpa = lang_dir / f"lm_{ngram_order}gram.arpa"
@@ -290,6 +310,7 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     kaldifst.arcsort(TLG, sort_type="ilabel")
     out = lang_dir / "TLG.fst"
     write_fst(TLG, out)
-    log.info("TLG: %d states, %d arcs (L∘G %d states; grammar %s)", TLG.num_states,
-             sum(TLG.num_arcs(s) for s in range(TLG.num_states)), LG.num_states, grammar)
+    log.info("TLG: %d states, %d arcs (L∘G %d states; grammar %s over %s words)", TLG.num_states,
+             sum(TLG.num_arcs(s) for s in range(TLG.num_states)), LG.num_states, grammar,
+             "all" if grammar_words is None else len(set(grammar_words)))
     return out

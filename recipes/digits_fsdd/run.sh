@@ -4,7 +4,7 @@
 # voices decoded as a second test set (test_synth). Options are those of recipes/fsdd/run.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# Relative --data/--exp/--config/--corpus-dir are this recipe's paths, as in every other recipe (each run.sh works
+# Relative --data/--exp/--config/--corpus-dir/--fuse are this recipe's paths, as in every other recipe (each run.sh works
 # in its own directory): made absolute here, or ../fsdd/run.sh would read them as recipes/fsdd's.
 args=()
 while [ $# -gt 0 ]; do
@@ -12,6 +12,12 @@ while [ $# -gt 0 ]; do
     --data|--exp|--config|--corpus-dir)
       [ $# -ge 2 ] || { echo "$0: $1 needs a value" >&2; exit 1; }
       case $2 in /*) args+=("$1" "$2") ;; *) args+=("$1" "$here/$2") ;; esac
+      shift 2 ;;
+    --fuse)   # a list of experiment folders
+      [ $# -ge 2 ] || { echo "$0: $1 needs a value" >&2; exit 1; }
+      abs=""
+      for e in $2; do case $e in /*) abs+=" $e" ;; *) abs+=" $here/$e" ;; esac; done
+      args+=("$1" "${abs# }")
       shift 2 ;;
     *) args+=("$1"); shift ;;
   esac

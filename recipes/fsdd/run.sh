@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # FSDD on real speech: one LSTM-CTC model per fold, then per-speaker tables.
 #   ./run.sh [--corpus-dir DIR/recordings] [--folds "loso_george split04"] [--stage N] [--stop-stage N] [--nj N]
+#   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # model combination (stage 8)
 # Folds: loso_<spk> (leave one speaker out; the next speaker is dev) for every speaker, and split04 (the dataset's
 # own split: indices 0-4 test). Only stage 1 is corpus-specific (local/fsdd.py); stages 2-6 are the shared ones of
 # utils/recipe_stages.sh, run once per fold with data=<data>/<fold> and exp=<exp>/<fold>. Stage 7 writes
-# <exp>/RESULTS_fsdd_{tlg,greedy}.md (local.fsdd report).
+# <exp>/RESULTS_fsdd_{tlg,greedy,isolated}.md (local.fsdd report). Stage 8 (only with --fuse): the models of several
+# experiment folders (e.g. training seeds) combined per fold on the test set: each candidate word's total CTC
+# probability summed over the models (steps.decode --method isolated), into --exp, with its own table.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$here/../.." && pwd)
 cd "$here"
 
 stage=1
-stop_stage=7
+stop_stage=8
 config=$here/config.yaml
 corpus_dir=""       # default: data.corpus_dir of the config (downloaded from data.download_url when absent)
 folds=all           # or a space-separated list, e.g. "loso_george split04"
@@ -20,8 +23,9 @@ data=data
 exp=exp
 cmd=""
 train_cmd=""
+fuse=""             # stage 8: experiment folders (space-separated) whose models are combined into --exp
 python=${PYTHON:-$ROOT/.venv/bin/python}
-__po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python"
+__po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python fuse"
 . "$ROOT/utils/parse_options.sh"
 . "$ROOT/utils/recipe_stages.sh"
 at() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
@@ -48,9 +52,34 @@ for fold in $folds; do
 done
 if at 7; then
   for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
-    for m in tlg greedy; do
+    for m in tlg greedy isolated; do
       run local.fsdd report --data "$data_root" --exp "$exp_root" --method $m --title "$corpus" --family $fam
     done
+  done
+fi
+if at 8 && [ -n "$fuse" ]; then
+  for fold in $folds; do
+    data=$(awk -v f="$fold" '$1 == f {print $2}' "$data_root/folds.txt")
+    read -r _ lang methods <<< "$(set_langs test)"
+    case " $methods " in *" isolated "*) ;; *)
+      echo "$0: stage 8 combines one-word decodings; $config gives the test set no one-word grammar" \
+           "(decode.set_grammars: {test: one_word})" >&2; exit 1 ;;
+    esac
+    lps=()
+    for e in $fuse; do lps+=("$e/$fold/logprobs_test/logprobs.scp"); done
+    absent=$(for f in "${lps[@]}"; do [ -f "$f" ] || printf ' %s' "$f"; done)
+    if [ -n "$absent" ]; then
+      echo "stage 8: fold $fold skipped, not decoded in every experiment: missing$absent" >&2
+      continue
+    fi
+    run steps.decode --config "$config" --method isolated --logprobs "${lps[@]}" --lang-dir "$lang" \
+      --out-dir "$exp_root/$fold/decode_test_isolated"
+    run steps.score --ref "$data/test/text" --hyp "$exp_root/$fold/decode_test_isolated/hyp.txt" \
+      --out-dir "$exp_root/$fold/decode_test_isolated"
+  done
+  for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
+    run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated --family $fam \
+      --title "$corpus, $(echo $fuse | wc -w) models combined ($(for e in $fuse; do basename "$e"; done | paste -sd' '))"
   done
 fi
 exit 0

@@ -186,6 +186,15 @@ class DecodeConfig:
 
 
 @dataclass
+class AdaptConfig:
+    """``adapt``: unsupervised speaker adaptation against a first decoding pass (steps.adapt_speaker): a per-speaker
+    affine transform of the network's input, the network frozen (asrlib/train/speaker_adapt.py)."""
+    epochs: int = 30              # passes over the speaker's utterances
+    lr: float = 1e-3              # Adam
+    batch_frames: int = 100000    # padded input frames per step (a speaker with fewer: one step per pass)
+
+
+@dataclass
 class ExportConfig:
     """``export``: the mobile export stage (steps.export_mobile; see asrlib/export/)."""
     rank_ratio: float = 0.5       # low-rank: LSTM input matrices W_ih -> rank ratio*min(rows, cols) bottleneck; 0 = off
@@ -242,6 +251,7 @@ class RecipeConfig:
     gmm: GmmConfig = field(default_factory=GmmConfig)
     ce: CeConfig = field(default_factory=CeConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    adapt: AdaptConfig = field(default_factory=AdaptConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 

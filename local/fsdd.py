@@ -294,7 +294,7 @@ def report_main(argv: List[str]) -> int:
                                 description="per-speaker tables of the FSDD folds -> EXP/RESULTS_fsdd.md")
     p.add_argument("--data", type=Path, required=True, help="the data folder given to prepare (holds folds.txt)")
     p.add_argument("--exp", type=Path, required=True, help="holds one experiment folder per fold")
-    p.add_argument("--method", default="tlg", choices=["tlg", "greedy", "isolated"])
+    p.add_argument("--method", default="tlg", choices=["tlg", "greedy", "isolated", "isolated_sa"])
     p.add_argument("--title", default="FSDD")
     p.add_argument("--family", default="loso", choices=["loso", "loso4"], help="which rotation to tabulate")
 

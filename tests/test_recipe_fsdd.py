@@ -59,7 +59,7 @@ def test_fsdd_recipe_one_fold(tmp_path):
     md = (exp / "RESULTS_fsdd_tlg.md").read_text()
     assert "| jackson | nicolas |" in md and "Not decoded yet" in md       # the other folds were not run
     # a one-word test set is also decoded by total CTC probability (decode_test_isolated, its own table); stage 8
-    # combines experiments: the same model twice gives the single model's words
+    # combines experiments: the same model twice gives the single model's words (stage 9: below)
     iso = exp / "loso_jackson/decode_test_isolated"
     iso_hyps = (iso / "hyp.txt").read_text().splitlines()
     assert len(iso_hyps) == 80 and all(len(h.split()) == 2 for h in iso_hyps)
@@ -73,6 +73,14 @@ def test_fsdd_recipe_one_fold(tmp_path):
     assert (comb / "loso_jackson/decode_test_isolated/hyp.txt").read_text().splitlines() == iso_hyps
     assert json.loads((comb / "loso_jackson/decode_test_isolated/.decode.done").read_text())["models"] == 2
     assert "2 models combined (exp exp)" in (comb / "RESULTS_fsdd_isolated.md").read_text()
+    # stage 9: each model adapted to the test speaker against stage 8's words, then combined again
+    for i in (1, 2):
+        sa = json.loads((comb / f"loso_jackson/sa_test_{i}/.done").read_text())["speakers"]["jackson"]
+        assert sa["utterances"] == 80 and sa["loss_after"] < sa["loss_before"]
+    sa_hyps = (comb / "loso_jackson/decode_test_isolated_sa/hyp.txt").read_text().splitlines()
+    assert len(sa_hyps) == 80 and all(len(h.split()) == 2 for h in sa_hyps)
+    assert json.loads((comb / "RESULTS_fsdd_isolated_sa.json").read_text())["loso"]["jackson"] == pytest.approx(
+        100 - json.loads((comb / "loso_jackson/decode_test_isolated_sa/wer.json").read_text())["wer"])
     # features.cmvn: speaker (the recipe's setting): every set has per-speaker stats, the model says so, its
     # log-posteriors are those of speaker-normalised features, and tools that see one recording refuse it
     assert cfg["features"]["cmvn"] == "speaker"

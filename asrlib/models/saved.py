@@ -50,10 +50,14 @@ class SavedModel:
         """A whole utterance's input frames (T, D) -> the network's input."""
         return self.cmvn.apply(np.asarray(feats, np.float32))
 
-    @torch.no_grad()
     def log_probs(self, feats: np.ndarray) -> np.ndarray:
         """Raw (un-normalised) fbank (T, D) → CTC log-probs (T // stack, V) as float32."""
-        x = torch.from_numpy(self.normalise(feats)).unsqueeze(0)
+        return self.log_probs_of_inputs(self.normalise(feats))
+
+    @torch.no_grad()
+    def log_probs_of_inputs(self, inputs: np.ndarray) -> np.ndarray:
+        """Network-input frames (T, D) (:meth:`normalise`'s output, or a transform of it) → CTC log-probs."""
+        x = torch.from_numpy(np.asarray(inputs, np.float32)).unsqueeze(0)
         logp, _ = self.model(x, torch.tensor([x.shape[1]]))
         return logp[0].numpy()
 

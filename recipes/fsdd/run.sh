@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # FSDD on real speech: one LSTM-CTC model per fold, then per-speaker tables.
 #   ./run.sh [--corpus-dir DIR/recordings] [--folds "loso_george split04"] [--stage N] [--stop-stage N] [--nj N]
-#   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # model combination (stage 8)
+#   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # model combination (stages 8-9)
 # Folds: loso_<spk> (leave one speaker out; the next speaker is dev) for every speaker, and split04 (the dataset's
 # own split: indices 0-4 test). Only stage 1 is corpus-specific (local/fsdd.py); stages 2-6 are the shared ones of
 # utils/recipe_stages.sh, run once per fold with data=<data>/<fold> and exp=<exp>/<fold>. Stage 7 writes
 # <exp>/RESULTS_fsdd_{tlg,greedy,isolated}.md (local.fsdd report). Stage 8 (only with --fuse): the models of several
 # experiment folders (e.g. training seeds) combined per fold on the test set: each candidate word's total CTC
-# probability summed over the models (steps.decode --method isolated), into --exp, with its own table.
+# probability summed over the models (steps.decode --method isolated), into --exp, with its own table; stage 9 (with
+# --fuse) adapts each model to the test speaker against stage 8's words (steps.adapt_speaker: two-pass decoding,
+# unsupervised) and combines the adapted models again (decode_test_isolated_sa, RESULTS_fsdd_isolated_sa.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$here/../.." && pwd)
 cd "$here"
 
 stage=1
-stop_stage=8
+stop_stage=9
 config=$here/config.yaml
 corpus_dir=""       # default: data.corpus_dir of the config (downloaded from data.download_url when absent)
 folds=all           # or a space-separated list, e.g. "loso_george split04"
@@ -23,7 +25,7 @@ data=data
 exp=exp
 cmd=""
 train_cmd=""
-fuse=""             # stage 8: experiment folders (space-separated) whose models are combined into --exp
+fuse=""             # stages 8-9: experiment folders (space-separated) whose models are combined into --exp
 python=${PYTHON:-$ROOT/.venv/bin/python}
 __po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python fuse"
 . "$ROOT/utils/parse_options.sh"
@@ -57,29 +59,49 @@ if at 7; then
     done
   done
 fi
-if at 8 && [ -n "$fuse" ]; then
+if [ -n "$fuse" ] && { at 8 || at 9; }; then   # stages 8-9: several experiments' models, per fold, on its test set
   for fold in $folds; do
     data=$(awk -v f="$fold" '$1 == f {print $2}' "$data_root/folds.txt")
     read -r _ lang methods <<< "$(set_langs test)"
     case " $methods " in *" isolated "*) ;; *)
-      echo "$0: stage 8 combines one-word decodings; $config gives the test set no one-word grammar" \
+      echo "$0: stages 8-9 combine one-word decodings; $config gives the test set no one-word grammar" \
            "(decode.set_grammars: {test: one_word})" >&2; exit 1 ;;
     esac
     lps=()
     for e in $fuse; do lps+=("$e/$fold/logprobs_test/logprobs.scp"); done
     absent=$(for f in "${lps[@]}"; do [ -f "$f" ] || printf ' %s' "$f"; done)
     if [ -n "$absent" ]; then
-      echo "stage 8: fold $fold skipped, not decoded in every experiment: missing$absent" >&2
+      echo "stages 8-9: fold $fold skipped, not decoded in every experiment: missing$absent" >&2
       continue
     fi
-    run steps.decode --config "$config" --method isolated --logprobs "${lps[@]}" --lang-dir "$lang" \
-      --out-dir "$exp_root/$fold/decode_test_isolated"
-    run steps.score --ref "$data/test/text" --hyp "$exp_root/$fold/decode_test_isolated/hyp.txt" \
-      --out-dir "$exp_root/$fold/decode_test_isolated"
+    out=$exp_root/$fold
+    if at 8; then  # combination: each candidate word's total CTC probability, summed over the models
+      run steps.decode --config "$config" --method isolated --logprobs "${lps[@]}" --lang-dir "$lang" \
+        --out-dir "$out/decode_test_isolated"
+      run steps.score --ref "$data/test/text" --hyp "$out/decode_test_isolated/hyp.txt" \
+        --out-dir "$out/decode_test_isolated"
+    fi
+    if at 9; then  # speaker adaptation: each model's input transform fitted to stage 8's words, combined again
+      sa=() i=0
+      for e in $fuse; do
+        i=$((i + 1))
+        run steps.adapt_speaker --config "$config" --model "$e/$fold/final.pt" --feats "$data/fbank/test/feats.scp" \
+          --utt2spk "$data/test/utt2spk" --hyp "$out/decode_test_isolated/hyp.txt" --lang-dir "$lang" \
+          --out-dir "$out/sa_test_$i" --num-threads "$(cfg decode.num_threads)"
+        sa+=("$out/sa_test_$i/logprobs.scp")
+      done
+      run steps.decode --config "$config" --method isolated --logprobs "${sa[@]}" --lang-dir "$lang" \
+        --out-dir "$out/decode_test_isolated_sa"
+      run steps.score --ref "$data/test/text" --hyp "$out/decode_test_isolated_sa/hyp.txt" \
+        --out-dir "$out/decode_test_isolated_sa"
+    fi
   done
+  names=$(for e in $fuse; do basename "$e"; done | paste -sd' ')
   for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
-    run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated --family $fam \
-      --title "$corpus, $(echo $fuse | wc -w) models combined ($(for e in $fuse; do basename "$e"; done | paste -sd' '))"
+    at 8 && run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated --family $fam \
+      --title "$corpus, $(echo $fuse | wc -w) models combined ($names)"
+    at 9 && run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated_sa --family $fam \
+      --title "$corpus, $(echo $fuse | wc -w) models combined ($names), speaker-adapted"
   done
 fi
 exit 0

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from asrlib.kaldi_io import MatrixReader
+
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "data" / "fsdd" / "recordings"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real FSDD data not found at {REAL} (../shared/data)")
@@ -59,7 +61,7 @@ def test_fsdd_recipe_one_fold(tmp_path):
     md = (exp / "RESULTS_fsdd_tlg.md").read_text()
     assert "| jackson | nicolas |" in md and "Not decoded yet" in md       # the other folds were not run
     # a one-word test set is also decoded by total CTC probability (decode_test_isolated, its own table); stage 8
-    # combines experiments: the same model twice gives the single model's words (stage 9: below)
+    # combines experiments: the same model twice gives the single model's words
     iso = exp / "loso_jackson/decode_test_isolated"
     iso_hyps = (iso / "hyp.txt").read_text().splitlines()
     assert len(iso_hyps) == 80 and all(len(h.split()) == 2 for h in iso_hyps)
@@ -67,20 +69,36 @@ def test_fsdd_recipe_one_fold(tmp_path):
         100 - json.loads((iso / "wer.json").read_text())["wer"])
     comb = tmp_path / "exp_comb"
     r = subprocess.run([str(ROOT / "recipes/fsdd/run.sh"), "--config", str(conf), "--folds", "loso_jackson",
-                        "--data", str(data), "--exp", str(comb), "--stage", "8", "--fuse", f"{exp} {exp}",
-                        "--python", sys.executable], capture_output=True, text=True, env=env)
+                        "--data", str(data), "--exp", str(comb), "--stage", "8", "--stop-stage", "8",
+                        "--fuse", f"{exp} {exp}", "--python", sys.executable], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (comb / "loso_jackson/decode_test_isolated/hyp.txt").read_text().splitlines() == iso_hyps
     assert json.loads((comb / "loso_jackson/decode_test_isolated/.decode.done").read_text())["models"] == 2
     assert "2 models combined (exp exp)" in (comb / "RESULTS_fsdd_isolated.md").read_text()
-    # stage 9: each model adapted to the test speaker against stage 8's words, then combined again
+    assert not (comb / "loso_jackson/decode_test_isolated_sa").exists()      # --stop-stage 8
+    # --seeds: one model per training seed (seed<S>/, each with its tables), combined (stage 8) and each adapted to
+    # the test speaker against the combination's words, then combined again (stage 9)
+    seeds = tmp_path / "exp_seeds"
+    r = subprocess.run([str(ROOT / "recipes/fsdd/run.sh"), "--config", str(conf), "--folds", "loso_jackson",
+                        "--data", str(data), "--exp", str(seeds), "--stage", "4", "--seeds", "3 4",
+                        "--python", sys.executable], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lp = [MatrixReader(seeds / f"seed{k}/loso_jackson/logprobs_test/logprobs.scp") for k in (3, 4)]
+    utt = lp[0].keys()[0]
+    assert not np.allclose(lp[0][utt], lp[1][utt], atol=1e-3)                 # two seeds, two models
+    for k in (3, 4):
+        assert json.loads((seeds / f"seed{k}/loso_jackson/.train.done").read_text())["_fingerprint"]["train"][
+            "seed"] == k
+        assert "train.seed " + str(k) in (seeds / f"seed{k}/RESULTS_fsdd_tlg.md").read_text()
+    assert json.loads((seeds / "loso_jackson/decode_test_isolated/.decode.done").read_text())["models"] == 2
+    assert "2 models combined (seed3 seed4)" in (seeds / "RESULTS_fsdd_isolated.md").read_text()
     for i in (1, 2):
-        sa = json.loads((comb / f"loso_jackson/sa_test_{i}/.done").read_text())["speakers"]["jackson"]
+        sa = json.loads((seeds / f"loso_jackson/sa_test_{i}/.done").read_text())["speakers"]["jackson"]
         assert sa["utterances"] == 80 and sa["loss_after"] < sa["loss_before"]
-    sa_hyps = (comb / "loso_jackson/decode_test_isolated_sa/hyp.txt").read_text().splitlines()
+    sa_hyps = (seeds / "loso_jackson/decode_test_isolated_sa/hyp.txt").read_text().splitlines()
     assert len(sa_hyps) == 80 and all(len(h.split()) == 2 for h in sa_hyps)
-    assert json.loads((comb / "RESULTS_fsdd_isolated_sa.json").read_text())["loso"]["jackson"] == pytest.approx(
-        100 - json.loads((comb / "loso_jackson/decode_test_isolated_sa/wer.json").read_text())["wer"])
+    assert json.loads((seeds / "RESULTS_fsdd_isolated_sa.json").read_text())["loso"]["jackson"] == pytest.approx(
+        100 - json.loads((seeds / "loso_jackson/decode_test_isolated_sa/wer.json").read_text())["wer"])
     # features.cmvn: speaker (the recipe's setting): every set has per-speaker stats, the model says so, its
     # log-posteriors are those of speaker-normalised features, and tools that see one recording refuse it
     assert cfg["features"]["cmvn"] == "speaker"
@@ -89,7 +107,6 @@ def test_fsdd_recipe_one_fold(tmp_path):
         assert (fold / "fbank" / s / "cmvn_spk.scp").is_file()
     from asrlib.features.cmvn import open_features
     from asrlib.io_utils import AsrError
-    from asrlib.kaldi_io import MatrixReader
     from asrlib.models.saved import load_model
     saved = load_model(exp / "loso_jackson" / "final.pt")
     assert saved.cmn == "speaker"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The generic stages every recipe shares (sourced by recipes/<corpus>/run.sh after its corpus-specific data stage).
 # Each function calls the same `python -m steps.*` commands as the Snakefile's rules; each step skips finished work.
-# Expects: ROOT, python, config, data, exp, nj set by the recipe (see recipes/digits/run.sh). Optional: cmd, a
+# Expects: ROOT, python, config, data, exp, nj set by the recipe (see recipes/digits/run.sh). Optional: config_set,
+# an array of --set SECTION.KEY=VALUE overrides given to every step after --config (e.g. a training seed); cmd, a
 # launcher prefixed to every step (Kaldi's --cmd: e.g. "srun --ntasks=1 --cpus-per-task=4"), and train_cmd for the
 # training step (default: cmd; e.g. "srun --gres=gpu:1").
 
@@ -42,7 +43,7 @@ stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, glob
   [ "$mode" = speaker ] && spk=(--utt2spk "$data/$1/utt2spk")
   [ "$mode" = utterance ] && spk=(--cmn utterance)   # global stats over utterance-normalised features, no others
   for s in "$@"; do
-    run steps.compute_fbank --config "$config" --data-dir "$data/$s" --out-dir "$data/fbank/$s" --nj "$nj"
+    run steps.compute_fbank --config "$config" ${config_set[@]+"${config_set[@]}"} --data-dir "$data/$s" --out-dir "$data/fbank/$s" --nj "$nj"
     if [ "$mode" = speaker ] && [ "$s" != "$1" ]; then
       run steps.compute_cmvn --feats "$data/fbank/$s/feats.scp" --utt2spk "$data/$s/utt2spk" \
         --out-dir "$data/fbank/$s" --speaker-only
@@ -53,9 +54,9 @@ stage_features() {  # stage_features TRAIN_SET SET...: fbank for every set, glob
 
 stage_lang() {  # stage_lang TRAIN_SET: data/lang, and the lang dir of each eval set that decode.set_grammars or
   local s dir      # decode.set_words gives another grammar or vocabulary (data/lang_<grammar>, data/lang_<set>)
-  run steps.prepare_lang --config "$config" --text "$data/$1/text" --lang-dir "$data/lang" || return 1
+  run steps.prepare_lang --config "$config" ${config_set[@]+"${config_set[@]}"} --text "$data/$1/text" --lang-dir "$data/lang" || return 1
   while read -r s dir _ <&3; do
-    [ "$dir" = "$data/lang" ] || run steps.prepare_lang --config "$config" --eval-set "$s" --text "$data/$1/text" \
+    [ "$dir" = "$data/lang" ] || run steps.prepare_lang --config "$config" ${config_set[@]+"${config_set[@]}"} --eval-set "$s" --text "$data/$1/text" \
       --lang-dir "$dir" || return 1
   done 3< <(set_langs)
 }
@@ -80,11 +81,11 @@ gmm_dirs() {  # where the GMM system, its alignments and the CE model go (overri
 
 stage_gmm_ce() {  # stage_gmm_ce TRAIN_SET DEV_SET: monophone GMM-HMM, alignments, cross-entropy LSTM (train.init: ce)
   gmm_dirs
-  run steps.train_mono --config "$config" --data-dir "$data" --feats-dir "$data/fbank" --lang-dir "$data/lang" \
+  run steps.train_mono --config "$config" ${config_set[@]+"${config_set[@]}"} --data-dir "$data" --feats-dir "$data/fbank" --lang-dir "$data/lang" \
     --exp-dir "$mono" --train-set "$1" || return 1
-  run steps.align --config "$config" --model "$mono/final.mdl" --data-dir "$data" --feats-dir "$data/fbank" \
+  run steps.align --config "$config" ${config_set[@]+"${config_set[@]}"} --model "$mono/final.mdl" --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --out-dir "$ali" --sets "$1" "$2" || return 1
-  cmd=${train_cmd:-${cmd:-}} run steps.train_ce --config "$config" --feats-dir "$data/fbank" --ali-dir "$ali" \
+  cmd=${train_cmd:-${cmd:-}} run steps.train_ce --config "$config" ${config_set[@]+"${config_set[@]}"} --feats-dir "$data/fbank" --ali-dir "$ali" \
     --exp-dir "$ce" --train-set "$1" --dev-set "$2"
 }
 
@@ -101,7 +102,7 @@ stage_train() {  # stage_train TRAIN_SET DEV_SET: CTC; with train.init: ce the G
             --threads-per-learner "${threads_per_learner:-1}" ${rdzv_endpoint:+--rdzv-endpoint "$rdzv_endpoint"}
             --max-restarts "${max_restarts:-0}" --)
   fi
-  cmd=${train_cmd:-${cmd:-}} run "${launch[@]}" --config "$config" --data-dir "$data" --feats-dir "$data/fbank" \
+  cmd=${train_cmd:-${cmd:-}} run "${launch[@]}" --config "$config" ${config_set[@]+"${config_set[@]}"} --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --exp-dir "$exp" --train-set "$1" --dev-set "$2" "${init_opt[@]}"
 }
 
@@ -117,11 +118,11 @@ stage_decode() {  # stage_decode SET...: log-posteriors as a Kaldi ark, then gre
       --num-threads "$threads"
     for m in $methods; do
       if [ "$m" = mono ]; then
-        run steps.decode_gmm --config "$config" --model "$mono/final.mdl" --lang-dir "$lang" \
+        run steps.decode_gmm --config "$config" ${config_set[@]+"${config_set[@]}"} --model "$mono/final.mdl" --lang-dir "$lang" \
           --feats "$data/fbank/$s/feats.scp" --graph-dir "$mono/graph${lang#"$data/lang"}" \
           --out-dir "$exp/decode_${s}_$m"
       else
-        run steps.decode --config "$config" --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
+        run steps.decode --config "$config" ${config_set[@]+"${config_set[@]}"} --method $m --logprobs "$exp/logprobs_$s/logprobs.scp" \
           --lang-dir "$lang" --out-dir "$exp/decode_${s}_$m"
       fi
     done
@@ -148,6 +149,6 @@ stage_export() {  # stage_export TRAIN_SET DEV_SET: low-rank + pruning (fine-tun
          "(set model.bidirectional: false to get a mobile bundle)"
     return 0
   fi
-  run steps.export_mobile --config "$config" --model "$exp/final.pt" --data-dir "$data" --feats-dir "$data/fbank" \
+  run steps.export_mobile --config "$config" ${config_set[@]+"${config_set[@]}"} --model "$exp/final.pt" --data-dir "$data" --feats-dir "$data/fbank" \
     --lang-dir "$data/lang" --out-dir "$exp/mobile" --train-set "$1" --dev-set "$2"
 }

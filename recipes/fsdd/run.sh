@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FSDD on real speech: one LSTM-CTC model per fold, then per-speaker tables.
 #   ./run.sh [--corpus-dir DIR/recordings] [--folds "loso_george split04"] [--stage N] [--stop-stage N] [--nj N]
-#   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # model combination (stages 8-9)
+#   ./run.sh --seeds "42 7 13"     # one model per seed and fold (exp/seed<S>/<fold>), combined by stages 8-9 into exp
+#   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # combine finished experiments
 # Folds: loso_<spk> (leave one speaker out; the next speaker is dev) for every speaker, and split04 (the dataset's
 # own split: indices 0-4 test). Only stage 1 is corpus-specific (local/fsdd.py); stages 2-6 are the shared ones of
 # utils/recipe_stages.sh, run once per fold with data=<data>/<fold> and exp=<exp>/<fold>. Stage 7 writes
@@ -26,8 +27,10 @@ exp=exp
 cmd=""
 train_cmd=""
 fuse=""             # stages 8-9: experiment folders (space-separated) whose models are combined into --exp
+seeds=""            # training seeds (train.seed), e.g. "42 7 13": stages 4-7 once per seed into <exp>/seed<S>,
+                    # stages 8-9 combine them into <exp> (--fuse defaults to those folders)
 python=${PYTHON:-$ROOT/.venv/bin/python}
-__po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python fuse"
+__po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python fuse seeds"
 . "$ROOT/utils/parse_options.sh"
 . "$ROOT/utils/recipe_stages.sh"
 at() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
@@ -40,22 +43,40 @@ fi
 [ -f "$data/folds.txt" ] || { echo "$0: $data/folds.txt missing; run stage 1 first" >&2; exit 1; }
 [ "$folds" = all ] && folds=$(cut -d' ' -f1 "$data/folds.txt")
 data_root=$data exp_root=$exp
+seed_exp() {  # seed_exp S: the experiment folder of training seed S ("" = no --seeds: --exp itself)
+  echo "$exp_root${1:+/seed$1}"
+}
+for s in $seeds; do
+  case $s in *[!0-9]*|"") echo "$0: --seeds takes whole numbers, got '$s'" >&2; exit 1 ;; esac
+done
+[ -z "$fuse" ] && [ -n "$seeds" ] && fuse=$(for s in $seeds; do seed_exp "$s"; done)
 for fold in $folds; do
   data=$(awk -v f="$fold" '$1 == f {print $2}' "$data_root/folds.txt")
   [ -n "$data" ] || { echo "$0: unknown fold $fold (see $data_root/folds.txt)" >&2; exit 1; }
-  exp=$exp_root/$fold
-  echo "=== fold $fold: data $data, exp $exp" >&2
+  echo "=== fold $fold: data $data" >&2
   at 1 && stage_validate train dev $eval_sets
   at 2 && stage_features train dev $eval_sets
   at 3 && stage_lang train
-  at 4 && stage_train train dev
-  at 5 && stage_decode $eval_sets
-  at 6 && stage_score $eval_sets
+  for s in ${seeds:-none}; do   # none: once, into --exp itself
+    [ "$s" = none ] && s=""
+    exp=$(seed_exp "$s")/$fold
+    config_set=()
+    [ -n "$s" ] && config_set=(--set train.seed="$s")
+    echo "=== fold $fold: exp $exp" >&2
+    at 4 && stage_train train dev
+    at 5 && stage_decode $eval_sets
+    at 6 && stage_score $eval_sets
+  done
+  config_set=()
 done
 if at 7; then
-  for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
-    for m in tlg greedy isolated; do
-      run local.fsdd report --data "$data_root" --exp "$exp_root" --method $m --title "$corpus" --family $fam
+  for s in ${seeds:-none}; do
+    [ "$s" = none ] && s=""
+    for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
+      for m in tlg greedy isolated; do
+        run local.fsdd report --data "$data_root" --exp "$(seed_exp "$s")" --method $m --family $fam \
+          --title "$corpus${s:+, train.seed $s}"
+      done
     done
   done
 fi

@@ -73,9 +73,18 @@ def test_models_are_combined_by_adding_their_scores(ten):
 
 
 def test_only_a_one_word_lang_dir(tmp_path, ten):
-    with pytest.raises(AsrError, match="needs a one_word lang dir"):
-        IsolatedWordScorer(make_lang(tmp_path, "digit_loop"))
-    with pytest.raises(AsrError, match="holds no lang settings"):
+    """The candidates are read off G.fst (a lang dir written without steps.prepare_lang works too); another G is
+    refused."""
+    from asrlib.lang.graphs import build_tlg
+    from asrlib.lang.lexicon import build_lexicon, write_lang_files
+    plain = tmp_path / "plain"
+    write_lang_files(plain, build_lexicon(DIGITS))
+    build_tlg(plain, grammar="one_word")
+    assert IsolatedWordScorer(plain).words == sorted(DIGITS)
+    for grammar in ("digit_loop", "words_2"):
+        with pytest.raises(AsrError, match="is not a one-word grammar"):
+            IsolatedWordScorer(make_lang(tmp_path, grammar))
+    with pytest.raises(AsrError, match="does not exist"):
         IsolatedWordScorer(tmp_path)
     with pytest.raises(AsrError, match=r"has \d+ tokens"):
         IsolatedWordScorer(ten).scores(np.zeros((5, 3), np.float32))

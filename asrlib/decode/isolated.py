@@ -14,25 +14,37 @@ The normalised scores are each utterance's word posteriors (confidences).
 """
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from asrlib.config import known_length
 from asrlib.io_utils import AsrError, PathLike
 from asrlib.lang.lexicon import read_lexicon, read_tokens
 
 
-def lang_settings(lang_dir: Path) -> dict:
-    """The ``lang`` settings a lang dir was built with (its ``.done`` marker, written by steps.prepare_lang)."""
-    marker = lang_dir / ".done"
-    try:
-        return json.loads(marker.read_text())["lang"]
-    except (OSError, ValueError, KeyError):
-        raise AsrError(f"{marker} is missing or holds no lang settings; build {lang_dir} with steps.prepare_lang")
+def one_word_vocabulary(lang_dir: Path) -> List[str]:
+    """The words the ``G.fst`` of ``lang_dir`` accepts as a whole utterance when it is a one-word grammar (a start
+    state that is not final, whose arcs, one per word, all end in final states without arcs: what ``one_word`` and
+    ``words_1`` build, with or without ``grammar_words``); an AsrError for any other G."""
+    from asrlib.kaldi_imports import kaldifst   # kaldi_hmm_gmm first (import order)
+    from asrlib.lang.graphs import read_fst
+    from asrlib.lang.lexicon import read_words
+
+    G = read_fst(lang_dir / "G.fst")
+    id2word = read_words(lang_dir / "words.txt")
+
+    def final(s):
+        return not math.isinf(G.final(s).value)
+
+    start_arcs = list(kaldifst.ArcIterator(G, G.start)) if G.num_states else []
+    if (not start_arcs or final(G.start)
+            or any(not final(a.nextstate) or G.num_arcs(a.nextstate) or a.ilabel not in id2word for a in start_arcs)):
+        raise AsrError(f"{lang_dir / 'G.fst'} is not a one-word grammar; isolated-word decoding needs a lang dir built "
+                       f"with grammar one_word (e.g. decode.set_grammars: {{SET: one_word}})")
+    return sorted({id2word[a.ilabel] for a in start_arcs})
 
 
 class IsolatedWordScorer:
@@ -40,13 +52,9 @@ class IsolatedWordScorer:
 
     def __init__(self, lang_dir: PathLike):
         self.lang_dir = Path(lang_dir)
-        lang = lang_settings(self.lang_dir)
-        if known_length(lang.get("grammar", "")) != 1:
-            raise AsrError(f"{self.lang_dir} was built with grammar {lang.get('grammar')!r}; isolated-word decoding "
-                           f"needs a one_word lang dir (decode.set_grammars: {{SET: one_word}})")
+        self.words: List[str] = one_word_vocabulary(self.lang_dir)   # G's words: grammar_words, else the lexicon's
         self.tokens = read_tokens(self.lang_dir / "tokens.txt")
         lexicon = read_lexicon(self.lang_dir / "lexicon.txt")
-        self.words: List[str] = sorted(lang.get("grammar_words") or lexicon)
         prons = [(i, [self.tokens[ph] for ph in pron]) for i, w in enumerate(self.words) for pron in lexicon[w]]
         self._word_of_pron = torch.tensor([i for i, _ in prons])
         self._targets = torch.tensor([t for _, p in prons for t in p])

@@ -126,6 +126,14 @@ def write_json(path: PathLike, obj) -> None:
         f.write("\n")
 
 
+def file_identity(path: PathLike) -> dict:
+    """What a stage's fingerprint records of an input file: path, size and modification time (None when absent), so
+    an input rewritten by an earlier stage (a new model's log-posteriors) makes the stage run again."""
+    path = Path(path)
+    st = path.stat() if path.is_file() else None
+    return {"path": str(path), "bytes": st and st.st_size, "mtime_ns": st and st.st_mtime_ns}
+
+
 def read_table(path: PathLike) -> List[Tuple[str, str]]:
     """Read a Kaldi text table (``key rest-of-line``), keeping order; blank lines are skipped.
 

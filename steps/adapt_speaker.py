@@ -28,18 +28,14 @@ from tqdm import tqdm
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
 from asrlib.features.cmvn import open_features
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table, read_table_dict, write_table
+from asrlib.io_utils import (AsrError, file_identity, is_done, mark_done, read_table, read_table_dict,
+                             write_table)
 from asrlib.kaldi_io import write_matrices
 from asrlib.lang.lexicon import read_lexicon, read_tokens
 from asrlib.models.saved import load_model
 from asrlib.train.speaker_adapt import adapt_speaker, apply_transform, best_pronunciations
 
 log = logging.getLogger("adapt_speaker")
-
-
-def _stat(path: Path) -> dict:
-    st = path.stat() if path.is_file() else None
-    return {"path": str(path), "bytes": st and st.st_size, "mtime_ns": st and st.st_mtime_ns}
 
 
 def main(argv=None):
@@ -55,8 +51,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides).adapt
     done = a.out_dir / ".done"
-    fp = {**config_to_dict(cfg), "model": _stat(a.model), "hyp": _stat(a.hyp), "feats": str(a.feats),
-          "lang_dir": str(a.lang_dir)}
+    fp = {**config_to_dict(cfg), "model": file_identity(a.model), "hyp": file_identity(a.hyp),
+          "feats": file_identity(a.feats), "lang_dir": str(a.lang_dir)}
     if is_done(done, fingerprint=fp):
         print(f"adapt_speaker: {a.out_dir} complete; skipping")
         return 0

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table, write_table
+from asrlib.io_utils import AsrError, file_identity, is_done, mark_done, read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 
 log = logging.getLogger("decode")
@@ -54,9 +54,9 @@ def main(argv=None):
         raise AsrError(f"--method {a.method} decodes one model's log-probabilities; several (model combination) "
                        f"need --method isolated, or steps.combine_logprobs first")
     done = a.out_dir / ".decode.done"
-    fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir)}
-    if len(a.logprobs) > 1:   # one model: the fingerprint markers of earlier versions stay valid
-        fp["logprobs"] = [str(x) for x in a.logprobs]
+    # the log-posteriors as files: new ones (a retrained or adapted model) make the search run again
+    fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir),
+          "logprobs": [file_identity(x) for x in a.logprobs]}
     if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0

@@ -108,6 +108,10 @@ def test_steps_decode_isolated_with_several_models(tmp_path, ten):
     post = read_table_dict(out / "posteriors.txt")
     assert post["b"].split()[0] == "NINE" and float(post["b"].split()[1]) > 0.99
     assert (out / "no_final.txt").read_text() == ""
+    write_matrices(tmp_path / "m2" / "lp.ark", wrong.items())        # a model's log-posteriors rewritten: searched again
+    assert decode.main(["--config", cfg, "--method", "isolated", "--lang-dir", str(ten), "--out-dir", str(out),
+                        "--logprobs", *map(str, archives[:3])]) == 0
+    assert read_table_dict(out / "hyp.txt") == {"a": "FIVE", "b": "NINE"}
     with pytest.raises(AsrError, match="hold different utterances"):
         decode.main(["--config", cfg, "--method", "isolated", "--lang-dir", str(ten), "--out-dir",
                      str(tmp_path / "d2"), "--logprobs", str(archives[0]), str(archives[3])])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import kaldi_native_io as knio
 import numpy as np
@@ -199,6 +199,19 @@ class MatrixReader:
     def __iter__(self) -> Iterator[Tuple[str, np.ndarray]]:
         for key in self._rx:
             yield key, self[key]
+
+
+def open_matching_readers(scps: Sequence[PathLike]) -> Tuple[List[MatrixReader], List[str]]:
+    """Readers of several models' tables of the same set (log-posteriors to combine) and the first one's keys, in
+    its order; an AsrError when the tables do not hold the same utterances."""
+    readers = [MatrixReader(f) for f in scps]
+    keys = readers[0].keys()
+    for f, r in zip(scps[1:], readers[1:]):
+        if set(r.keys()) != set(keys):
+            diff = sorted(set(r.keys()) ^ set(keys))
+            raise AsrError(f"{f} and {scps[0]} hold different utterances ({len(diff)} differ, e.g. {diff[0]}); "
+                           "compute every model's on the same feats.scp")
+    return readers, keys
 
 
 def read_matrix(rxfilename: str, double: bool = False) -> np.ndarray:

@@ -31,7 +31,7 @@ from asrlib.features.cmvn import open_features
 from asrlib.io_utils import (AsrError, file_identity, is_done, mark_done, read_table, read_table_dict,
                              write_table)
 from asrlib.kaldi_io import write_matrices
-from asrlib.lang.lexicon import read_lexicon, read_tokens
+from asrlib.lang.lexicon import read_lexicon_ids
 from asrlib.models.saved import load_model
 from asrlib.train.speaker_adapt import adapt_speaker, apply_transform, best_pronunciations
 
@@ -59,9 +59,7 @@ def main(argv=None):
     setup_logging(a.out_dir / "log" / "adapt_speaker.log")
     torch.set_num_threads(a.num_threads)
     saved = load_model(a.model)
-    tokens = read_tokens(a.lang_dir / "tokens.txt")
-    lexicon = {w: [[tokens[ph] for ph in pron] for pron in prons]
-               for w, prons in read_lexicon(a.lang_dir / "lexicon.txt").items()}
+    lexicon = read_lexicon_ids(a.lang_dir)
     reader = open_features(a.feats, saved.cmn)
     utts = [u for u, _ in read_table(a.feats)]
     utt2spk = read_table_dict(a.utt2spk)
@@ -82,9 +80,9 @@ def main(argv=None):
         else:
             excluded.append((u, "empty first-pass hypothesis"))
     transforms, report, t0 = {}, {}, time.perf_counter()
+    dim = next(iter(inputs.values())).shape[1]
     for spk in tqdm(sorted(set(utt2spk[u] for u in utts)), desc="speakers", unit="spk"):
         used = by_spk.get(spk, [])
-        dim = next(iter(inputs.values())).shape[1]
         if not used:   # nothing to adapt to: the identity
             transforms[spk] = np.hstack([np.eye(dim), np.zeros((dim, 1))]).astype(np.float32)
             report[spk] = {"utterances": 0}

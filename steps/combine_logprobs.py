@@ -25,8 +25,8 @@ from typing import List, Sequence
 import numpy as np
 
 from asrlib.cli import run_main
-from asrlib.io_utils import AsrError, is_done, mark_done
-from asrlib.kaldi_io import MatrixReader, write_matrices
+from asrlib.io_utils import AsrError, file_identity, is_done, mark_done
+from asrlib.kaldi_io import open_matching_readers, write_matrices
 
 RULES = ("prob", "logprob")
 
@@ -68,18 +68,11 @@ def main(argv: List[str] = None) -> int:
         if not f.is_file():
             raise AsrError(f"{f} does not exist (run steps.compute_logprobs for that model first)")
     done = a.out_dir / ".done"
-    fp = {"inputs": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in a.logprobs], "rule": a.rule,
-          "weights": weights}
+    fp = {"inputs": [file_identity(f) for f in a.logprobs], "rule": a.rule, "weights": weights}
     if is_done(done, fingerprint=fp):
         print(f"combine_logprobs: {a.out_dir} complete; skipping")
         return 0
-    readers = [MatrixReader(f) for f in a.logprobs]    # a corrupt entry is an AsrError naming file and key
-    keys = readers[0].keys()
-    for f, r in zip(a.logprobs[1:], readers[1:]):
-        if set(r.keys()) != set(keys):
-            diff = sorted(set(r.keys()) ^ set(keys))
-            raise AsrError(f"{f} and {a.logprobs[0]} hold different utterances ({len(diff)} differ, e.g. {diff[0]}); "
-                           "compute both on the same feats.scp")
+    readers, keys = open_matching_readers(a.logprobs)    # a corrupt entry is an AsrError naming file and key
 
     def items():
         for k in keys:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
 from asrlib.io_utils import AsrError, file_identity, is_done, mark_done, read_table, write_table
-from asrlib.kaldi_io import MatrixReader
+from asrlib.kaldi_io import MatrixReader, open_matching_readers
 
 log = logging.getLogger("decode")
 
@@ -90,13 +90,7 @@ def decode_isolated(a, fp: dict) -> int:
     from asrlib.decode.isolated import IsolatedWordScorer
 
     scorer = IsolatedWordScorer(a.lang_dir)
-    readers = [MatrixReader(x) for x in a.logprobs]
-    utts = [u for u, _ in read_table(a.logprobs[0])]
-    for x, r in zip(a.logprobs[1:], readers[1:]):
-        missing = [u for u in utts if u not in r]
-        if missing or len(r) != len(utts):
-            raise AsrError(f"{x} and {a.logprobs[0]} hold different utterances ({len(r)} and {len(utts)}; e.g. "
-                           f"{(missing or ['?'])[0]} is not in {x}): combine models decoded on the same set")
+    readers, utts = open_matching_readers(a.logprobs)
     hyps, posts, empty, t0 = [], [], [], time.perf_counter()
     for utt in tqdm(utts, desc="decode isolated", unit="utt", mininterval=2.0):
         words, post = scorer.decode([np.asarray(r[utt], dtype=np.float32) for r in readers])

@@ -9,7 +9,7 @@ from asrlib.config import AdaptConfig, ModelConfig
 from asrlib.decode.isolated import IsolatedWordScorer
 from asrlib.io_utils import AsrError, read_table_dict
 from asrlib.kaldi_io import MatrixReader, write_matrices
-from asrlib.lang.lexicon import read_lexicon, read_tokens
+from asrlib.lang.lexicon import read_lexicon_ids, read_tokens
 from asrlib.models.lstm import build_model
 from asrlib.models.saved import SavedModel, load_model, save_model
 from asrlib.train.speaker_adapt import adapt_speaker, apply_transform, best_pronunciations
@@ -23,11 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def ten(tmp_path_factory):
     return make_lang(tmp_path_factory.mktemp("sa"), words=TEN)
-
-
-def _lexicon_ids(lang):
-    tokens = read_tokens(lang / "tokens.txt")
-    return {w: [[tokens[p] for p in pron] for pron in prons] for w, prons in read_lexicon(lang / "lexicon.txt").items()}
 
 
 class TokenReadout(torch.nn.Module):
@@ -54,7 +49,7 @@ def test_the_transform_undoes_a_speakers_distortion(ten):
         return np.mean([scorer.decode([saved.log_probs_of_inputs(x)])[0] == [w] for x, w in zip(inputs, words)])
 
     assert accuracy(clean) == 1.0 and accuracy(speaker) == 0.0
-    lex = _lexicon_ids(ten)
+    lex = read_lexicon_ids(ten)
     targets = [best_pronunciations(torch.from_numpy(saved.log_probs_of_inputs(x)), [w], lex)
                for x, w in zip(speaker, words)]
     res = adapt_speaker(saved, speaker, targets, AdaptConfig(epochs=30, lr=0.05))
@@ -66,7 +61,7 @@ def test_the_transform_undoes_a_speakers_distortion(ten):
 def test_best_pronunciations_follow_the_audio(ten):
     """ZERO has two CMUdict pronunciations: the one spoken is chosen, also inside a longer hypothesis."""
     n = len(read_tokens(ten / "tokens.txt"))
-    lex = _lexicon_ids(ten)
+    lex = read_lexicon_ids(ten)
     assert len(lex["ZERO"]) == 2
     for pron in lex["ZERO"]:
         frames = [0] + [t for t in pron for _ in range(2)] + [0] + [t for t in lex["SIX"][0] for _ in range(2)] + [0]

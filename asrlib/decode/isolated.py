@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from asrlib.io_utils import AsrError, PathLike
-from asrlib.lang.lexicon import read_lexicon, read_tokens
+from asrlib.lang.lexicon import read_lexicon_ids, read_tokens
 
 
 def one_word_vocabulary(lang_dir: Path) -> List[str]:
@@ -54,8 +54,8 @@ class IsolatedWordScorer:
         self.lang_dir = Path(lang_dir)
         self.words: List[str] = one_word_vocabulary(self.lang_dir)   # G's words: grammar_words, else the lexicon's
         self.tokens = read_tokens(self.lang_dir / "tokens.txt")
-        lexicon = read_lexicon(self.lang_dir / "lexicon.txt")
-        prons = [(i, [self.tokens[ph] for ph in pron]) for i, w in enumerate(self.words) for pron in lexicon[w]]
+        lexicon = read_lexicon_ids(self.lang_dir)
+        prons = [(i, pron) for i, w in enumerate(self.words) for pron in lexicon[w]]
         self._word_of_pron = torch.tensor([i for i, _ in prons])
         self._targets = torch.tensor([t for _, p in prons for t in p])
         self._target_lengths = torch.tensor([len(p) for _, p in prons])

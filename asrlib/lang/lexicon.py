@@ -140,3 +140,10 @@ def read_lexicon(path: PathLike) -> Dict[str, List[List[str]]]:
             raise AsrError(f"{path}: word '{word}' has an empty pronunciation")
         lex.setdefault(word, []).append(rest.split())
     return lex
+
+
+def read_lexicon_ids(lang_dir: PathLike) -> Dict[str, List[List[int]]]:
+    """A lang dir's ``lexicon.txt`` with every pronunciation as ids of its ``tokens.txt``."""
+    tokens = read_tokens(Path(lang_dir) / "tokens.txt")
+    return {w: [[tokens[ph] for ph in pron] for pron in prons]
+            for w, prons in read_lexicon(Path(lang_dir) / "lexicon.txt").items()}

@@ -11,7 +11,6 @@ per-speaker CMN. ``A | b`` is a D x (D+1) matrix per speaker, the layout of Kald
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -20,8 +19,7 @@ import torch
 
 from asrlib.config import AdaptConfig
 from asrlib.models.saved import SavedModel
-
-log = logging.getLogger(__name__)
+from asrlib.train.data import Utterance, make_batches
 
 
 class InputTransform(torch.nn.Module):
@@ -69,30 +67,19 @@ class SpeakerResult:
     utterances: int
 
 
-def _batches(lengths: Sequence[int], max_frames: int) -> List[List[int]]:
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    out, cur, longest = [], [], 0
-    for i in order:   # padded size = longest x count stays within max_frames (a longer utterance alone)
-        if cur and max(longest, lengths[i]) * (len(cur) + 1) > max_frames:
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, lengths[i])
-    return out + ([cur] if cur else [])
-
-
 def adapt_speaker(saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequence[Sequence[int]],
-                  cfg: AdaptConfig, seed: int = 0) -> SpeakerResult:
+                  cfg: AdaptConfig) -> SpeakerResult:
     """Estimate one speaker's input transform: ``inputs`` the network-input frames of the speaker's utterances
     (``saved.normalise`` applied), ``targets`` their first-pass token sequences."""
-    torch.manual_seed(seed)
     model = saved.model
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     lin = InputTransform(inputs[0].shape[1])
     opt = torch.optim.Adam(lin.parameters(), lr=cfg.lr)
-    batches = _batches([len(x) for x in inputs], cfg.batch_frames)
+    # the trainer's length-bucketed packing under a padded-frame budget (its order fixed: no randomness here)
+    batches = [[int(i) for i in b] for b in make_batches(
+        [Utterance(str(i), len(x), []) for i, x in enumerate(inputs)], cfg.batch_frames, seed=0, epoch=0)]
 
     def batch_loss(idx: List[int]) -> Tuple[torch.Tensor, int]:
         xs = [torch.from_numpy(np.asarray(inputs[i], np.float32)) for i in idx]

@@ -46,18 +46,25 @@ data_root=$data exp_root=$exp
 seed_exp() {  # seed_exp S: the experiment folder of training seed S ("" = no --seeds: --exp itself)
   echo "$exp_root${1:+/seed$1}"
 }
+fold_data() {  # fold_data FOLD: the fold's data dir (folds.txt)
+  awk -v f="$1" '$1 == f {print $2}' "$data_root/folds.txt"
+}
+families() {  # the rotation families of folds.txt (loso, loso4) that stage 7's and 8-9's tables cover
+  sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u
+}
+seed_list=${seeds:-none}   # none: one experiment, --exp itself
 for s in $seeds; do
   case $s in *[!0-9]*|"") echo "$0: --seeds takes whole numbers, got '$s'" >&2; exit 1 ;; esac
 done
 [ -z "$fuse" ] && [ -n "$seeds" ] && fuse=$(for s in $seeds; do seed_exp "$s"; done)
 for fold in $folds; do
-  data=$(awk -v f="$fold" '$1 == f {print $2}' "$data_root/folds.txt")
+  data=$(fold_data "$fold")
   [ -n "$data" ] || { echo "$0: unknown fold $fold (see $data_root/folds.txt)" >&2; exit 1; }
   echo "=== fold $fold: data $data" >&2
   at 1 && stage_validate train dev $eval_sets
   at 2 && stage_features train dev $eval_sets
   at 3 && stage_lang train
-  for s in ${seeds:-none}; do   # none: once, into --exp itself
+  for s in $seed_list; do
     [ "$s" = none ] && s=""
     exp=$(seed_exp "$s")/$fold
     config_set=()
@@ -70,9 +77,9 @@ for fold in $folds; do
   config_set=()
 done
 if at 7; then
-  for s in ${seeds:-none}; do
+  for s in $seed_list; do
     [ "$s" = none ] && s=""
-    for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
+    for fam in $(families); do
       for m in tlg greedy isolated; do
         run local.fsdd report --data "$data_root" --exp "$(seed_exp "$s")" --method $m --family $fam \
           --title "$corpus${s:+, train.seed $s}"
@@ -82,7 +89,7 @@ if at 7; then
 fi
 if [ -n "$fuse" ] && { at 8 || at 9; }; then   # stages 8-9: several experiments' models, per fold, on its test set
   for fold in $folds; do
-    data=$(awk -v f="$fold" '$1 == f {print $2}' "$data_root/folds.txt")
+    data=$(fold_data "$fold")
     read -r _ lang methods <<< "$(set_langs test)"
     case " $methods " in *" isolated "*) ;; *)
       echo "$0: stages 8-9 combine one-word decodings; $config gives the test set no one-word grammar" \
@@ -118,7 +125,7 @@ if [ -n "$fuse" ] && { at 8 || at 9; }; then   # stages 8-9: several experiments
     fi
   done
   names=$(for e in $fuse; do basename "$e"; done | paste -sd' ')
-  for fam in $(sed -n 's/^\(loso4\{0,1\}\)_.*/\1/p' "$data_root/folds.txt" | sort -u); do
+  for fam in $(families); do
     at 8 && run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated --family $fam \
       --title "$corpus, $(echo $fuse | wc -w) models combined ($names)"
     at 9 && run local.fsdd report --data "$data_root" --exp "$exp_root" --method isolated_sa --family $fam \

@@ -91,6 +91,10 @@ def main() -> None:
                    help="a smoke run: the baseline and bmuf, 1 epoch on 240 training utterances (out: OUT/quick)")
     p.add_argument("--epochs", type=int, default=0,
                    help="train.epochs for every run, the 1-learner baseline included (0 = the recipe config's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="run the baseline and every algorithm once per train.seed (run names get _s<SEED>); each "
+                        "run's speed-up is against the baseline of its own seed, and the summary gives the mean "
+                        "and range over the seeds")
     a = p.parse_args()
     rd = a.recipe_dir.resolve()
     a.out = a.out.resolve()
@@ -106,12 +110,13 @@ def main() -> None:
     data = ["--data-dir", str(data_dir), "--feats-dir", str(feats_dir), "--lang-dir", str(rd / "data" / "lang")]
     results = json.loads((a.out / "p1.json").read_text()) if (a.out / "p1.json").is_file() else {}
     runs = ([("local", 1)] if not a.skip_baseline else []) + [(algo, a.learners) for algo in a.algos]
-    for algo, n in runs:
-        name = f"{algo}_n{n}" + (a.tag if n > 1 else "")
+    for seed, (algo, n) in [(s, r) for s in (a.seeds or [None]) for r in runs]:
+        name = run_name(algo, n, a.tag, seed)
         exp = a.out / name
         own = [o.split(":", 1)[1] for o in a.algo_set if o.split(":", 1)[0] == algo]
         ov = [f"train.dist.algo={algo}", f"train.dist.period={a.period}", *(a.overrides if n > 1 else []), *own,
-              *([f"train.epochs={a.epochs}"] if a.epochs else [])]
+              *([f"train.epochs={a.epochs}"] if a.epochs else []),
+              *([f"train.seed={seed}"] if seed is not None else [])]
         train_args = ["--config", str(rd / "config.yaml"), *sum((["--set", o] for o in ov), []), *data,
                       "--exp-dir", str(exp)]
         load_before = os.getloadavg()
@@ -137,18 +142,50 @@ def main() -> None:
         results[name] = {"algo": algo, "learners": n, "wall_s": wall, "load_before": load_before,
                          "load_after": load_after, "curve": curve, "final_dev_loss": curve[-1]["dev_loss"],
                          "time_to_target": time_to(curve, a.target_loss), "target_loss": a.target_loss,
-                         "test_wer_greedy": wer, "comm": comm, "overrides": ov}
+                         "test_wer_greedy": wer, "comm": comm, "overrides": ov, "seed": seed}
         print(f"   wall {wall:.0f} s, final dev {curve[-1]['dev_loss']:.4f}, to {a.target_loss}: "
               f"{results[name]['time_to_target']}, test WER {wer:.2f}, load after {load_after}", flush=True)
         (a.out / "p1.json").write_text(json.dumps(results, indent=1))
     write_table(results, a.out / "p1.md", a.target_loss)
-    print(json.dumps({"bench": "dist_p1", "target_loss": a.target_loss, "runs": {
+    summary = seed_summary(results, a.target_loss)
+    print(json.dumps({"bench": "dist_p1", "target_loss": a.target_loss, "summary": summary, "runs": {
         name: {"wall_s": round(r["wall_s"], 1), "time_to_target_s": times(r, a.target_loss)[0],
                "speedup_to_target": speedups(results, r, a.target_loss)[0],
                "time_to_target_interp_s": times(r, a.target_loss)[1],
                "speedup_to_target_interp": speedups(results, r, a.target_loss)[1],
                "test_wer_greedy": r["test_wer_greedy"], "final_dev_loss": r["final_dev_loss"]}
         for name, r in results.items()}}))
+
+
+def run_name(algo: str, n: int, tag: str, seed: Optional[int]) -> str:
+    """``local_n1`` for the baseline, ``ALGO_nN<tag>`` otherwise; ``_s<SEED>`` appended with --seeds."""
+    return f"{algo}_n{n}" + (tag if n > 1 else "") + (f"_s{seed}" if seed is not None else "")
+
+
+def baseline_of(results: Dict, r: Dict) -> Optional[Dict]:
+    """The 1-learner run of the same seed (``local_n1`` or ``local_n1_s<SEED>``)."""
+    return results.get(run_name("local", 1, "", r.get("seed")))
+
+
+def seed_summary(results: Dict, target: float) -> Dict[str, Dict]:
+    """Per configuration (run name without ``_s<SEED>``): over its seeds, the speed-ups to the target against each
+    seed's own baseline and the test WER minus that baseline's: mean, min, max, and how many seeds."""
+    groups: Dict[str, List[Dict]] = {}
+    for name, r in results.items():
+        if r.get("seed") is not None and r["learners"] > 1:
+            groups.setdefault(name[: -len(f"_s{r['seed']}")], []).append(r)
+    out = {}
+    for cfg, rs in groups.items():
+        row: Dict[str, object] = {"seeds": [r["seed"] for r in rs]}
+        for key, vals in (("speedup_to_target", [speedups(results, r, target)[0] for r in rs]),
+                          ("speedup_to_target_interp", [speedups(results, r, target)[1] for r in rs]),
+                          ("wer_minus_baseline", [r["test_wer_greedy"] - b["test_wer_greedy"] if b else None
+                                                  for r, b in ((r, baseline_of(results, r)) for r in rs)])):
+            got = [v for v in vals if v is not None]
+            row[key] = ({"mean": round(sum(got) / len(got), 3), "min": round(min(got), 3), "max": round(max(got), 3),
+                         "n": len(got)} if got else None)
+        out[cfg] = row
+    return out
 
 
 def times(r: Dict, target: float) -> tuple:
@@ -158,8 +195,9 @@ def times(r: Dict, target: float) -> tuple:
 
 
 def speedups(results: Dict, r: Dict, target: float) -> tuple:
-    """The 1-learner run's times to target over this run's (epoch-end, interpolated); None where not reached."""
-    base = results.get("local_n1")
+    """The 1-learner run's (of the same seed) times to target over this run's (epoch-end, interpolated); None where
+    not reached."""
+    base = baseline_of(results, r)
     if base is None:
         return None, None
     return tuple(round(b / t, 3) if b and t else None for b, t in zip(times(base, target), times(r, target)))

@@ -2,7 +2,7 @@
 import torch
 
 from asrlib.config import ModelConfig
-from asrlib.models.lstm import LstmpLayer, build_model
+from asrlib.models.lstm import LstmpLayer, _TorchLstmLayer, build_model
 
 
 def _copy_from_torch(layer: LstmpLayer, ref: torch.nn.LSTM) -> None:
@@ -86,3 +86,23 @@ def test_peephole_model_with_zero_peepholes_equals_the_fused_model():
         assert torch.equal(la, lb)
         for n, t in enumerate(la.tolist()):  # padded frames may differ (the fused layer zeroes them)
             assert torch.allclose(a[n, :t], b[n, :t], atol=1e-5), (bidir, n)
+
+
+def test_forward_only_fused_layer_on_the_padded_batch_equals_packing():
+    """The forward-only fused layer runs on the padded batch (torch's CPU oneDNN kernel takes equal lengths only):
+    its outputs and input gradients equal those of the packed computation, with zeros past each utterance."""
+    torch.manual_seed(0)
+    for proj in (0, 4):
+        layer = _TorchLstmLayer(6, 8, proj, bidirectional=False)
+        x = torch.randn(3, 12, 6, requires_grad=True)
+        lens = torch.tensor([12, 7, 3])
+        y = layer(x, lens)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+        ref, _ = torch.nn.utils.rnn.pad_packed_sequence(layer.lstm(packed)[0], batch_first=True, total_length=12)
+        assert torch.allclose(y, ref, atol=1e-6)
+        assert float(y[1, 7:].abs().sum()) == 0.0 and float(y[2, 3:].abs().sum()) == 0.0
+        w = torch.randn_like(y)
+        g, = torch.autograd.grad((y * w).sum(), x)
+        g_ref, = torch.autograd.grad((ref * w).sum(), x)
+        assert torch.allclose(g, g_ref, atol=1e-6)
+        assert float(g[2, 3:].abs().sum()) == 0.0   # the padding gets no gradient

@@ -1,14 +1,16 @@
 """Training step of the recipe's acoustic model on mixed-length batches: forward-only LSTM layers run on the padded
 batch (what asrlib does) vs on a packed batch (``pack_padded_sequence``, what it did before 2026-11-24).
 
-    python bench/lstm_padding.py [--quick] [--config recipes/digits/config.yaml] [--threads 1] [--steps 120]
+    python bench/lstm_padding.py [--quick] [--recipe-dir recipes/digits] [--threads 1] [--steps 120]
 
 torch's CPU LSTM runs its fused oneDNN kernel only when every sequence of the batch has the same length; a packed
-batch of mixed lengths takes a per-frame loop instead. The bench builds the config's model, draws length-bucketed
-batches like the trainer's (``train.batch_seconds`` of padded frames, utterances 1-5 s, lengths within a batch
-0.9-1.0 of its longest, one batch in five of equal lengths), and times forward + CTC loss + backward for both forms
-on the same batches, interleaved step by step (the machine's speed drifts from minute to minute). Prints a table and
-one JSON line: median and mean ms per step of each form and the ratio padded / packed (< 1: padded is faster).
+batch of mixed lengths takes a per-frame loop instead. The bench builds the recipe config's model and times forward +
+CTC loss + backward for both forms on the same batches, interleaved step by step (the machine's speed drifts from
+minute to minute). The batches are the trainer's first epoch (``make_batches`` over the recipe's
+``data/fbank/train/utt2num_frames``, ``train.batch_seconds``; random features of those lengths) when the recipe has
+been run, else drawn alike (utterances 1-5 s, lengths within a batch 0.9-1.0 of its longest, one batch in five of
+equal lengths: more mixed batches than a real epoch has, so the ratio is lower). Prints a table and one JSON line:
+median and mean ms per step of each form and the ratio of the means padded / packed (< 1: padded is faster).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from asrlib.config import load_config  # noqa: E402
+from asrlib.io_utils import read_table  # noqa: E402
 from asrlib.models import lstm  # noqa: E402
+from asrlib.train.data import Utterance, make_batches as trainer_batches  # noqa: E402
 
 
 def packed_forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -36,7 +40,18 @@ def packed_forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor
     return torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
 
 
-def make_batches(n: int, max_frames: int, feat_dim: int, rng: random.Random) -> list:
+def recipe_batches(u2n: Path, n: int, max_frames: int, feat_dim: int, seed: int) -> list:
+    """The trainer's first ``n`` batches of epoch 0, with random features of the utterances' lengths."""
+    utts = [Utterance(k, int(v), []) for k, v in read_table(u2n)]
+    frames = {u.utt: u.num_frames for u in utts}
+    out = []
+    for b in trainer_batches(utts, max_frames, seed, 0)[:n]:
+        lens = [frames[u] for u in b]
+        out.append((torch.randn(len(lens), max(lens), feat_dim), torch.tensor(lens)))
+    return out
+
+
+def drawn_batches(n: int, max_frames: int, feat_dim: int, rng: random.Random) -> list:
     out = []
     for i in range(n):
         longest = rng.randint(100, 500)                    # 1-5 s at 10 ms frames
@@ -59,7 +74,7 @@ def step(model: torch.nn.Module, feats: torch.Tensor, lens: torch.Tensor, vocab:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=ROOT / "recipes" / "digits" / "config.yaml")
+    p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes" / "digits")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-seconds", type=float, default=0.0, help="0: the config's train.batch_seconds")
@@ -67,15 +82,18 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.quick:
         a.steps = 30
-    cfg = load_config(a.config)
+    cfg = load_config(a.recipe_dir / "config.yaml")
     if cfg.model.bidirectional:
         raise SystemExit("the config's model is bidirectional: its layers are packed either way")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     feat_dim, vocab = cfg.features.num_mel_bins, 32
     model = lstm.build_model(feat_dim, vocab, cfg.model).train()
-    batches = make_batches(a.steps, int(100 * (a.batch_seconds or cfg.train.batch_seconds)), feat_dim,
-                           random.Random(0))
+    max_frames = int(100 * (a.batch_seconds or cfg.train.batch_seconds))
+    u2n = a.recipe_dir / "data" / "fbank" / "train" / "utt2num_frames"
+    source = str(u2n) if u2n.is_file() else "drawn lengths (the recipe has no features yet)"
+    batches = (recipe_batches(u2n, a.steps, max_frames, feat_dim, cfg.train.seed) if u2n.is_file()
+               else drawn_batches(a.steps, max_frames, feat_dim, random.Random(0)))
     padded_forward = lstm._TorchLstmLayer.forward
     times = {"packed": [], "padded": []}
     try:
@@ -88,11 +106,11 @@ def main(argv=None) -> int:
     res = {form: {"median_ms": 1000 * statistics.median(t[2:]), "mean_ms": 1000 * statistics.mean(t[2:]),
                   "sd_ms": 1000 * statistics.pstdev(t[2:])} for form, t in times.items()}
     print(f"{a.steps} steps of {a.batch_seconds or cfg.train.batch_seconds:g} s batches, {a.threads} thread(s), "
-          f"model {cfg.model.num_layers} x {cfg.model.hidden_size} (proj {cfg.model.proj_size})")
+          f"model {cfg.model.num_layers} x {cfg.model.hidden_size} (proj {cfg.model.proj_size}); batches: {source}")
     for form, r in res.items():
         print(f"{form:7s} median {r['median_ms']:6.1f} ms  mean {r['mean_ms']:6.1f} ms  sd {r['sd_ms']:5.1f} ms")
     ratio = res["padded"]["mean_ms"] / res["packed"]["mean_ms"]
-    print(json.dumps({"bench": "lstm_padding", "steps": a.steps, "threads": a.threads, **{
+    print(json.dumps({"bench": "lstm_padding", "steps": a.steps, "threads": a.threads, "batches": source, **{
         f"{form}_{k}": round(v, 2) for form, r in res.items() for k, v in r.items()}, "ratio": round(ratio, 3)}))
     return 0
 

@@ -92,9 +92,9 @@ class _TorchLstmLayer(nn.Module):
         so the padding after an utterance cannot change that utterance's frames. Packing would not change the result
         (within 5e-7 on the digits model) but costs time on the CPU: torch runs its fused oneDNN LSTM kernel only when
         every sequence has the same length, and falls back to a per-frame loop for a packed batch of mixed lengths
-        (2-4x slower on those batches; a training step of the digits recipe 44 ms instead of 55-59 ms, 1 thread, and
-        far less spread between steps, which learners that wait for each other feel twice). A bidirectional layer's
-        backward direction would read the padding first: it is packed."""
+        (1.7-4x slower on those batches: a digits training step of 20 s takes 72.6 ms on average instead of 106.5 ms
+        on 1 thread, bench/lstm_padding.py, and its spread, which learners meeting at an all-reduce wait for, drops
+        from 51.7 to 3.8 ms). A bidirectional layer's backward direction would read the padding first: it is packed."""
         if not self.lstm.bidirectional:
             y, _ = self.lstm(x)
             valid = torch.arange(x.shape[1], device=x.device).unsqueeze(0) < lengths.to(x.device).unsqueeze(1)

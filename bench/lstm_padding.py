@@ -1,5 +1,6 @@
 """Training step of the recipe's acoustic model on mixed-length batches: forward-only LSTM layers run on the padded
 batch (what asrlib does) vs on a packed batch (``pack_padded_sequence``, what it did before 2026-11-24).
+Bidirectional layers are packed either way (a recipe with them is refused).
 
     python bench/lstm_padding.py [--quick] [--recipe-dir recipes/digits] [--threads 1] [--steps 120]
 
@@ -78,6 +79,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-seconds", type=float, default=0.0, help="0: the config's train.batch_seconds")
+    p.add_argument("--utt2num-frames", type=Path, default=None,
+                   help="the utterance lengths to batch (default: RECIPE/data/fbank/train/utt2num_frames)")
     p.add_argument("--quick", action="store_true", help="30 steps")
     a = p.parse_args(argv)
     if a.quick:
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
     feat_dim, vocab = cfg.features.num_mel_bins, 32
     model = lstm.build_model(feat_dim, vocab, cfg.model).train()
     max_frames = int(100 * (a.batch_seconds or cfg.train.batch_seconds))
-    u2n = a.recipe_dir / "data" / "fbank" / "train" / "utt2num_frames"
+    u2n = a.utt2num_frames or a.recipe_dir / "data" / "fbank" / "train" / "utt2num_frames"
     source = str(u2n) if u2n.is_file() else "drawn lengths (the recipe has no features yet)"
     batches = (recipe_batches(u2n, a.steps, max_frames, feat_dim, cfg.train.seed) if u2n.is_file()
                else drawn_batches(a.steps, max_frames, feat_dim, random.Random(0)))
@@ -105,12 +108,12 @@ def main(argv=None) -> int:
         lstm._TorchLstmLayer.forward = padded_forward
     res = {form: {"median_ms": 1000 * statistics.median(t[2:]), "mean_ms": 1000 * statistics.mean(t[2:]),
                   "sd_ms": 1000 * statistics.pstdev(t[2:])} for form, t in times.items()}
-    print(f"{a.steps} steps of {a.batch_seconds or cfg.train.batch_seconds:g} s batches, {a.threads} thread(s), "
+    print(f"{len(batches)} steps of {a.batch_seconds or cfg.train.batch_seconds:g} s batches, {a.threads} thread(s), "
           f"model {cfg.model.num_layers} x {cfg.model.hidden_size} (proj {cfg.model.proj_size}); batches: {source}")
     for form, r in res.items():
         print(f"{form:7s} median {r['median_ms']:6.1f} ms  mean {r['mean_ms']:6.1f} ms  sd {r['sd_ms']:5.1f} ms")
     ratio = res["padded"]["mean_ms"] / res["packed"]["mean_ms"]
-    print(json.dumps({"bench": "lstm_padding", "steps": a.steps, "threads": a.threads, "batches": source, **{
+    print(json.dumps({"bench": "lstm_padding", "steps": len(batches), "threads": a.threads, "batches": source, **{
         f"{form}_{k}": round(v, 2) for form, r in res.items() for k, v in r.items()}, "ratio": round(ratio, 3)}))
     return 0
 

@@ -364,7 +364,7 @@ class Recognizer:
     def __init__(self, model_dir: ModelDir, method: str = "tlg", decode: Optional[DecodeConfig] = None,
                  chunk_seconds: float = 10.0, max_greedy_segment: float = 30.0) -> None:
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
-        from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
+        from asrlib.lang.lexicon import read_lexicon_ids, read_tokens, read_words
         from asrlib.features.fbank import FbankExtractor, FbankOptions
 
         if method not in METHODS:
@@ -389,7 +389,7 @@ class Recognizer:
         else:
             self.decoder = GreedyWordDecoder(lang)
         self.id2word = read_words(lang / "words.txt")
-        self.prons = {w: [[tokens[ph] for ph in p] for p in ps] for w, ps in read_lexicon(lang / "lexicon.txt").items()}
+        self.prons = read_lexicon_ids(lang)
         self._extractor = FbankExtractor(FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0,
                                                        sample_rate=self.sample_rate))
         self.frame_shift = float(model_dir.meta.get("frame_shift", 0.01))

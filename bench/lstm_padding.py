@@ -34,13 +34,6 @@ from asrlib.models import lstm  # noqa: E402
 from asrlib.train.data import Utterance, make_batches as trainer_batches  # noqa: E402
 
 
-def packed_forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The layer's former forward: pack, run, unpack (zeros past each utterance)."""
-    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-    y, _ = self.lstm(packed)
-    return torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
-
-
 def recipe_batches(u2n: Path, n: int, max_frames: int, feat_dim: int, seed: int) -> list:
     """The trainer's first ``n`` batches of epoch 0, with random features of the utterances' lengths."""
     utts = [Utterance(k, int(v), []) for k, v in read_table(u2n)]
@@ -102,7 +95,8 @@ def main(argv=None) -> int:
     try:
         for i, (feats, lens) in enumerate(batches):
             for form in (("packed", "padded") if i % 2 else ("padded", "packed")):
-                lstm._TorchLstmLayer.forward = packed_forward if form == "packed" else padded_forward
+                lstm._TorchLstmLayer.forward = (lstm._TorchLstmLayer.packed_forward if form == "packed"
+                                                else padded_forward)
                 times[form].append(step(model, feats, lens, vocab))
     finally:
         lstm._TorchLstmLayer.forward = padded_forward

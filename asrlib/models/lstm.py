@@ -99,10 +99,14 @@ class _TorchLstmLayer(nn.Module):
             y, _ = self.lstm(x)
             valid = torch.arange(x.shape[1], device=x.device).unsqueeze(0) < lengths.to(x.device).unsqueeze(1)
             return y * valid.unsqueeze(-1).to(y.dtype)
+        return self.packed_forward(x, lengths)
+
+    def packed_forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The layer over a packed batch (zeros past each utterance): what a bidirectional layer runs, and what a
+        forward-only one ran before (bench/lstm_padding.py compares the two)."""
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         y, _ = self.lstm(packed)
-        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
-        return y
+        return nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
 
 
 class _PeepholeLayer(nn.Module):

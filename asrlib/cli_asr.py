@@ -1,6 +1,7 @@
 """The ``asr`` command: use a trained model on your own audio.
 
-    asr transcribe MODEL INPUT... [--format text|jsonl] [--nj N] [--method tlg|greedy] [-o OUT]
+    asr transcribe MODEL INPUT... [--format text|jsonl|srt|vtt] [--nj N] [--method tlg|greedy] [-o OUT]
+                   [--segment energy|blank|none] [--segment-min-silence S] [--segment-max-seconds S] ...
     asr info MODEL [--json] [--verify]
     asr package EXP_DIR LANG_DIR OUT_DIR [--config recipes/digits/config.yaml] [--force]
 
@@ -13,7 +14,10 @@ number of channels), directories (searched recursively for those extensions) or 
 Output (stdout, or ``-o FILE`` written atomically): ``--format text`` gives Kaldi ``text`` lines ``KEY WORD...``;
 ``--format jsonl`` gives one JSON object per input: ``{"key", "path", "text", "duration", "words": [{"word",
 "start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.recognizer` for how times and confidences
-are defined), or ``{"key", "path", "error"}`` for an input that could not be transcribed. Every failed input is
+are defined) and ``"segments": [{"start", "end", "text"}]`` (the stretches decoded from a zero network state,
+cut at pauses: :mod:`asrlib.decode.segment`), or ``{"key", "path", "error"}`` for an input that could not be
+transcribed; ``--format srt`` / ``vtt`` gives subtitles (:mod:`asrlib.subtitles`), one file per input with ``-o
+DIR`` when there are several. A file of a minute or more shows its own progress bar. Every failed input is
 also reported on stderr; the others are still transcribed, and the exit status is then 1. A problem with the
 model or the arguments stops everything with exit status 2.
 """
@@ -27,9 +31,14 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from asrlib.config import SEGMENT_METHODS
 from asrlib.io_utils import AsrError, atomic_open, read_table
+from asrlib.subtitles import subtitles
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus")
+FORMATS = ("text", "jsonl", "srt", "vtt")
+SUBTITLE_FORMATS = ("srt", "vtt")
+LONG_FILE_SECONDS = 60.0   # a file at least this long gets its own progress bar (nj 1)
 
 Item = Tuple[str, str, Optional[str]]   # key, path, error found while listing (e.g. a piped wav.scp entry)
 
@@ -78,9 +87,12 @@ _worker_rec = None
 def _make_recognizer(a: argparse.Namespace):
     from asrlib.recognizer import Recognizer
 
-    return Recognizer.from_dir(a.model, method=a.method, beam=a.beam, max_active=a.max_active,
-                               acoustic_scale=a.acoustic_scale, blank_penalty=a.blank_penalty,
-                               chunk_seconds=a.chunk_seconds)
+    return Recognizer.from_dir(a.model, method=a.method, chunk_seconds=a.chunk_seconds, beam=a.beam,
+                               max_active=a.max_active, acoustic_scale=a.acoustic_scale,
+                               blank_penalty=a.blank_penalty, segment=a.segment,
+                               segment_min_silence=a.segment_min_silence, segment_pad=a.segment_pad,
+                               segment_max_seconds=a.segment_max_seconds,
+                               segment_threshold_db=a.segment_threshold_db)
 
 
 def _init_worker(a: argparse.Namespace) -> None:
@@ -91,14 +103,36 @@ def _init_worker(a: argparse.Namespace) -> None:
     _worker_rec = _make_recognizer(a)
 
 
-def _transcribe_item(item: Item, rec=None) -> Tuple[Item, Optional[dict], Optional[str]]:
+def _transcribe_item(item: Item, rec=None, show_progress: bool = False
+                     ) -> Tuple[Item, Optional[dict], Optional[str]]:
     key, path, err = item
     if err:
         return item, None, err
+    bar = _file_progress(key, path) if show_progress else None
     try:
-        return item, (rec or _worker_rec).transcribe_file(path).to_dict(), None
+        res = (rec or _worker_rec).transcribe_file(path, progress=bar.update if bar else None)
+        return item, res.to_dict(), None
     except AsrError as e:
         return item, None, str(e)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _file_progress(key: str, path: str):
+    """A progress bar in seconds of audio for one file at least :data:`LONG_FILE_SECONDS` long, else None."""
+    import soundfile as sf
+    from tqdm import tqdm
+
+    try:
+        seconds = sf.info(path).duration
+    except Exception:  # noqa: BLE001 - unreadable: transcribe_file says why
+        return None
+    if seconds < LONG_FILE_SECONDS:
+        return None
+    return tqdm(total=round(seconds, 1), desc=key, unit="s", unit_scale=False, leave=False, mininterval=1.0,
+                file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio "
+                                            "[{elapsed}<{remaining}]")
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -109,13 +143,22 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
         raise AsrError("--nj and --num-threads must be >= 1")
     items = collect_inputs(a.inputs)
     nj = min(a.nj, len(items))
+    subtitles_dir = None
+    if a.format in SUBTITLE_FORMATS and len(items) > 1:
+        if a.output is None:
+            raise AsrError(f"--format {a.format} with {len(items)} inputs writes one file per input: give "
+                           f"-o DIR (each input's KEY.{a.format} is written there)")
+        if a.output.exists() and not a.output.is_dir():
+            raise AsrError(f"-o {a.output}: with --format {a.format} and several inputs, -o is a directory")
+        subtitles_dir = a.output
+        subtitles_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if nj == 1:
         import torch
 
         torch.set_num_threads(a.num_threads)
         rec = _make_recognizer(a)          # model problems stop here, before any output
-        results = (_transcribe_item(it, rec) for it in items)
+        results = (_transcribe_item(it, rec, show_progress=not a.quiet) for it in items)
         pool = None
         load_note = f"; model loaded in {time.perf_counter() - t0:.2f} s"
         t0 = time.perf_counter()
@@ -131,7 +174,7 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
         results = pool.imap(_transcribe_item, items, chunksize=1)
     failed, audio_seconds = [], 0.0
     try:
-        with (atomic_open(a.output) if a.output else _Stdout()) as out:
+        with (atomic_open(a.output) if a.output and not subtitles_dir else _Stdout()) as out:
             for (key, path, _), res, err in tqdm(results, total=len(items), desc="transcribe", unit="file",
                                                  disable=a.quiet or len(items) < 2, mininterval=1.0,
                                                  file=sys.stderr):
@@ -144,6 +187,11 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
                 audio_seconds += res["duration"]
                 if a.format == "jsonl":
                     out.write(json.dumps({"key": key, "path": path, **res}, ensure_ascii=False) + "\n")
+                elif subtitles_dir is not None:
+                    with atomic_open(subtitles_dir / f"{key}.{a.format}") as sub:
+                        sub.write(subtitles(res, a.format))
+                elif a.format in SUBTITLE_FORMATS:
+                    out.write(subtitles(res, a.format))
                 else:
                     out.write(f"{key} {res['text']}".rstrip() + "\n")
                 out.flush()
@@ -229,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcribe", help="transcribe audio files, directories or wav.scp lists")
     t.add_argument("model", help="packaged model dir (asr package), mobile bundle dir or training experiment dir")
     t.add_argument("inputs", nargs="+", help="audio files, directories, or Kaldi wav.scp files")
-    t.add_argument("--format", choices=["text", "jsonl"], default="text")
+    t.add_argument("--format", choices=FORMATS, default="text",
+                   help="text: Kaldi text lines; jsonl: words and segments with times; srt / vtt: subtitles "
+                        "(several inputs: -o DIR gets one KEY.srt / KEY.vtt each)")
     t.add_argument("--method", choices=["tlg", "greedy"], default="tlg")
     t.add_argument("--nj", type=int, default=1, help="parallel processes (files are spread over them)")
     t.add_argument("--num-threads", type=int, default=1, help="torch threads per process")
@@ -240,6 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--blank-penalty", type=float)
     t.add_argument("--chunk-seconds", type=float, default=10.0,
                    help="audio processed per step (bounds memory; does not change the result)")
+    seg = t.add_argument_group("long recordings", "cut at pauses, each segment decoded from a zero network "
+                                                   "state (default: the model dir's decode settings)")
+    seg.add_argument("--segment", choices=SEGMENT_METHODS,
+                     help="energy: pauses by log mel energy; blank: by the network's CTC blank; none: one stream")
+    seg.add_argument("--segment-min-silence", type=float, metavar="SECONDS", help="a pause this long ends a segment")
+    seg.add_argument("--segment-pad", type=float, metavar="SECONDS", help="silence kept on each side of a cut")
+    seg.add_argument("--segment-max-seconds", type=float, metavar="SECONDS",
+                     help="longest segment (cut at its longest non-speech run)")
+    seg.add_argument("--segment-threshold-db", type=float, metavar="DB",
+                     help="energy: frames within this of the local floor are silence")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
     t.set_defaults(func=cmd_transcribe)
 

@@ -177,6 +177,14 @@ class DecodeConfig:
     # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
     retry_beam: float = 40.0
     num_threads: int = 1
+    # long recordings (asr transcribe / Recognizer; asrlib/decode/segment.py): cut at pauses, each segment decoded
+    # from a zero network state. segment: energy (log mel energy near the local floor) | blank (the network's CTC
+    # blank) | none (one stream for the whole recording, as before segmentation)
+    segment: str = "energy"
+    segment_min_silence: float = 0.3    # seconds of non-speech that end a segment
+    segment_pad: float = 0.15           # seconds of that silence kept on each side of a cut
+    segment_max_seconds: float = 20.0   # a segment with no such pause is cut at its longest non-speech run by then
+    segment_threshold_db: float = 10.0  # energy: frames within this of the local floor (min over +-1 s) are silence
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
     set_grammars: Dict[str, str] = field(default_factory=dict)
@@ -225,6 +233,7 @@ class ClusterConfig:
 
 CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
 BUNDLE_MODELS = ("auto", "pruned", "int8")   # export.bundle_model (steps.export_mobile)
+SEGMENT_METHODS = ("energy", "blank", "none")   # decode.segment (asrlib.decode.segment)
 GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 
@@ -338,6 +347,7 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
     if cfg.export.bundle_model not in BUNDLE_MODELS:
         raise AsrError(f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got "
                        f"{cfg.export.bundle_model!r}")
+    check_segment_settings(cfg.decode, str(path))
     if cfg.features.online_prior_frames < 0:
         raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
     for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)
@@ -354,6 +364,22 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                 raise AsrError(f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
                                f"grammar arpa has its own vocabulary")
     return cfg
+
+
+def check_segment_settings(decode: DecodeConfig, where: str) -> None:
+    """The ``decode.segment*`` settings are usable (a clear error naming ``where`` otherwise)."""
+    if decode.segment not in SEGMENT_METHODS:
+        raise AsrError(f"{where}: decode.segment must be one of {', '.join(SEGMENT_METHODS)}, got {decode.segment!r}")
+    for key in ("segment_min_silence", "segment_max_seconds"):
+        if not getattr(decode, key) > 0:
+            raise AsrError(f"{where}: decode.{key} must be > 0, got {getattr(decode, key)}")
+    if not decode.segment_pad >= 0:
+        raise AsrError(f"{where}: decode.segment_pad must be >= 0, got {decode.segment_pad}")
+    if decode.segment_max_seconds <= 2 * decode.segment_min_silence:
+        raise AsrError(f"{where}: decode.segment_max_seconds must be more than twice segment_min_silence, got "
+                       f"{decode.segment_max_seconds}")
+    if not decode.segment_threshold_db > 0:
+        raise AsrError(f"{where}: decode.segment_threshold_db must be > 0, got {decode.segment_threshold_db}")
 
 
 def lm_texts(lang: LangConfig, data_dir: str | Path) -> List[Path]:

@@ -56,7 +56,9 @@ MODEL_DIR_VERSION = 1
 LANG_FILES_REQUIRED = ("tokens.txt", "words.txt", "lexicon.txt")
 LANG_FILES_OPTIONAL = ("TLG.fst",)
 FRAME_SHIFT = 0.01  # seconds per fbank frame (asrlib.features.fbank)
-DECODE_KEYS = ("beam", "max_active", "acoustic_scale", "blank_penalty")   # DecodeConfig fields kept in model.json
+# DecodeConfig fields kept in model.json: the search, and how long recordings are segmented
+DECODE_KEYS = ("beam", "max_active", "acoustic_scale", "blank_penalty", "segment", "segment_min_silence",
+               "segment_pad", "segment_max_seconds", "segment_threshold_db")
 
 
 # ------------------------------------------------------------------------------------------------ backends

@@ -38,13 +38,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from asrlib.config import DecodeConfig
 from asrlib.io_utils import AsrError, PathLike
-from asrlib.model_dir import AcousticBackend, ModelDir, open_model_dir
+from asrlib.model_dir import DECODE_KEYS, AcousticBackend, ModelDir, open_model_dir
 
 METHODS = ("tlg", "greedy")
 MIN_SAMPLES_SECONDS = 0.025  # one 25 ms fbank window
@@ -60,15 +60,28 @@ class Word:
 
 
 @dataclass
+class Segment:
+    """A stretch of the recording decoded from a zero network state (see :mod:`asrlib.decode.segment`) that
+    holds words: ``start``/``end`` bound the audio decoded (the words plus up to ``segment_pad`` of silence)."""
+    start: float
+    end: float
+    text: str
+    words: List[Word] = field(default_factory=list)
+
+
+@dataclass
 class Result:
     text: str
     words: List[Word] = field(default_factory=list)
     duration: float = 0.0   # seconds of input audio
+    segments: List[Segment] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"text": self.text, "duration": round(self.duration, 3),
                 "words": [{**asdict(w), "start": round(w.start, 3), "end": round(w.end, 3),
-                           "confidence": round(w.confidence, 3)} for w in self.words]}
+                           "confidence": round(w.confidence, 3)} for w in self.words],
+                "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
+                             for s in self.segments]}
 
 
 # ------------------------------------------------------------------------------------------------ audio
@@ -363,6 +376,8 @@ class Recognizer:
 
     def __init__(self, model_dir: ModelDir, method: str = "tlg", decode: Optional[DecodeConfig] = None,
                  chunk_seconds: float = 10.0, max_greedy_segment: float = 30.0) -> None:
+        from asrlib.config import check_segment_settings
+
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
         from asrlib.lang.lexicon import read_lexicon_ids, read_tokens, read_words
         from asrlib.features.fbank import FbankExtractor, FbankOptions
@@ -373,6 +388,7 @@ class Recognizer:
             raise AsrError(f"chunk_seconds must be > 0, got {chunk_seconds}")
         self.model_dir, self.method = model_dir, method
         self.decode_config = decode or model_dir.decode_config()
+        check_segment_settings(self.decode_config, str(model_dir.root))
         self.backend: AcousticBackend = model_dir.load_backend()
         self.sample_rate = model_dir.sample_rate
         lang = model_dir.lang_dir
@@ -396,18 +412,20 @@ class Recognizer:
         self.shift_samples = int(round(self.frame_shift * self.sample_rate))
         self.frame_seconds = self.frame_shift * self.backend.subsampling
         self.chunk_seconds = float(chunk_seconds)
+        self._frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
         self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
 
     @classmethod
-    def from_dir(cls, path: PathLike, method: str = "tlg", beam: Optional[float] = None,
-                 max_active: Optional[int] = None, acoustic_scale: Optional[float] = None,
-                 blank_penalty: Optional[float] = None, chunk_seconds: float = 10.0) -> "Recognizer":
-        """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings default to
-        the ones recorded in the model dir (else :class:`DecodeConfig`'s defaults) and can be overridden here."""
+    def from_dir(cls, path: PathLike, method: str = "tlg", chunk_seconds: float = 10.0,
+                 **decode: object) -> "Recognizer":
+        """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings (the
+        :class:`DecodeConfig` fields recorded in the model dir: beam, max_active, acoustic_scale, blank_penalty and
+        the ``segment*`` settings; else its defaults) can be overridden by keyword (None = keep)."""
         md = open_model_dir(path)
         cfg = md.decode_config()
-        for k, v in {"beam": beam, "max_active": max_active, "acoustic_scale": acoustic_scale,
-                     "blank_penalty": blank_penalty}.items():
+        for k, v in decode.items():
+            if k not in DECODE_KEYS:
+                raise AsrError(f"unknown decode setting '{k}' (known: {', '.join(DECODE_KEYS)})")
             if v is not None:
                 setattr(cfg, k, type(getattr(cfg, k))(v))
         return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds)
@@ -416,33 +434,84 @@ class Recognizer:
     def _fbank(self, samples: np.ndarray) -> np.ndarray:
         return self._extractor.features(samples)     # under torch.inference_mode
 
-    def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
-                          ) -> Tuple[np.ndarray, int]:
-        """(log-probs [T, V] of the recording, number of input samples)."""
+    def _feature_stream(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str, counted: List[int],
+                        progress: Optional[Callable[[float], None]] = None) -> Iterator[np.ndarray]:
+        """Raw fbank chunks of the recording (exactly those of the whole recording); ``counted[0]`` adds up the
+        input samples; ``progress(seconds)`` is told each block's input seconds."""
         if int(sample_rate) != sample_rate or sample_rate <= 0:
             raise AsrError(f"{where}: bad sample rate {sample_rate}")
         sample_rate = int(sample_rate)
-        counted = [0]
 
         def checked() -> Iterator[np.ndarray]:
             for b in blocks:
                 _check_finite(b, where)
                 counted[0] += len(b)
+                if progress is not None:
+                    progress(len(b) / sample_rate)
                 yield b
 
         hint = max(1, int(self.chunk_seconds * sample_rate))
         audio = resample_stream(checked(), sample_rate, self.sample_rate, hint)
-        frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
         min_samples = int(round(MIN_SAMPLES_SECONDS * self.sample_rate))
-        stream = self.backend.stream()
-        outs = []
         try:
-            for feats in fbank_stream(audio, self._fbank, frames_per_chunk, self.shift_samples, min_samples):
-                outs.append(stream.accept(feats))
+            yield from fbank_stream(audio, self._fbank, self._frames_per_chunk, self.shift_samples, min_samples)
         except AsrError as e:
             raise AsrError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+
+    def _run_network(self, feats: Iterable[np.ndarray]) -> np.ndarray:
+        """Log-probs of fbank chunks through one fresh stream (zero state)."""
+        stream = self.backend.stream()
+        outs = [stream.accept(f) for f in feats]
         outs.append(stream.finish())
-        return np.concatenate(outs).astype(np.float32, copy=False), counted[0]
+        return np.concatenate(outs).astype(np.float32, copy=False)
+
+    def _chunks(self, feats: np.ndarray) -> Iterator[np.ndarray]:
+        return _array_blocks(feats, self._frames_per_chunk) if len(feats) else iter(())
+
+    def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
+                          ) -> Tuple[np.ndarray, int]:
+        """(log-probs [T, V] of the recording in one stream, number of input samples)."""
+        counted = [0]
+        lp = self._run_network(self._feature_stream(blocks, sample_rate, where, counted))
+        return lp, counted[0]
+
+    def _segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray]]:
+        """``(first output frame, log-probs)`` of each segment of the recording (:mod:`asrlib.decode.segment`),
+        each run from a zero state; at most ``segment_max_seconds`` of features are held at a time."""
+        from asrlib.decode.segment import blank_nonspeech, energy_nonspeech, plan_segments, to_output_frames
+
+        c, stack = self.decode_config, self.backend.subsampling
+        if c.segment == "none":
+            yield 0, self._run_network(feats)
+            return
+        fs = self.frame_seconds
+        min_sil = max(1, int(round(c.segment_min_silence / fs)))
+        pad = int(round(c.segment_pad / fs))
+        max_len = max(2 * min_sil + 1, int(round(c.segment_max_seconds / fs)))
+
+        def flags(buf: np.ndarray) -> np.ndarray:
+            if c.segment == "energy":
+                return to_output_frames(energy_nonspeech(buf, c.segment_threshold_db), stack)
+            return blank_nonspeech(self._run_network(self._chunks(buf)))[: len(buf) // stack]
+
+        buf, out0 = np.zeros((0, self.backend.num_mel_bins), np.float32), 0
+        final = False
+        it = iter(feats)
+        while not final:
+            chunk = next(it, None)
+            if chunk is not None:
+                buf = np.concatenate([buf, chunk]) if len(buf) else np.asarray(chunk, np.float32)
+                if len(buf) < max_len * stack:
+                    continue
+            final = chunk is None
+            while len(buf) >= max_len * stack or final:
+                segs, keep = plan_segments(flags(buf), final, min_sil, pad, max_len)
+                for a, b in segs:   # a final segment takes the last partial stack too (the stream drops it)
+                    end = len(buf) if final and b * stack >= len(buf) - stack else b * stack
+                    yield out0 + a, self._run_network(self._chunks(buf[a * stack: end]))
+                buf, out0 = buf[keep * stack:], out0 + keep
+                if final:
+                    break
 
     def log_probs(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """CTC log-probabilities ``[T, V]`` (one row per 30 ms output frame) of in-memory audio."""
@@ -454,33 +523,59 @@ class Recognizer:
 
     # -------------------------------------------------------------------------------- transcription
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> Result:
-        """Words with times and confidences for ``samples`` (``[n]`` or ``[n, channels]``) at ``sample_rate``."""
+        """Words with times and confidences for ``samples`` (``[n]`` or ``[n, channels]``) at ``sample_rate``;
+        a long recording is decoded in segments cut at its pauses (``decode.segment``)."""
         x = _to_mono_float(samples)
         if len(x) == 0:
             raise AsrError("audio: no samples")
-        lp, n = self._log_probs_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
+        return self._transcribe_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
                                        sample_rate, "audio")
-        return self.decode_log_probs(lp, n / sample_rate)
 
-    def transcribe_file(self, path: PathLike) -> Result:
-        """Like :meth:`transcribe` for an audio file; problems are an :class:`AsrError` naming the file."""
+    def transcribe_file(self, path: PathLike, progress: Optional[Callable[[float], None]] = None) -> Result:
+        """Like :meth:`transcribe` for an audio file; problems are an :class:`AsrError` naming the file.
+        ``progress(seconds)`` is called with the seconds of audio read since its last call."""
         sr, blocks = open_audio_blocks(path, self.chunk_seconds)
-        lp, n = self._log_probs_blocks(blocks, sr, str(path))
-        return self.decode_log_probs(lp, n / sr)
+        return self._transcribe_blocks(blocks, sr, str(path), progress)
+
+    def _transcribe_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str,
+                           progress: Optional[Callable[[float], None]] = None) -> Result:
+        counted: List[int] = [0]
+        segments: List[Segment] = []
+        for first, lp in self._segments(self._feature_stream(blocks, sample_rate, where, counted, progress)):
+            words = self._decode_words(lp, None, first)
+            if words:
+                fs = self.frame_seconds
+                segments.append(Segment(round(first * fs, 6), round((first + len(lp)) * fs, 6),
+                                        " ".join(w.word for w in words), words))
+        duration = counted[0] / sample_rate
+        for seg in segments:                     # times past the end of the audio (its last partial frame)
+            seg.end = min(seg.end, duration)
+            for w in seg.words:
+                w.start, w.end = min(w.start, duration), min(w.end, duration)
+        words = [w for seg in segments for w in seg.words]
+        return Result(" ".join(w.word for w in words), words, duration, segments)
 
     def decode_log_probs(self, lp: np.ndarray, duration: float) -> Result:
-        """Search ``lp`` and attach word times / confidences (see the module docstring)."""
+        """Search ``lp`` (one stream, no segmentation) and attach word times / confidences (see the module
+        docstring)."""
+        words = self._decode_words(lp, duration)
+        return Result(" ".join(w.word for w in words), words, duration)
+
+    def _decode_words(self, lp: np.ndarray, duration: Optional[float], first: int = 0) -> List[Word]:
+        """Words of ``lp``, whose frame 0 is the recording's output frame ``first``; times capped at
+        ``duration`` (None: not capped)."""
         if self.method == "tlg":
             words, frame_tokens = self._search_tlg(lp)
-            segments = [(0, len(lp), words)]
+            pieces = [(0, len(lp), words)]
         else:
             frame_tokens = np.argmax(lp, axis=1) if len(lp) else np.zeros(0, np.int64)
-            segments = [(a, b, self.decoder.decode(lp[a:b])) for a, b in self._greedy_segments(frame_tokens)]
+            pieces = [(a, b, self.decoder.decode(lp[a:b])) for a, b in self._greedy_segments(frame_tokens)]
         out: List[Word] = []
-        for a, b, seg_words in segments:
+        for a, b, seg_words in pieces:
             runs = [(t, f0 + a, f1 + a) for t, f0, f1 in token_runs(frame_tokens[a:b])]
-            out.extend(self._words_with_times(seg_words, runs, lp, duration, a))
-        return Result(" ".join(w.word for w in out), out, duration)
+            out.extend(self._words_with_times(seg_words, runs, lp, math.inf if duration is None else duration,
+                                              a, first))
+        return out
 
     def _search_tlg(self, lp: np.ndarray) -> Tuple[List[str], np.ndarray]:
         from asrlib.kaldi_imports import kaldifst
@@ -518,18 +613,21 @@ class Recognizer:
         return pieces
 
     def _words_with_times(self, words: Sequence[str], runs: List[Tuple[int, int, int]], lp: np.ndarray,
-                          duration: float, seg_start: int) -> List[Word]:
+                          duration: float, seg_start: int, first: int = 0) -> List[Word]:
+        """Words with times; ``runs`` index frames of ``lp``, whose frame 0 is the recording's frame ``first``."""
         spans = align_words(words, self.prons, runs)
         fs = self.frame_seconds
+        runs = [(t, f0 + first, f1 + first) for t, f0, f1 in runs]
+        lp_rows = lambda f0, f1: lp[f0 - first:f1 - first + 1]  # noqa: E731
         out: List[Word] = []
-        prev_end = round(seg_start * fs, 6)
+        prev_end = round((seg_start + first) * fs, 6)
         for w, span in zip(words, spans):
             if span is None:
                 t = min(prev_end, duration)
                 out.append(Word(w, t, t, 0.0))
                 continue
             a, b = span
-            post = [float(np.exp(lp[f0:f1 + 1, tok].max())) for tok, f0, f1 in runs[a:b]]
+            post = [float(np.exp(lp_rows(f0, f1)[:, tok].max())) for tok, f0, f1 in runs[a:b]]
             start = round(min(runs[a][1] * fs, duration), 6)
             end = round(min((runs[b - 1][2] + 1) * fs, duration), 6)
             out.append(Word(w, start, end, float(np.mean(post))))

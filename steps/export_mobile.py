@@ -214,6 +214,8 @@ def main(argv=None):
     tag = FILE_TAG[choice]
     bundle = write_bundle(out / "bundle", out / f"{tag}.int8.onnx", out / f"{tag}.streaming.int8.onnx", a.lang_dir,
                           feat_dim=pruned.model.feat_dim, subsampling=pruned.model.stack, sample_rate=sr,
+                          decode={k: v for k, v in dataclasses.asdict(cfg.decode).items()
+                                  if k.startswith("segment")},
                           extra={"model": choice, "compression": compression,
                                  "streaming": {"chunk_ms": cfg.export.chunk_ms}})
     report["bundle"] = {"dir": str(bundle.dir), "model": choice,

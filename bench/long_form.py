@@ -1,0 +1,152 @@
+"""Long recordings: WER, peak memory and speed of `asr transcribe` on 60 s, 10 min and 1 h files made of a test set's
+utterances, against the same utterances transcribed one by one.
+
+    python bench/long_form.py [--quick] [--model recipes/digits/exp/lstm_ctc] [--data recipes/digits/data/test]
+                              [--lengths 60 600 3600] [--segment energy blank none] [--out FILE.json]
+
+Recordings: the test set's utterances (sorted by id) concatenated, as they are, into consecutive recordings of at
+least L seconds (a remainder shorter than L is left out); when the set is shorter than L, it is repeated, each
+repetition in another (seeded) order, to one recording of at least L seconds. Written as 16-bit WAV into a temporary
+folder (deleted afterwards).
+
+For each ``--segment`` method and length, one `asr transcribe` process (nj 1, 1 thread) transcribes that length's
+recordings: its WER against the utterances' references joined in the same order, the WER of the utterances' own
+one-by-one hypotheses joined alike (the same words: ``wer_pieces``), the RTF the command prints (transcription time
+without model loading / audio seconds) and the process's peak RSS (``wait4``). ``per_utt`` is the one-by-one pass
+over the test set's wav.scp (same command). Ends with one JSON line of all figures. ``--quick``: 60 s only,
+two recordings, ``energy`` (under a minute).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from asrlib.io_utils import read_table_dict  # noqa: E402
+from asrlib.score import score  # noqa: E402
+
+
+def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List[str]) -> Dict:
+    """Run `asr transcribe` in its own process; its results, printed RTF and peak RSS (MiB)."""
+    cmd = [sys.executable, "-m", "asrlib.cli_asr", "transcribe", str(model), *inputs, "--format", "jsonl",
+           "-o", str(out), "--segment", segment, *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"asr transcribe failed ({p.returncode}):\n{err[-3000:]}")
+    m = re.search(r"([\d.]+) s of audio in ([\d.]+) s, RTF ([\d.]+)", err)
+    results = {r["key"]: r for r in map(json.loads, out.read_text().splitlines())}
+    return {"results": results, "audio_s": float(m.group(1)), "decode_s": float(m.group(2)),
+            "rtf": float(m.group(3)), "rss_mib": round(usage.ru_maxrss / 1024, 1), "wall_s": round(wall, 1)}
+
+
+def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
+    """Groups of utterance ids, each at least ``length`` seconds (see the module docstring)."""
+    total = sum(seconds[u] for u in utts)
+    if total < length:
+        rng, order, acc = random.Random(seed), list(utts), 0.0
+        group: List[str] = []
+        while acc < length:
+            group += order
+            acc += total
+            rng.shuffle(order)
+        return [group]
+    groups, acc = [[]], 0.0
+    for u in utts:
+        groups[-1].append(u)
+        acc += seconds[u]
+        if acc >= length:
+            groups.append([])
+            acc = 0.0
+    return [g for g in groups if sum(seconds[u] for u in g) >= length]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=ROOT / "recipes/digits/exp/lstm_ctc")
+    p.add_argument("--data", type=Path, default=ROOT / "recipes/digits/data/test",
+                   help="Kaldi data dir: wav.scp (file paths) and text")
+    p.add_argument("--lengths", type=float, nargs="+", default=[60, 600, 3600])
+    p.add_argument("--segment", nargs="+", default=["energy", "blank", "none"])
+    p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
+    a = p.parse_args()
+    if a.quick:
+        a.lengths, a.segment, a.max_recordings = [60], ["energy"], 2
+    if not (a.model / "final.pt").is_file() and not (a.model / "model.json").is_file():
+        raise SystemExit(f"{a.model}: no trained model (run `make run` first)")
+    wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
+    utts = sorted(u for u in wavs if u in refs)
+    seconds = {u: sf.info(wavs[u]).duration for u in utts}
+    figures: Dict = {"model": str(a.model), "data": str(a.data), "utterances": len(utts), "asr_args": a.asr_args,
+                     "date": time.strftime("%Y-%m-%d %H:%M")}
+    with tempfile.TemporaryDirectory(prefix="long_form.") as tmp:
+        tmp = Path(tmp)
+        plans = {}
+        for length in a.lengths:
+            groups = recordings(utts, seconds, length, a.seed)
+            groups = groups[: a.max_recordings] if a.max_recordings else groups
+            files = []
+            for i, g in enumerate(groups):
+                f = tmp / f"long{int(length)}_{i}.wav"
+                with sf.SoundFile(str(f), "w", samplerate=sf.info(wavs[g[0]]).samplerate, channels=1,
+                                  subtype="PCM_16") as w:
+                    for u in g:
+                        w.write(sf.read(wavs[u], dtype="int16")[0])
+                files.append(str(f))
+            plans[length] = (groups, files)
+        needed = sorted({u for groups, _ in plans.values() for g in groups for u in g})
+        scp = tmp / "wav.scp"
+        scp.write_text("".join(f"{u} {wavs[u]}\n" for u in needed))
+        figures["per_utt"] = {}
+        for method in a.segment:
+            one = run_asr(a.model, [str(scp)], tmp / "utt.jsonl", method, a.asr_args.split())
+            hyp = {u: r["text"] for u, r in one["results"].items()}
+            figures["per_utt"][method] = {"wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
+                                          "rtf": one["rtf"], "rss_mib": one["rss_mib"]}
+            for length, (groups, files) in plans.items():
+                run = run_asr(a.model, files, tmp / "long.jsonl", method, a.asr_args.split())
+                ref, hyp_long, hyp_pieces = {}, {}, {}
+                for i, g in enumerate(groups):
+                    key = Path(files[i]).stem
+                    ref[key] = " ".join(refs[u] for u in g)
+                    hyp_pieces[key] = " ".join(hyp[u] for u in g if hyp[u])
+                    hyp_long[key] = run["results"][key]["text"]
+                res = score(ref, hyp_long)
+                row = {"recordings": len(groups), "audio_s": round(run["audio_s"], 1), "words": res.num_words,
+                       "wer": round(res.wer, 2), "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
+                       "rtf": run["rtf"], "rss_mib": run["rss_mib"],
+                       "segments": sum(len(r.get("segments", [])) for r in run["results"].values())}
+                figures.setdefault(method, {})[str(int(length))] = row
+                print(f"{method:6s} {int(length):5d} s x{len(groups):2d}: WER {row['wer']:5.2f} (pieces "
+                      f"{row['wer_pieces']:5.2f}), RTF {row['rtf']:.4f}, peak RSS {row['rss_mib']} MiB, "
+                      f"{row['segments']} segments", file=sys.stderr)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

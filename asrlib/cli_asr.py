@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--segment-max-seconds", type=float, metavar="SECONDS",
                      help="longest segment (cut at its longest non-speech run)")
     seg.add_argument("--segment-threshold-db", type=float, metavar="DB",
-                     help="energy: frames within this of the local floor are silence")
+                     help="frames within this of the local energy floor are quiet")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
     t.set_defaults(func=cmd_transcribe)
 

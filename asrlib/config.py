@@ -178,13 +178,14 @@ class DecodeConfig:
     retry_beam: float = 40.0
     num_threads: int = 1
     # long recordings (asr transcribe / Recognizer; asrlib/decode/segment.py): cut at pauses, each segment decoded
-    # from a zero network state. segment: energy (log mel energy near the local floor) | blank (the network's CTC
-    # blank) | none (one stream for the whole recording, as before segmentation)
-    segment: str = "energy"
-    segment_min_silence: float = 0.3    # seconds of non-speech that end a segment
-    segment_pad: float = 0.15           # seconds of that silence kept on each side of a cut
+    # from a zero network state. segment: blank (pauses = runs of the network's CTC blank) | energy (runs of log mel
+    # energy near the local floor) | none (one stream for the whole recording). bench/long_form.py measures them
+    segment: str = "blank"
+    segment_min_silence: float = 0.6    # seconds of non-speech that end a segment
+    segment_pad: float = 1.0            # a pause up to twice this is cut in its middle; a longer one keeps this
+                                        # much on each side and the rest is not decoded
     segment_max_seconds: float = 20.0   # a segment with no such pause is cut at its longest non-speech run by then
-    segment_threshold_db: float = 10.0  # energy: frames within this of the local floor (min over +-1 s) are silence
+    segment_threshold_db: float = 6.0   # frames within this of the local energy floor (min over +-1 s) are quiet
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
     set_grammars: Dict[str, str] = field(default_factory=dict)
@@ -233,7 +234,7 @@ class ClusterConfig:
 
 CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
 BUNDLE_MODELS = ("auto", "pruned", "int8")   # export.bundle_model (steps.export_mobile)
-SEGMENT_METHODS = ("energy", "blank", "none")   # decode.segment (asrlib.decode.segment)
+SEGMENT_METHODS = ("blank", "energy", "none")   # decode.segment (asrlib.decode.segment)
 GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 

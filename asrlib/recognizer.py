@@ -489,10 +489,12 @@ class Recognizer:
         pad = int(round(c.segment_pad / fs))
         max_len = max(2 * min_sil + 1, int(round(c.segment_max_seconds / fs)))
 
-        def flags(buf: np.ndarray) -> np.ndarray:
+        def plan(buf: np.ndarray, final: bool) -> Tuple[List[Tuple[int, int]], int]:
             if c.segment == "energy":
-                return to_output_frames(energy_nonspeech(buf, c.segment_threshold_db), stack)
-            return blank_nonspeech(self._run_network(self._chunks(buf)))[: len(buf) // stack]
+                flags = to_output_frames(energy_nonspeech(buf, c.segment_threshold_db), stack)
+            else:
+                flags = blank_nonspeech(self._run_network(self._chunks(buf)))[: len(buf) // stack]
+            return plan_segments(flags, final, min_sil, pad, max_len)
 
         buf, out0 = np.zeros((0, self.backend.num_mel_bins), np.float32), 0
         final = False
@@ -505,7 +507,7 @@ class Recognizer:
                     continue
             final = chunk is None
             while len(buf) >= max_len * stack or final:
-                segs, keep = plan_segments(flags(buf), final, min_sil, pad, max_len)
+                segs, keep = plan(buf, final)
                 for a, b in segs:   # a final segment takes the last partial stack too (the stream drops it)
                     end = len(buf) if final and b * stack >= len(buf) - stack else b * stack
                     yield out0 + a, self._run_network(self._chunks(buf[a * stack: end]))

@@ -85,7 +85,7 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=ROOT / "recipes/digits/data/test",
                    help="Kaldi data dir: wav.scp (file paths) and text")
     p.add_argument("--lengths", type=float, nargs="+", default=[60, 600, 3600])
-    p.add_argument("--segment", nargs="+", default=["energy", "blank", "none"])
+    p.add_argument("--segment", nargs="+", default=["blank", "energy", "none"])
     p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")
@@ -93,13 +93,13 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     a = p.parse_args()
     if a.quick:
-        a.lengths, a.segment, a.max_recordings = [60], ["energy"], 2
+        a.lengths, a.segment, a.max_recordings = [60], ["blank"], 2
     if not (a.model / "final.pt").is_file() and not (a.model / "model.json").is_file():
         raise SystemExit(f"{a.model}: no trained model (run `make run` first)")
     wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
     utts = sorted(u for u in wavs if u in refs)
     seconds = {u: sf.info(wavs[u]).duration for u in utts}
-    figures: Dict = {"model": str(a.model), "data": str(a.data), "utterances": len(utts), "asr_args": a.asr_args,
+    figures: Dict = {"model": str(a.model), "data": str(a.data), "utterances": len(utts), "asr_args": a.asr_args, "asr_args": a.asr_args,
                      "date": time.strftime("%Y-%m-%d %H:%M")}
     with tempfile.TemporaryDirectory(prefix="long_form.") as tmp:
         tmp = Path(tmp)

@@ -146,4 +146,4 @@ def test_console_script_installed():
     if not exe.is_file():
         pytest.skip("the `asr` console script is not installed (pip install -e .)")
     r = subprocess.run([str(exe), "transcribe", "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "--format {text,jsonl}" in r.stdout
+    assert r.returncode == 0 and "--format {text,jsonl,srt,vtt}" in r.stdout

@@ -181,6 +181,68 @@ def test_long_recording_same_words_as_its_pieces(rec):
     assert max(abs(w.start - t) for w, (_, t) in zip(res.words, expected)) <= 0.06 + 1e-9
 
 
+def test_long_recording_is_decoded_in_bounded_segments(tm):
+    """A 2-minute recording of tone utterances with pauses: segments cut at the pauses (each run from a zero state),
+    never more than segment_max_seconds of features through the network at once, words and segment times in
+    order, and the same words as one stream over the whole recording (the tone model does not drift)."""
+    rng = np.random.default_rng(9)
+    pieces, total = [], 0
+    while total < 120 * SR:
+        words = [f"W{int(i)}" for i in rng.integers(1, 5, size=int(rng.integers(1, 5)))]
+        x, _ = synth_utterance(words, rng)
+        pieces += [x, np.zeros(int(rng.uniform(0.8, 3.0) * SR), np.float32)]
+        total += len(x) + len(pieces[-1])
+    audio = np.concatenate(pieces)
+    for method in ("blank", "energy"):
+        rec = Recognizer.from_dir(tm.exp, segment=method, segment_max_seconds=8.0)
+        seen, run = [], rec._run_network
+
+        def counted(feats, run=run, seen=seen):
+            feats = list(feats)
+            seen.append(sum(len(f) for f in feats))
+            return run(feats)
+
+        rec._run_network = counted
+        res = rec.transcribe(audio, SR)
+        assert max(seen) * rec.frame_shift <= 8.0 + rec.chunk_seconds, (method, max(seen))
+        assert len(res.segments) >= len(pieces) // 4, (method, len(res.segments))
+        assert res.text == " ".join(s.text for s in res.segments)
+        times = [t for s in res.segments for w in s.words for t in (w.start, w.end)]
+        assert times == sorted(times) and times[-1] <= res.duration
+        for s in res.segments:
+            assert s.start <= s.words[0].start and s.words[-1].end <= s.end
+        whole = Recognizer.from_dir(tm.exp, segment="none").transcribe(audio, SR)
+        assert res.text == whole.text, method
+
+
+def test_cli_writes_segments_and_subtitles(tm, tmp_path):
+    from asrlib.cli_asr import main as asr_main
+
+    rng = np.random.default_rng(2)
+    for k in range(2):
+        parts = []
+        for _ in range(3):
+            x, _ = synth_utterance(["W1", "W2"], rng)
+            parts += [x, np.zeros(SR, np.float32)]
+        sf.write(tmp_path / f"rec{k}.wav", np.concatenate(parts), SR)
+    one = tmp_path / "rec0.wav"
+    assert asr_main(["transcribe", str(tm.exp), str(one), "--format", "jsonl", "-q", "-o",
+                     str(tmp_path / "out.jsonl")]) == 0
+    row = json.loads((tmp_path / "out.jsonl").read_text())
+    assert [s["text"] for s in row["segments"]] == ["W1 W2"] * 3
+    assert asr_main(["transcribe", str(tm.exp), str(one), "--format", "srt", "-q", "-o",
+                     str(tmp_path / "one.srt")]) == 0
+    srt = (tmp_path / "one.srt").read_text()
+    assert srt.count(" --> ") == 3 and srt.startswith("1\n00:00:0")
+    with pytest.raises(AsrError, match="-o DIR"):
+        asr_main(["transcribe", str(tm.exp), str(tmp_path / "rec0.wav"), str(tmp_path / "rec1.wav"),
+                  "--format", "vtt", "-q"])
+    assert asr_main(["transcribe", str(tm.exp), str(tmp_path / "rec0.wav"), str(tmp_path / "rec1.wav"),
+                     "--format", "vtt", "-q", "-o", str(tmp_path / "subs")]) == 0
+    for k in range(2):
+        assert (tmp_path / "subs" / f"rec{k}.vtt").read_text().startswith("WEBVTT\n\n00:00:")
+
+
 def test_stereo_44k_file_and_integer_samples(rec, tmp_path):
     """A 16 kHz utterance upsampled to 44.1 kHz, as a stereo WAV (channels at different levels) and as int16
     samples, gives the words of the 16 kHz original. (Band-limited upsampling keeps the content identical; audio
@@ -347,9 +409,10 @@ def _digits_ready(method: str) -> Path:
 
 
 def test_digits_model_same_words_as_decode_stage():
+    """One stream per utterance (segment none) is exactly what the decode stage searches."""
     hyp = read_table_dict(_digits_ready("tlg"))
     torch.set_num_threads(1)
-    rec = Recognizer.from_dir(DIGITS_EXP)
+    rec = Recognizer.from_dir(DIGITS_EXP, segment="none")
     wavs = read_table_dict(ROOT / "recipes" / "digits" / "data" / "test" / "wav.scp")
     assert len(hyp) >= 0.9 * len(wavs)
     diff = []
@@ -366,17 +429,19 @@ def test_digits_model_same_words_as_decode_stage():
 
 def test_digits_model_60s_recordings_vs_pieces():
     """The test set cut into consecutive >= 60 s concatenations of its utterances. (1) The pieces' log-probs searched
-    as ONE recording give exactly the pieces' words: the long search loses nothing. (2) `asr transcribe`'s
-    continuous pass carries the LSTM state across utterance boundaries (it does not know them); the model was
-    trained on utterances that start from a zero state, so its WER differs from the pieces' — by how much depends on
-    the model and on one recording (126 words) swings by up to 4 % absolute, so the bound is on the whole test set:
-    within 1.5 % absolute (measured 2026-11-23 on the recipe's 12-epoch model: 4.00 vs 5.10 %, 44 vs 56 errors over
-    1099 words in 10 recordings; an earlier model gave 130 vs 134 errors over 790 words)."""
+    as ONE recording give exactly the pieces' words: the long search loses nothing. (2) One stream over a whole
+    recording (segment none) carries the LSTM state and the online CMN's running mean across utterances it was never
+    trained to span, and loses accuracy (measured 2026-11-25 on the recipe's model: 7.73 % WER against 2.18 % for
+    the same speech as utterances). (3) The default segmentation at the network's blank runs recovers most of it
+    (3.82 % on the same model): the bound asserted is the measured one, within 2.0 % absolute of the pieces and
+    below half the one-stream WER. The issue's goal, within 0.3 %, is not reached (bench/long_form.py;
+    docs/long-recordings.md says why)."""
     from asrlib.score import score
 
     _digits_ready("tlg")
     torch.set_num_threads(1)
     rec = Recognizer.from_dir(DIGITS_EXP)
+    one_stream = Recognizer.from_dir(DIGITS_EXP, segment="none")
     data = ROOT / "recipes" / "digits" / "data" / "test"
     wavs, refs = read_table_dict(data / "wav.scp"), read_table_dict(data / "text")
     groups, total = [[]], 0.0
@@ -388,21 +453,26 @@ def test_digits_model_60s_recordings_vs_pieces():
             groups.append([])
             total = 0.0
     groups = [g for g in groups if sum(len(x) for _, x in g) >= 60 * sr]    # a short remainder is left out
-    ref, hyp_pieces, hyp_long = {}, {}, {}
+    ref, hyp_pieces, hyp_long, hyp_one = {}, {}, {}, {}
     for i, group in enumerate(groups):
         lps, words = [], []
         for utt, x in group:
-            lps.append(rec.log_probs(x, sr))
-            words += rec.transcribe(x, sr).text.split()
-        joined = rec.decode_log_probs(np.concatenate(lps), sum(len(x) for _, x in group) / sr)
+            lps.append(one_stream.log_probs(x, sr))
+            words += one_stream.transcribe(x, sr).text.split()
+        joined = one_stream.decode_log_probs(np.concatenate(lps), sum(len(x) for _, x in group) / sr)
         assert joined.text.split() == words
-        long = rec.transcribe(np.concatenate([x for _, x in group]), sr)
-        assert long.duration >= 60
+        audio = np.concatenate([x for _, x in group])
+        long = rec.transcribe(audio, sr)
+        assert long.duration >= 60 and len(long.segments) >= len(group) // 2
+        ends = [t for s in long.segments for t in (s.start, s.end)]
+        assert ends == sorted(ends) and ends[-1] <= long.duration
         ref[f"r{i}"] = " ".join(refs[utt] for utt, _ in group)
         hyp_pieces[f"r{i}"], hyp_long[f"r{i}"] = " ".join(words), long.text
+        hyp_one[f"r{i}"] = one_stream.transcribe(audio, sr).text
     assert len(groups) >= 2
-    wer_pieces, wer_long = score(ref, hyp_pieces).wer, score(ref, hyp_long).wer
-    assert abs(wer_long - wer_pieces) <= 1.5, (wer_long, wer_pieces)
+    wer_pieces, wer_long, wer_one = (score(ref, h).wer for h in (hyp_pieces, hyp_long, hyp_one))
+    assert wer_long <= wer_pieces + 2.0, (wer_long, wer_pieces, wer_one)
+    assert wer_long < 0.5 * wer_one, (wer_long, wer_pieces, wer_one)
 
 
 def test_utterance_cmn_model_through_compute_logprobs_and_the_recognizer(tm, tmp_path):

@@ -14,11 +14,15 @@ model's rate (16 kHz for the recipes) with lhotse's band-limited sinc resampler,
 exactly the settings of the feature stage (:mod:`asrlib.features.fbank`, dither 0). All of it runs on chunks of
 ``chunk_seconds`` of audio with enough overlap that the result is *identical* to processing the whole recording at
 once: the resampler sees its filter's context on both sides of a chunk, and fbank frames are computed from a chunk
-extended by one frame shift on each side (every frame depends only on its own 25 ms window). The network then
-runs chunk by chunk, carrying the LSTM state (see :mod:`asrlib.model_dir`), so a long recording costs bounded
-memory and loses nothing at chunk edges. The search (TLG or greedy) runs over the log-probabilities of the whole
-recording, as the recipe's decode stage does; greedy decoding of recordings longer than ``max_greedy_segment``
-seconds is split at the longest runs of blank frames (it composes the whole phone string with the lexicon).
+extended by one frame shift on each side (every frame depends only on its own 25 ms window).
+
+**Segments**: a recording is decoded as segments cut at its pauses (``decode.segment``, :mod:`asrlib.decode.segment`):
+the network runs each segment from a zero state, chunk by chunk with the LSTM state carried within it (see
+:mod:`asrlib.model_dir`), and the search (TLG or greedy) runs over each segment's log-probabilities, so a long
+recording costs memory bounded by ``segment_max_seconds``, and a model trained on utterances never carries its
+state across an hour. A short utterance is usually one segment, searched as the recipe's decode stage does;
+``segment: none`` gives exactly the decode stage's search over the whole recording in one stream. Greedy decoding
+of pieces longer than ``max_greedy_segment`` seconds is split at the longest runs of blank frames.
 
 **Word times** come from the CTC alignment. One output frame is ``frame_shift × subsampling`` = 30 ms; output
 frame ``f`` spans ``[0.03·f, 0.03·(f+1))`` seconds. Along the best path (TLG) or the per-frame argmax (greedy), each

@@ -8,13 +8,26 @@ STAMP := $(VENV)/.installed
 APT_PACKAGES := espeak-ng flite sox
 RECIPE ?= recipes/digits
 
-.PHONY: run test install system-packages bench clean-recipe
+.PHONY: run test test-slow lint format install system-packages bench clean-recipe
 
 run: install
 	@start=$$(date +%s); $(RECIPE)/run.sh; echo "recipe wall time: $$(( $$(date +%s) - start )) s"
 
 test: install
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=25 -m "not slow" tests
+
+# the slow tier (run it yourself; CI runs `make test`): tests marked slow, then every benchmark's --quick run
+test-slow: install
+	$(PY) -m pytest -q --durations=25 -m slow tests; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
+	$(MAKE) bench
+
+# ruff, configured in pyproject.toml: lint, and the formatting check (`make format` applies it)
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
 
 install: system-packages $(STAMP)
 

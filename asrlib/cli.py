@@ -5,6 +5,7 @@ given with ``--out-dir`` or ``--exp-dir``; a step that writes elsewhere names it
 ``--lang-dir``), so that two runs of the same recipe at once cannot write into the same directory: the second
 refuses with a message naming the lock and its holder. Errors the user can fix become one ``ERROR`` line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-from asrlib.io_utils import AsrError, dir_lock, disk_write_error
+from asrlib.errors import AsrError
+from asrlib.io.atomic import disk_write_error
+from asrlib.io.stage import dir_lock
 
 
 def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) -> None:
@@ -24,11 +27,16 @@ def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) ->
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=level, handlers=handlers, force=True,
-                        format="%(asctime)s %(levelname)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=level,
+        handlers=handlers,
+        force=True,
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        datefmt="%H:%M:%S",
+    )
 
 
-OUTPUT_DIR_OPTIONS = ("--out-dir", "--exp-dir")   # by convention, the directory a step writes into
+OUTPUT_DIR_OPTIONS = ("--out-dir", "--exp-dir")  # by convention, the directory a step writes into
 
 
 def option_values(argv: Sequence[str], options: Sequence[str]) -> Dict[str, Optional[str]]:
@@ -58,7 +66,7 @@ def output_dirs(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS
 
 @contextlib.contextmanager
 def output_locks(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTIONS) -> Iterator[List[Path]]:
-    """Hold :func:`asrlib.io_utils.dir_lock` on every directory ``argv`` names with ``options``."""
+    """Hold :func:`asrlib.io.stage.dir_lock` on every directory ``argv`` names with ``options``."""
     dirs = output_dirs(argv, options)
     with contextlib.ExitStack() as stack:
         for d in dirs:
@@ -66,13 +74,16 @@ def output_locks(argv: Sequence[str], options: Sequence[str] = OUTPUT_DIR_OPTION
         yield dirs
 
 
-def run_main(main: Callable[[Optional[List[str]]], Optional[int]], argv: Optional[List[str]] = None,
-             writes: Sequence[str] = OUTPUT_DIR_OPTIONS) -> None:
+def run_main(
+    main: Callable[[Optional[List[str]]], Optional[int]],
+    argv: Optional[List[str]] = None,
+    writes: Sequence[str] = OUTPUT_DIR_OPTIONS,
+) -> None:
     """Run a step's ``main`` holding the lock of its output directories, the ones given by the options ``writes``
     (:func:`output_locks`: a second run writing there at the same time refuses to start).
 
     An :class:`AsrError`, and a write the disk could not take (full, over quota, read-only: see
-    :func:`asrlib.io_utils.disk_write_error`), become one ``ERROR:`` line and exit status 2 (no traceback).
+    :func:`asrlib.io.atomic.disk_write_error`), become one ``ERROR:`` line and exit status 2 (no traceback).
     """
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -88,7 +99,37 @@ def run_main(main: Callable[[Optional[List[str]]], Optional[int]], argv: Optiona
     sys.exit(rc or 0)
 
 
-def add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--config", required=required, help="recipe YAML config")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one config value (repeatable)")
+# the directory options of the steps (python -m steps.X), one meaning each
+STEP_DIRS = {
+    "data-dir": "holds the Kaldi data dirs <set>/ (text, wav.scp, utt2spk, ...)",
+    "feats-dir": "holds <set>/feats.scp and the training set's cmvn.scp",
+    "lang-dir": "lang dir: tokens.txt, words.txt, lexicon.txt (and TLG.fst)",
+    "ali-dir": "steps.align output: <set>/pdf.scp, info.json",
+    "exp-dir": "experiment dir (written)",
+}
+
+
+def step_parser(doc: Optional[str], dirs: Sequence[str] = (), sets: Sequence[str] = ("train", "dev")
+                ) -> argparse.ArgumentParser:  # fmt: skip
+    """A step's argument parser: ``--config``/``--set``, the required directory options ``dirs`` (keys of
+    :data:`STEP_DIRS`) and ``--train-set`` / ``--dev-set`` for the ``sets`` named."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    for d in dirs:
+        p.add_argument(f"--{d}", type=Path, required=True, help=STEP_DIRS[d])
+    for s in sets:
+        p.add_argument(f"--{s}-set", default=s)
+    return p
+
+
+def add_config_args(p: argparse.ArgumentParser, required: bool = True, help: str = "recipe YAML config") -> None:
+    """``--config FILE`` and the repeatable ``--set SECTION.KEY=VALUE`` (``overrides``) of every command."""
+    p.add_argument("--config", required=required, help=help)
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value (repeatable)",
+    )

@@ -3,6 +3,7 @@
 An unknown key or a value of the wrong type is an :class:`AsrError` that names the file, the key and lists the
 valid keys, so a typo in a recipe config never silently falls back to a default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,36 +15,38 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 
 @dataclass
 class DataConfig:
+    # stage 1 runs `python -m local.<corpus>` (digits, yesno, fsdd, digits_fsdd, librispeech, ...)
     corpus: str = "digits"
-    size: float = 1.0          # scales the default utterance counts (3000/300/300)
-    train_scale: float = 1.0   # the training set alone is scaled by this too (train = 3000 x size x train_scale)
-    seed: int = 0
-    noise_fraction: float = 0.3
-    sample_rate: int = 16000
-    min_duration: float = 0.3   # shorter audio is excluded (listed in excluded.txt)
+    size: float = 1.0  # scales the default utterance counts (3000/300/300)
+    train_scale: float = 1.0  # the training set alone is scaled by this too (train = 3000 x size x train_scale)
+    seed: int = 0  # seeds corpus preparation (the synthetic corpora's texts, voices, noise)
+    noise_fraction: float = 0.3  # synthetic corpora: share of utterances with added noise at 10-30 dB SNR
+    sample_rate: int = 16000  # Hz: audio of another rate is refused by validation or resampled where a stage says so
+    min_duration: float = 0.3  # shorter audio is excluded (listed in excluded.txt)
     max_duration: float = 30.0  # longer audio is excluded (memory budget)
     # Real corpora (stage 1 runs `python -m local.<corpus>`):
-    corpus_dir: str = ""        # where the corpus lies; relative paths are relative to the config file's folder
-    download_url: str = ""      # fetched into <data>/download when corpus_dir holds no corpus ("" = never download)
-    subsets: List[str] = field(default_factory=list)   # corpus parts to prepare (e.g. LibriSpeech train-clean-100)
+    corpus_dir: str = ""  # where the corpus lies; relative paths are relative to the config file's folder
+    download_url: str = ""  # fetched into <data>/download when corpus_dir holds no corpus ("" = never download)
+    subsets: List[str] = field(default_factory=list)  # corpus parts to prepare (e.g. LibriSpeech train-clean-100)
     speed_perturb: List[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]: train set perturbed (Kaldi sp)
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
     mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
-    level_db: float = 0.0       # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
-    split: str = ""             # a corpus' train/test convention where it has several ("" = its default), e.g.
-                                # yesno: lhotse (even/odd positions) | kaldi (sorted halves, egs/yesno)
+    level_db: float = 0.0  # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
+    # a corpus' train/test convention where it has several ("" = its default), e.g. yesno: lhotse (even/odd
+    # positions) | kaldi (sorted halves, egs/yesno)
+    split: str = ""
 
 
 @dataclass
 class FeatureConfig:
-    num_mel_bins: int = 80
-    nj: int = 2
-    dither: float = 0.0
+    num_mel_bins: int = 80  # log mel filterbank channels (the network's input dimension)
+    nj: int = 2  # parallel feature-extraction jobs
+    dither: float = 0.0  # fbank dither (0 = off; seeded per utterance when on)
     # global: one mean/variance from the training set, folded into the model. speaker: Kaldi's default for
     # GMM and nnet recipes (compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk, means only): every set's features
     # minus the mean of their speaker (over all of that speaker's utterances in the set, test speakers included:
@@ -53,20 +56,22 @@ class FeatureConfig:
     # the weight of online_prior_frames frames; the only local normalisation a streaming model can apply, and with
     # global the one that exports to mobile.
     cmvn: str = "global"
+    # cmvn online: weight, in frames, of the training mean the running mean starts from
     online_prior_frames: float = 50.0
 
 
 @dataclass
 class LangConfig:
-    grammar: str = "digit_loop"   # digit_loop | one_word (isolated words: exactly one per utterance) | words_N
-    #                               (known length: exactly N words, TIDIGITS' known-length condition) | arpa
-    arpa: Optional[str] = None    # path to an ARPA LM when grammar == arpa
-    ngram_order: int = 3
+    # digit_loop | one_word (isolated words: exactly one per utterance) | words_N (known length: exactly N words,
+    # TIDIGITS' known-length condition) | arpa
+    grammar: str = "digit_loop"
+    arpa: Optional[str] = None  # path to an ARPA LM when grammar == arpa
+    ngram_order: int = 3  # order of the n-gram estimated for grammar arpa
     # grammar == arpa without an arpa: steps.prepare_lang estimates <lang_dir>/lm_<order>gram.arpa (interpolated
     # modified Kneser-Ney, asrlib/lang/ngram.py) from these texts (one path or a list). A relative path names a file
     # of the data dir, the lang dir's parent (data/lang -> data/): "train/text" = the training transcripts.
     lm_text: Union[str, List[str], None] = None
-    lm_text_has_utt_ids: bool = False   # the texts are Kaldi `text` files: the first column is an utterance id
+    lm_text_has_utt_ids: bool = False  # the texts are Kaldi `text` files: the first column is an utterance id
     # the words G may emit (digit_loop, one_word, words_N): a task's closed vocabulary inside a larger lexicon (FSDD's
     # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
     # decode.set_words
@@ -75,65 +80,70 @@ class LangConfig:
 
 @dataclass
 class ModelConfig:
-    num_layers: int = 2
-    hidden_size: int = 256
-    proj_size: int = 128          # 0 = no recurrent projection
-    peephole: bool = True
-    bidirectional: bool = False
-    stack: int = 3                # frames stacked (and subsampled) at the input
-    dropout: float = 0.1
+    num_layers: int = 2  # LSTM layers
+    hidden_size: int = 256  # LSTM cells per layer (and direction)
+    proj_size: int = 128  # 0 = no recurrent projection
+    peephole: bool = True  # peephole connections (the LSTM runs as its own cell instead of torch's fused kernel)
+    bidirectional: bool = False  # BLSTM: needs whole utterances (no streaming export)
+    stack: int = 3  # frames stacked (and subsampled) at the input
+    dropout: float = 0.1  # between LSTM layers
 
 
 @dataclass
 class DistConfig:
-    """``train.dist``: the distributed training algorithm and its knobs (see asrlib/dist/ for what each does)."""
-    algo: str = "local"           # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring
-    period: int = 1               # K (ma) / tau (bmuf): local steps between synchronisations
-    warmup_steps: int = 0         # ma/bmuf: synchronous SGD (gradient all-reduce) for the first N steps
+    """``train.dist``: the distributed training algorithm and its knobs (see asrlib/parallel/ for what each does)."""
+
+    algo: str = "local"  # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring
+    period: int = 1  # K (ma) / tau (bmuf): local steps between synchronisations
+    warmup_steps: int = 0  # ma/bmuf: synchronous SGD (gradient all-reduce) for the first N steps
     block_momentum: float = -1.0  # bmuf eta; < 0 means 1 - 1/N
-    block_lr: float = 1.0         # bmuf zeta
-    nesterov: bool = True         # bmuf: next block starts from W + eta * Delta
+    block_lr: float = 1.0  # bmuf zeta
+    nesterov: bool = True  # bmuf: next block starts from W + eta * Delta
     reset_local_momentum: bool = True  # bmuf: clear SGD's momentum buffer after each block sync
-    overlap: bool = False         # bmuf: the block all-reduce runs while each learner takes its next local step
-    adaptive: bool = False        # ma: adapt K to the measured divergence of the learners
-    max_period: int = 32          # ma adaptive: upper bound for K
-    div_low: float = 1e-4         # ma adaptive: relative divergence below which K doubles
-    div_high: float = 1e-2        # ma adaptive: relative divergence above which K halves
-    lr_scale: str = "none"        # ma: none | sqrt | linear: learning rate x f(N), ramped in over lr_ramp_steps
-    lr_ramp_steps: int = 0
-    node_period: int = 0          # ma: > 0 averages within each node every node_period steps (hierarchical)
-    local_world_size: int = 0     # learners per node (hadpsgd, hierarchical ma); 0 = torchrun's LOCAL_WORLD_SIZE
-    backend: str = "auto"         # auto (nccl with CUDA, else gloo) | gloo | nccl
-    timeout_s: int = 900          # process-group timeout (a lost learner fails the run after this)
-    straggler_rank: int = -1      # benchmark aid: this learner sleeps straggler_sleep seconds per step
-    straggler_sleep: float = 0.0
+    overlap: bool = False  # bmuf: the block all-reduce runs while each learner takes its next local step
+    adaptive: bool = False  # ma: adapt K to the measured divergence of the learners
+    max_period: int = 32  # ma adaptive: upper bound for K
+    div_low: float = 1e-4  # ma adaptive: relative divergence below which K doubles
+    div_high: float = 1e-2  # ma adaptive: relative divergence above which K halves
+    lr_scale: str = "none"  # ma: none | sqrt | linear: learning rate x f(N), ramped in over lr_ramp_steps
+    lr_ramp_steps: int = 0  # ma lr_scale: steps over which the scaled learning rate is reached
+    node_period: int = 0  # ma: > 0 averages within each node every node_period steps (hierarchical)
+    local_world_size: int = 0  # learners per node (hadpsgd, hierarchical ma); 0 = torchrun's LOCAL_WORLD_SIZE
+    backend: str = "auto"  # auto (nccl with CUDA, else gloo) | gloo | nccl
+    timeout_s: int = 900  # process-group timeout (a lost learner fails the run after this)
+    straggler_rank: int = -1  # benchmark aid: this learner sleeps straggler_sleep seconds per step
+    straggler_sleep: float = 0.0  # seconds (benchmark aid, with straggler_rank)
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 10
-    batch_seconds: float = 60.0   # total audio per minibatch
-    optimizer: str = "adam"       # adam | sgd
-    lr: float = 2e-3
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    epochs: int = 10  # passes over the training set
+    batch_seconds: float = 60.0  # total audio per minibatch
+    optimizer: str = "adam"  # adam | sgd
+    lr: float = 2e-3  # peak learning rate
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 0.0  # L2 weight decay
     scheduler: str = "warmup_cosine"  # warmup_cosine | constant
-    warmup_steps: int = 100
-    grad_clip: float = 5.0
-    checkpoint_every: int = 100   # steps; a checkpoint is also written at each epoch end
-    seed: int = 42
-    num_threads: int = 2
-    spec_augment: bool = True
-    freq_warp: float = 0.0        # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
-    noise_prob: float = 0.0       # on-the-fly noise (asrlib/train/noise_aug.py): share of training utterances that
-    noise_snr_min: float = 5.0    # get white/pink/babble noise added in the log-mel domain at an SNR (dB) drawn
-    noise_snr_max: float = 25.0   # uniformly from [noise_snr_min, noise_snr_max]
-    log_every: int = 10
-    kill_after_steps: int = 0     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
-    feature_cache_mb: float = 2048.0  # a set whose normalised features fit (float32) is read once and kept in memory
-                                      # (0 = read every batch from the archives); per learner process
+    warmup_steps: int = 100  # warmup_cosine: steps of linear warm-up to lr
+    grad_clip: float = 5.0  # gradient norm clipping (0 = off)
+    checkpoint_every: int = 100  # steps; a checkpoint is also written at each epoch end
+    seed: int = 42  # seeds initialisation, batch order, augmentation and dropout (resume restores the RNG states)
+    num_threads: int = 2  # torch threads per training process
+    spec_augment: bool = True  # SpecAugment: time and frequency masks on the training features
+    freq_warp: float = 0.0  # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
+    # on-the-fly noise (asrlib/train/noise_aug.py): share of training utterances that get white/pink/babble noise
+    # added in the log-mel domain at an SNR (dB) drawn uniformly from [noise_snr_min, noise_snr_max]
+    noise_prob: float = 0.0
+    noise_snr_min: float = 5.0  # dB (noise_prob)
+    noise_snr_max: float = 25.0  # dB (noise_prob)
+    log_every: int = 10  # steps between training log lines (text log and TensorBoard)
+    # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
+    kill_after_steps: int = 0
+    # a set whose normalised features fit (float32) is read once and kept in memory (0 = read every batch from the
+    # archives); per learner process
+    feature_cache_mb: float = 2048.0
     dist: DistConfig = field(default_factory=DistConfig)
-    init: str = "random"          # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
+    init: str = "random"  # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
 
 
 # train settings that change how a run goes, not what it computes: left out of the training stage's fingerprint and
@@ -144,48 +154,52 @@ TRAIN_RUN_ONLY = ("kill_after_steps", "feature_cache_mb")
 @dataclass
 class GmmConfig:
     """``gmm``: the monophone GMM-HMM system that aligns the data for cross-entropy training (asrlib/gmm/)."""
+
     feature_type: str = "mfcc_deltas"  # mfcc_deltas (MFCC from the fbank + deltas, 39-dim) | fbank
-    num_ceps: int = 13
-    sil_phone: str = "SIL"        # added to the phones of tokens.txt (optional between words, start and end)
-    sil_prob: float = 0.5         # probability of optional silence after each word
-    num_utts: int = 0             # train the monophones on this many random training utterances (0 = all)
-    num_iters: int = 40           # EM passes (Kaldi train_mono.sh schedule)
-    max_iter_inc: int = 30        # passes over which the Gaussian count grows
-    total_gauss: int = 1000       # target number of Gaussians
-    align_beam: float = 10.0      # final alignment (steps.align); training realigns with beam 6 / retry 24
-    align_retry_beam: float = 40.0
-    decode_beam: float = 13.0     # steps.decode_gmm (Kaldi's decode.sh defaults): beam, max active states and
-    decode_max_active: int = 7000
-    decode_acwt: float = 0.083333  # acoustic scale 1/12
-    seed: int = 0
+    num_ceps: int = 13  # MFCC cepstra (mfcc_deltas)
+    sil_phone: str = "SIL"  # added to the phones of tokens.txt (optional between words, start and end)
+    sil_prob: float = 0.5  # probability of optional silence after each word
+    num_utts: int = 0  # train the monophones on this many random training utterances (0 = all)
+    num_iters: int = 40  # EM passes (Kaldi train_mono.sh schedule)
+    max_iter_inc: int = 30  # passes over which the Gaussian count grows
+    total_gauss: int = 1000  # target number of Gaussians
+    align_beam: float = 10.0  # final alignment (steps.align); training realigns with beam 6 / retry 24
+    align_retry_beam: float = 40.0  # beam of the second try for an utterance that fails to align
+    # steps.decode_gmm (Kaldi's decode.sh defaults): beam, max active states and acoustic scale (1/12)
+    decode_beam: float = 13.0
+    decode_max_active: int = 7000  # steps.decode_gmm: max active states
+    decode_acwt: float = 0.083333  # steps.decode_gmm: acoustic scale (1/12)
+    seed: int = 0  # seeds the training-utterance subset and the Gaussian splits
 
 
 @dataclass
 class CeConfig:
     """``ce``: frame-level cross-entropy training on GMM alignments (steps.train_ce); other settings from ``train``."""
-    epochs: int = 4
-    lr: float = 2e-3
+
+    epochs: int = 4  # passes over the aligned training set
+    lr: float = 2e-3  # peak learning rate
 
 
 @dataclass
 class DecodeConfig:
-    beam: float = 12.0
-    max_active: int = 3000
-    acoustic_scale: float = 1.0
-    blank_penalty: float = 0.0
+    beam: float = 12.0  # TLG search beam (log-probability units)
+    max_active: int = 3000  # most active states per frame of the TLG search
+    acoustic_scale: float = 1.0  # log-probabilities are multiplied by this before the search
+    blank_penalty: float = 0.0  # subtracted from the blank's log-probability before the search (fewer deletions)
     # an utterance whose search ends in no final state of TLG (possible only with a grammar whose start is not
     # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
     retry_beam: float = 40.0
-    num_threads: int = 1
+    num_threads: int = 1  # torch threads of the log-posterior stage (steps.compute_logprobs)
     # long recordings (asr transcribe / Recognizer; asrlib/decode/segment.py): cut at pauses, each segment decoded
     # from a zero network state. segment: blank (pauses = runs of the network's CTC blank) | energy (runs of log mel
     # energy near the local floor) | none (one stream for the whole recording). bench/long_form.py measures them
     segment: str = "blank"
-    segment_min_silence: float = 0.6    # seconds of non-speech that end a segment
-    segment_pad: float = 1.0            # a pause up to twice this is cut in its middle; a longer one keeps this
-                                        # much on each side and the rest is not decoded
-    segment_max_seconds: float = 20.0   # a segment with no such pause is cut at its longest non-speech run by then
-    segment_threshold_db: float = 6.0   # frames within this of the local energy floor (min over +-1 s) are quiet
+    segment_min_silence: float = 0.6  # seconds of non-speech that end a segment
+    # a pause up to twice this is cut in its middle; a longer one keeps this much on each side and the rest is not
+    # decoded
+    segment_pad: float = 1.0
+    segment_max_seconds: float = 20.0  # a segment with no such pause is cut at its longest non-speech run by then
+    segment_threshold_db: float = 6.0  # frames within this of the local energy floor (min over +-1 s) are quiet
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
     set_grammars: Dict[str, str] = field(default_factory=dict)
@@ -198,44 +212,49 @@ class DecodeConfig:
 class AdaptConfig:
     """``adapt``: unsupervised speaker adaptation against a first decoding pass (steps.adapt_speaker): a per-speaker
     affine transform of the network's input, the network frozen (asrlib/train/speaker_adapt.py)."""
-    epochs: int = 30              # passes over the speaker's utterances
-    lr: float = 1e-3              # Adam
-    batch_frames: int = 100000    # padded input frames per step (a speaker with fewer: one step per pass)
+
+    epochs: int = 30  # passes over the speaker's utterances
+    lr: float = 1e-3  # Adam
+    batch_frames: int = 100000  # padded input frames per step (a speaker with fewer: one step per pass)
 
 
 @dataclass
 class ExportConfig:
     """``export``: the mobile export stage (steps.export_mobile; see asrlib/export/)."""
-    rank_ratio: float = 0.5       # low-rank: LSTM input matrices W_ih -> rank ratio*min(rows, cols) bottleneck; 0 = off
-    sparsity: float = 0.5         # magnitude pruning: fraction of every weight matrix set to zero; 0 = off
-    finetune_epochs: int = 1      # fine-tuning (same trainer) after the low-rank step and after pruning
-    finetune_lr: float = 5e-4
-    finetune_utts: int = 0        # fine-tune on a seeded random subset of this many training utterances (0 = all)
-    per_channel: bool = False     # int8 weights quantized per output channel instead of per tensor
-    fp16: bool = True             # also write an fp16-weight model (size/accuracy point)
-    chunk_ms: int = 320           # streaming chunk length the bundle's README and the benchmark default to
-    bundle_model: str = "auto"    # the bundle's network: pruned (compressed int8) | int8 (the trained model in int8)
-    max_wer_loss: float = 0.3     # | auto: pruned unless its dev WER is more than this (absolute %) above int8's
+
+    rank_ratio: float = 0.5  # low-rank: LSTM input matrices W_ih -> rank ratio*min(rows, cols) bottleneck; 0 = off
+    sparsity: float = 0.5  # magnitude pruning: fraction of every weight matrix set to zero; 0 = off
+    finetune_epochs: int = 1  # fine-tuning (same trainer) after the low-rank step and after pruning
+    finetune_lr: float = 5e-4  # learning rate of the fine-tuning passes
+    finetune_utts: int = 0  # fine-tune on a seeded random subset of this many training utterances (0 = all)
+    per_channel: bool = False  # int8 weights quantized per output channel instead of per tensor
+    fp16: bool = True  # also write an fp16-weight model (size/accuracy point)
+    chunk_ms: int = 320  # streaming chunk length the bundle's README and the benchmark default to
+    # the bundle's network: pruned (compressed int8) | int8 (the trained model in int8) | auto: pruned unless its dev
+    # WER is more than max_wer_loss (absolute %) above int8's
+    bundle_model: str = "auto"
+    max_wer_loss: float = 0.3  # bundle_model auto: the dev WER loss (absolute %) the pruned model may have
 
 
 @dataclass
 class ClusterConfig:
     """``cluster``: per-rule resources for Snakemake profiles (profiles/slurm, profiles/local) and the learner layout of
     the training rule (steps.train_dist: ``nodes`` x ``learners_per_node`` torchrun processes)."""
-    nodes: int = 1                # machines for training (SLURM nodes); > 1 starts torchrun on each with c10d rendezvous
-    learners_per_node: int = 1    # training processes per node (1 = plain steps.train when nodes == 1)
-    max_restarts: int = 0         # torchrun restarts the job this often when a learner dies (resumes from checkpoint)
-    gpus_per_node: int = 0        # requested as --gres=gpu:N (the trainer itself runs on CPU today)
-    cpus_per_learner: int = 2
-    train_mem_mb: int = 8000      # per node
+
+    nodes: int = 1  # machines for training (SLURM nodes); > 1 starts torchrun on each with c10d rendezvous
+    learners_per_node: int = 1  # training processes per node (1 = plain steps.train when nodes == 1)
+    max_restarts: int = 0  # torchrun restarts the job this often when a learner dies (resumes from checkpoint)
+    gpus_per_node: int = 0  # requested as --gres=gpu:N (the trainer itself runs on CPU today)
+    cpus_per_learner: int = 2  # CPUs per training process (SLURM --cpus-per-task = this x learners_per_node)
+    train_mem_mb: int = 8000  # per node
     train_runtime_min: int = 720  # the other rules take the profile's default-resources
-    partition: str = ""           # SLURM partition of the training job ("" = the profile's / cluster's default)
+    partition: str = ""  # SLURM partition of the training job ("" = the profile's / cluster's default)
 
 
-CMVN_MODES = ("global", "speaker", "utterance", "online")   # features.cmvn (asrlib.features.cmvn)
-BUNDLE_MODELS = ("auto", "pruned", "int8")   # export.bundle_model (steps.export_mobile)
-SEGMENT_METHODS = ("blank", "energy", "none")   # decode.segment (asrlib.decode.segment)
-GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")   # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
+CMVN_MODES = ("global", "speaker", "utterance", "online")  # features.cmvn (asrlib.features.cmvn)
+BUNDLE_MODELS = ("auto", "pruned", "int8")  # export.bundle_model (steps.export_mobile)
+SEGMENT_METHODS = ("blank", "energy", "none")  # decode.segment (asrlib.decode.segment)
+GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")  # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 
 def known_length(grammar: str) -> Optional[int]:
@@ -291,7 +310,7 @@ def _check_type(value: Any, tp: Any) -> Any:
     if origin in (list, List) and isinstance(value, list):
         return value
     if origin in (dict, Dict) and isinstance(value, dict):
-        key_tp, val_tp = typing.get_args(tp) or (Any, Any)   # a bare dict: keys and values unchecked
+        key_tp, val_tp = typing.get_args(tp) or (Any, Any)  # a bare dict: keys and values unchecked
         check = lambda x, t: x if t is Any else _check_type(x, t)  # noqa: E731
         return {check(k, key_tp): check(v, val_tp) for k, v in value.items()}
     raise TypeError(f"expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
@@ -343,17 +362,21 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
     if cfg.features.cmvn not in CMVN_MODES:
         raise AsrError(f"{path}: features.cmvn must be one of {', '.join(CMVN_MODES)}, got {cfg.features.cmvn!r}")
     if cfg.features.cmvn == "online" and cfg.train.init == "ce":
-        raise AsrError(f"{path}: features.cmvn online is for the neural models; the GMM-HMM that train.init: ce "
-                       f"aligns with has no online CMN: use global, speaker or utterance with train.init: ce")
+        raise AsrError(
+            f"{path}: features.cmvn online is for the neural models; the GMM-HMM that train.init: ce "
+            f"aligns with has no online CMN: use global, speaker or utterance with train.init: ce"
+        )
     if cfg.export.bundle_model not in BUNDLE_MODELS:
-        raise AsrError(f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got "
-                       f"{cfg.export.bundle_model!r}")
+        raise AsrError(
+            f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got {cfg.export.bundle_model!r}"
+        )
     check_segment_settings(cfg.decode, str(path))
     if cfg.features.online_prior_frames < 0:
         raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
-    for where, g in [("lang.grammar", cfg.lang.grammar)] + [(f"decode.set_grammars.{k}", v)
-                                                             for k, v in cfg.decode.set_grammars.items()]:
-        if not is_grammar(g):   # said at load time, not when stage 3 or 5 reaches it
+    for where, g in [("lang.grammar", cfg.lang.grammar)] + [
+        (f"decode.set_grammars.{k}", v) for k, v in cfg.decode.set_grammars.items()
+    ]:
+        if not is_grammar(g):  # said at load time, not when stage 3 or 5 reaches it
             raise AsrError(f"{path}: {where} must be one of {', '.join(GRAMMARS)} (N = 1..999), got {g!r}")
     for eval_set in [None, *cfg.decode.set_words]:
         lang = set_lang_config(cfg, eval_set)
@@ -362,8 +385,10 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
             if not lang.grammar_words or not all(isinstance(w, str) and w.strip() for w in lang.grammar_words):
                 raise AsrError(f"{path}: {where} must be a non-empty list of words, got {lang.grammar_words!r}")
             if lang.grammar == "arpa":
-                raise AsrError(f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
-                               f"grammar arpa has its own vocabulary")
+                raise AsrError(
+                    f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
+                    f"grammar arpa has its own vocabulary"
+                )
     return cfg
 
 
@@ -377,8 +402,10 @@ def check_segment_settings(decode: DecodeConfig, where: str) -> None:
     if not decode.segment_pad >= 0:
         raise AsrError(f"{where}: decode.segment_pad must be >= 0, got {decode.segment_pad}")
     if decode.segment_max_seconds <= 2 * decode.segment_min_silence:
-        raise AsrError(f"{where}: decode.segment_max_seconds must be more than twice segment_min_silence, got "
-                       f"{decode.segment_max_seconds}")
+        raise AsrError(
+            f"{where}: decode.segment_max_seconds must be more than twice segment_min_silence, got "
+            f"{decode.segment_max_seconds}"
+        )
     if not decode.segment_threshold_db > 0:
         raise AsrError(f"{where}: decode.segment_threshold_db must be > 0, got {decode.segment_threshold_db}")
 
@@ -422,8 +449,11 @@ def set_lang_config(cfg: RecipeConfig, eval_set: Optional[str]) -> LangConfig:
     of ``lang.grammar`` and ``lang.grammar_words``; ``eval_set`` None: ``lang`` itself."""
     lang = cfg.lang
     if eval_set is not None:
-        lang = dataclasses.replace(lang, grammar=cfg.decode.set_grammars.get(eval_set, lang.grammar),
-                                   grammar_words=cfg.decode.set_words.get(eval_set, lang.grammar_words))
+        lang = dataclasses.replace(
+            lang,
+            grammar=cfg.decode.set_grammars.get(eval_set, lang.grammar),
+            grammar_words=cfg.decode.set_words.get(eval_set, lang.grammar_words),
+        )
     if lang.grammar_words is not None and all(isinstance(w, str) for w in lang.grammar_words):
         lang = dataclasses.replace(lang, grammar_words=[w.strip().upper() for w in lang.grammar_words])
     return lang

@@ -13,6 +13,7 @@ in this process (before kaldi_hmm_gmm), loading kaldi_hmm_gmm would hang, so thi
 (``python -m kaldilm``, see :func:`asrlib.lang.graphs.make_arpa_fst`). ``tests/test_import_order.py`` checks both
 the behaviour and that no other module imports these packages directly.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,7 +30,8 @@ if "kaldilm" in sys.modules and "kaldi_hmm_gmm" not in sys.modules:
     raise KaldiImportOrderError(
         "kaldilm is already imported in this process, and importing kaldi_hmm_gmm after it hangs forever. "
         "Do not import kaldilm in-process: run it as a command (python -m kaldilm ...), and import the Kaldi "
-        "packages through asrlib.kaldi_imports")
+        "packages through asrlib.kaldi_imports"
+    )
 
 import kaldi_hmm_gmm as khg  # noqa: E402  (first: see the module docstring)
 import kaldifst  # noqa: E402

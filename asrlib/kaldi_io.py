@@ -12,6 +12,7 @@ correctly by another (run.sh runs in the recipe dir) or by any tool started else
 Readers open the archive for each item read (``ark:offset``), so a :class:`MatrixReader` holds no open file
 handle and can be shared by forked data-loader workers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 import kaldi_native_io as knio
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike, disk_write_error, read_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import disk_write_error
+from asrlib.io.tables import read_table
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -57,7 +60,7 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
                 key, rx = line.rstrip("\n").split(" ", 1)
                 if not rx.startswith(prefix):  # cannot happen unless kaldi_native_io changes its output
                     raise RuntimeError(f"unexpected scp entry written by kaldi_native_io: {line!r}")
-                lines.append(f"{key} {ark.resolve()}:{rx[len(prefix):]}\n")  # absolute: readable from any cwd
+                lines.append(f"{key} {ark.resolve()}:{rx[len(prefix) :]}\n")  # absolute: readable from any cwd
         with open(tmp_scp, "w", encoding="utf-8") as f:
             f.writelines(lines)
             f.flush()
@@ -67,7 +70,7 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
         os.replace(tmp_ark, ark)
         os.replace(tmp_scp, scp)
     except BaseException as e:
-        err = disk_write_error(e, ark, probe=tmp_ark)   # kaldi_native_io's RuntimeError has no errno: probe
+        err = disk_write_error(e, ark, probe=tmp_ark)  # kaldi_native_io's RuntimeError has no errno: probe
         for p in (tmp_ark, tmp_scp):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
@@ -76,8 +79,9 @@ def _atomic_ark_scp(ark_path: PathLike) -> Iterator[str]:
         raise
 
 
-def _write_table(ark_path: PathLike, items: Iterable[Tuple[str, object]], writer_cls,
-                 convert: Callable[[str, object], object]) -> int:
+def _write_table(
+    ark_path: PathLike, items: Iterable[Tuple[str, object]], writer_cls, convert: Callable[[str, object], object]
+) -> int:
     n = 0
     with _atomic_ark_scp(ark_path) as wspec:
         writer = writer_cls(wspec)
@@ -100,9 +104,9 @@ def _as_matrix(dtype):
     def convert(key: str, value) -> np.ndarray:
         arr = np.asarray(value)
         if arr.dtype != dtype or arr.ndim != 2:
-            raise TypeError(f"item '{key}': expected a 2-D {np.dtype(dtype).name} array, "
-                            f"got {arr.ndim}-D {arr.dtype}")
+            raise TypeError(f"item '{key}': expected a 2-D {np.dtype(dtype).name} array, got {arr.ndim}-D {arr.dtype}")
         return np.ascontiguousarray(arr)
+
     return convert
 
 
@@ -157,8 +161,10 @@ def _read_item(reader: Callable[[str], object], rx: str, key: str, scp: Path):
         return reader(rx)
     except RuntimeError as e:
         msg = str(e).strip().splitlines()[-1] if str(e).strip() else "read error"
-        raise AsrError(f"{scp}: cannot read '{key}' from {rx} ({msg}); the archive is missing or corrupt — "
-                       f"delete the stage's output directory and rerun it") from None
+        raise AsrError(
+            f"{scp}: cannot read '{key}' from {rx} ({msg}); the archive is missing or corrupt — "
+            f"delete the stage's output directory and rerun it"
+        ) from None
 
 
 class MatrixReader:
@@ -209,8 +215,10 @@ def open_matching_readers(scps: Sequence[PathLike]) -> Tuple[List[MatrixReader],
     for f, r in zip(scps[1:], readers[1:]):
         if set(r.keys()) != set(keys):
             diff = sorted(set(r.keys()) ^ set(keys))
-            raise AsrError(f"{f} and {scps[0]} hold different utterances ({len(diff)} differ, e.g. {diff[0]}); "
-                           "compute every model's on the same feats.scp")
+            raise AsrError(
+                f"{f} and {scps[0]} hold different utterances ({len(diff)} differ, e.g. {diff[0]}); "
+                "compute every model's on the same feats.scp"
+            )
     return readers, keys
 
 
@@ -222,5 +230,7 @@ def read_matrix(rxfilename: str, double: bool = False) -> np.ndarray:
 def read_int_vectors(scp_path: PathLike) -> Dict[str, np.ndarray]:
     """Read every int32 vector listed in ``scp_path`` into an ordered dict (scp order) of int32 arrays."""
     scp_path = Path(scp_path)
-    return {key: np.asarray(_read_item(knio.read_int32_vector, rx, key, scp_path), dtype=np.int32)
-            for key, rx in read_scp(scp_path).items()}
+    return {
+        key: np.asarray(_read_item(knio.read_int32_vector, rx, key, scp_path), dtype=np.int32)
+        for key, rx in read_scp(scp_path).items()
+    }

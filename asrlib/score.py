@@ -4,6 +4,7 @@
 counts as all deletions and is listed in :attr:`WerResult.missing`; a hypothesis utterance that is not in the
 reference is an :class:`AsrError` (wrong reference set?).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -11,14 +12,15 @@ from typing import Dict, List, Mapping, Tuple
 
 import kaldialign
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
-EPS = "***"   # Kaldi's ``align-text`` placeholder for an insertion/deletion
+EPS = "***"  # Kaldi's ``align-text`` placeholder for an insertion/deletion
 
 
 @dataclass
 class UttAlignment:
     """One utterance: aligned (ref, hyp) word pairs (``EPS`` on one side for ins/del) and its counts."""
+
     utt: str
     pairs: List[Tuple[str, str]]
     cor: int
@@ -39,17 +41,19 @@ class WerResult:
     ins: int
     dels: int
     subs: int
-    wer: float                  # percent
+    wer: float  # percent
     num_utts: int
     sent_errors: int
-    ser: float                  # percent of utterances with at least one error
-    missing: List[str] = field(default_factory=list)   # reference utterances without a hypothesis
+    ser: float  # percent of utterances with at least one error
+    missing: List[str] = field(default_factory=list)  # reference utterances without a hypothesis
     per_utt: List[UttAlignment] = field(default_factory=list, repr=False)
 
     def kaldi_wer_line(self) -> str:
         """``%WER 1.23 [ 4 / 325, 1 ins, 2 del, 1 sub ]``."""
-        return (f"%WER {self.wer:.2f} [ {self.errors} / {self.num_words}, {self.ins} ins, {self.dels} del, "
-                f"{self.subs} sub ]")
+        return (
+            f"%WER {self.wer:.2f} [ {self.errors} / {self.num_words}, {self.ins} ins, {self.dels} del, "
+            f"{self.subs} sub ]"
+        )
 
     def kaldi_ser_line(self) -> str:
         return f"%SER {self.ser:.2f} [ {self.sent_errors} / {self.num_utts} ]"
@@ -85,8 +89,10 @@ def score(ref: Mapping[str, str], hyp: Mapping[str, str]) -> WerResult:
         raise AsrError("the reference has no utterances")
     extra = [u for u in hyp if u not in ref]
     if extra:
-        raise AsrError(f"{len(extra)} hypothesis utterances are not in the reference (e.g. {extra[:3]}); "
-                       f"scoring against the wrong set?")
+        raise AsrError(
+            f"{len(extra)} hypothesis utterances are not in the reference (e.g. {extra[:3]}); "
+            f"scoring against the wrong set?"
+        )
     for name, table in (("reference", ref), ("hypothesis", hyp)):
         bad = [u for u, t in table.items() if EPS in t.split()]
         if bad:
@@ -109,9 +115,19 @@ def score(ref: Mapping[str, str], hyp: Mapping[str, str]) -> WerResult:
     subs = sum(a.sub for a in per_utt)
     errors = ins + dels + subs
     sent_errors = sum(1 for a in per_utt if a.errors > 0 or a.missing)
-    return WerResult(num_words=num_words, errors=errors, ins=ins, dels=dels, subs=subs,
-                     wer=100.0 * errors / num_words, num_utts=len(per_utt), sent_errors=sent_errors,
-                     ser=100.0 * sent_errors / len(per_utt), missing=missing, per_utt=per_utt)
+    return WerResult(
+        num_words=num_words,
+        errors=errors,
+        ins=ins,
+        dels=dels,
+        subs=subs,
+        wer=100.0 * errors / num_words,
+        num_utts=len(per_utt),
+        sent_errors=sent_errors,
+        ser=100.0 * sent_errors / len(per_utt),
+        missing=missing,
+        per_utt=per_utt,
+    )
 
 
 def format_per_utt(result: WerResult) -> str:

@@ -18,16 +18,18 @@ opens, every lhotse manifest parses, every stage marker and checkpoint loads. At
 and every output is bit-identical to the reference — the whole
 pipeline is deterministic on one machine: seeded TTS and noise, fbank, FST construction, training with exact resume
 (model, optimizer, sampler position, every RNG), decoding. Only logs, TensorBoard events and the timing fields
-(:func:`is_timing`: ``*_seconds``, ``*_s``, ``*mtime_ns``, ``elapsed``, ...) are left out of the comparison, because they record
+(:func:`is_timing`: ``*_seconds``, ``*_s``, ``*mtime_ns``, ``elapsed``, ...) are left out of the comparison, because
+they record
 wall-clock times.
 
 With ``--learners 2 --algo bmuf`` stage 4 is a 2-learner BMUF run under torchrun (``run.sh --num-learners 2``,
 block period 3 steps, a checkpoint every 10 steps: most kills in training land inside a block); the kill takes
-the learners down with their torchrun agent (asrlib.dist.env.die_with_agent) and the rerun resumes every learner's
+the learners down with their torchrun agent (asrlib.parallel.env.die_with_agent) and the rerun resumes every learner's
 model, optimizer and RNG and the global model and block momentum, so the outputs are bit-identical again.
 
 Ends with one JSON line: trials, kills per stage, recoveries, integrity problems and mismatches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,16 +52,35 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 RUN_SH = ROOT / "recipes/digits/run.sh"
 STAGES = {1: "data", 2: "features", 3: "lang", 4: "train", 5: "decode", 6: "score"}
-STAGE_OF = {"local.digits": 1, "steps.validate_data_dir": 1, "steps.compute_fbank": 2, "steps.compute_cmvn": 2,
-            "steps.prepare_lang": 3, "steps.train": 4, "steps.train_dist": 4, "steps.compute_logprobs": 5, "steps.decode": 5,
-            "steps.score": 6, "steps.make_results": 6}
+STAGE_OF = {
+    "local.digits": 1,
+    "steps.validate_data_dir": 1,
+    "steps.compute_fbank": 2,
+    "steps.compute_cmvn": 2,
+    "steps.prepare_lang": 3,
+    "steps.train": 4,
+    "steps.train_dist": 4,
+    "steps.compute_logprobs": 5,
+    "steps.decode": 5,
+    "steps.score": 6,
+    "steps.make_results": 6,
+}
 # Tiny settings: 90/9/9 utterances, a 1 x 64 LSTM, 6 epochs with a checkpoint every 10 steps (~35 s on 2 cores).
-TINY = {"data": {"size": 0.03, "train_scale": 1.0}, "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
-        "train": {"epochs": 6, "batch_seconds": 8, "lr": 0.004, "warmup_steps": 5, "checkpoint_every": 10,
-                  "num_threads": 1}}
+TINY = {
+    "data": {"size": 0.03, "train_scale": 1.0},
+    "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
+    "train": {
+        "epochs": 6,
+        "batch_seconds": 8,
+        "lr": 0.004,
+        "warmup_steps": 5,
+        "checkpoint_every": 10,
+        "num_threads": 1,
+    },
+}
 # --quick: fewer utterances and epochs on top of TINY (60/6/6 utterances, 3 epochs).
 QUICK = {"data": {"size": 0.02}, "train": {"epochs": 3}}
-IGNORED_DIRS = {"log", "tensorboard"}     # wall-clock times in every line / event
+IGNORED_DIRS = {"log", "tensorboard"}  # wall-clock times in every line / event
 TIMING_KEYS = {"seconds", "elapsed", "time", "started", "frames_per_s", "rtf", "mtime_ns"}
 
 
@@ -80,8 +101,21 @@ def tiny_config(out: Path, algo: str = "local", smaller: Optional[Dict[str, Dict
 
 
 def recipe_cmd(cfg: Path, work: Path, learners: int = 1) -> List[str]:
-    return [str(RUN_SH), "--config", str(cfg), "--data", str(work / "data"), "--exp", str(work / "exp/lstm_ctc"),
-            "--stop-stage", "6", "--python", sys.executable, "--num-learners", str(learners)]
+    return [
+        str(RUN_SH),
+        "--config",
+        str(cfg),
+        "--data",
+        str(work / "data"),
+        "--exp",
+        str(work / "exp/lstm_ctc"),
+        "--stop-stage",
+        "6",
+        "--python",
+        sys.executable,
+        "--num-learners",
+        str(learners),
+    ]
 
 
 class RecipeRun:
@@ -90,10 +124,16 @@ class RecipeRun:
     def __init__(self, cmd: List[str], work: Path, attempt: int):
         self.log = work / f"attempt{attempt}.log"
         self.t0 = time.monotonic()
-        self._seen: List[Tuple[float, str]] = []   # (seconds since start when first seen, module)
+        self._seen: List[Tuple[float, str]] = []  # (seconds since start when first seen, module)
         with open(self.log, "w") as f:
-            self.proc = subprocess.Popen(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=work,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
 
     def steps(self) -> List[Tuple[float, str]]:
         """(seconds since start when first seen, module) of every step started so far."""
@@ -102,7 +142,7 @@ class RecipeRun:
             if line.startswith("+ ") and len(line.split()) > 1 and line.split()[1] in STAGE_OF:
                 out.append(line.split()[1])
         now = time.monotonic() - self.t0
-        self._seen += [(now, m) for m in out[len(self._seen):]]
+        self._seen += [(now, m) for m in out[len(self._seen) :]]
         return self._seen
 
     def stage(self) -> int:
@@ -176,7 +216,7 @@ def integrity_problems(work: Path) -> List[str]:
                 torch.load(p, map_location="cpu", weights_only=False)
             elif p.name.endswith(".done") or p.name == ".validated":
                 json.loads(p.read_text())
-        except Exception as e:   # anything at all: that is what the check is for
+        except Exception as e:  # anything at all: that is what the check is for
             problems.append(f"{p.relative_to(work)}: {type(e).__name__}: {e}")
     return problems
 
@@ -199,11 +239,15 @@ def _same(a: Any, b: Any) -> bool:
     import torch
 
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype \
-            and a.shape == b.shape and torch.equal(a, b)
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
-            and np.array_equal(a, b)
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -215,6 +259,7 @@ def _content(p: Path) -> Any:
     """A file's content in comparable form: checkpoints and JSON as objects without timing fields, else bytes."""
     if p.suffix == ".pt":
         import torch
+
         return _untimed(torch.load(p, map_location="cpu", weights_only=False))
     raw = p.read_bytes()
     if p.name.endswith(".gz"):
@@ -225,9 +270,15 @@ def _content(p: Path) -> Any:
 
 
 def compared_files(work: Path) -> List[str]:
-    return sorted(str(p.relative_to(work)) for p in work.rglob("*")
-                  if p.is_file() and not is_temporary(p) and p.name != ".lock" and not p.name.startswith("attempt")
-                  and not IGNORED_DIRS & set(p.relative_to(work).parts))
+    return sorted(
+        str(p.relative_to(work))
+        for p in work.rglob("*")
+        if p.is_file()
+        and not is_temporary(p)
+        and p.name != ".lock"
+        and not p.name.startswith("attempt")
+        and not IGNORED_DIRS & set(p.relative_to(work).parts)
+    )
 
 
 def mismatches(ref: Path, work: Path) -> List[str]:
@@ -241,8 +292,14 @@ def mismatches(ref: Path, work: Path) -> List[str]:
 
 
 # ------------------------------------------------------------------------------------------ the loop
-def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: random.Random,
-                max_attempts: int = 10, max_kills: int = 3) -> Dict[str, Any]:
+def chaos_trial(
+    cmd: List[str],
+    work: Path,
+    durations: Dict[int, float],
+    rng: random.Random,
+    max_attempts: int = 10,
+    max_kills: int = 3,
+) -> Dict[str, Any]:
     """Run the recipe (``cmd``, writing into ``work``) with 1–``max_kills`` random SIGKILLs, each aimed at a random
     stage of ``durations`` (stage -> its reference duration) and a random offset into it; return what happened.
 
@@ -266,7 +323,7 @@ def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: ra
                     kills.append({"target_stage": target, "offset_s": round(offset, 2), "stage": stage})
                     continue
             run.proc.wait()
-        finally:   # the bench itself interrupted: take the recipe down with it
+        finally:  # the bench itself interrupted: take the recipe down with it
             if run.proc.poll() is None:
                 run.kill()
         if not kills and attempt < max_attempts:
@@ -274,8 +331,13 @@ def chaos_trial(cmd: List[str], work: Path, durations: Dict[int, float], rng: ra
             work.mkdir()
             restarted += 1
             continue
-        return {"kills": kills, "attempts": attempt - restarted, "exit": run.proc.returncode,
-                "integrity": problems, "unkilled_fresh_runs": restarted}
+        return {
+            "kills": kills,
+            "attempts": attempt - restarted,
+            "exit": run.proc.returncode,
+            "integrity": problems,
+            "unkilled_fresh_runs": restarted,
+        }
     raise AssertionError("unreachable: the last attempt is never killed")
 
 
@@ -283,8 +345,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=None, help="default 20 (--quick: 1)")
     p.add_argument("--max-kills", type=int, default=None, help="kills per trial: 1 to this (default 3; --quick: 1)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"1 trial with 1 kill, and a smaller tiny run ({QUICK}): under a minute")
+    p.add_argument(
+        "--quick", action="store_true", help=f"1 trial with 1 kill, and a smaller tiny run ({QUICK}): under a minute"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--learners", type=int, default=1, help="training learners (torchrun when > 1)")
     p.add_argument("--algo", default="local", help="train.dist.algo with --learners > 1 (e.g. bmuf, sync, ma)")
@@ -309,39 +372,51 @@ def main(argv: Optional[List[str]] = None) -> int:
     durations = reference_run(cmd, run_dir)
     ref_s = time.monotonic() - t0
     run_dir.rename(ref)
-    print(f"reference run: {ref_s:.1f} s; stage durations: "
-          + ", ".join(f"{STAGES[s]} {d:.1f} s" for s, d in durations.items()), flush=True)
+    print(
+        f"reference run: {ref_s:.1f} s; stage durations: "
+        + ", ".join(f"{STAGES[s]} {d:.1f} s" for s, d in durations.items()),
+        flush=True,
+    )
 
     rng = random.Random(a.seed)
     kills_per_stage: collections.Counter = collections.Counter()
     report: List[Dict[str, Any]] = []
     for i in range(trials):
         t1 = time.monotonic()
-        res = chaos_trial(cmd, run_dir, {s: d for s, d in durations.items() if s in a.stages}, rng,
-                          max_kills=max_kills)
+        res = chaos_trial(cmd, run_dir, {s: d for s, d in durations.items() if s in a.stages}, rng, max_kills=max_kills)
         res["mismatches"] = mismatches(ref, run_dir) if res["exit"] == 0 else ["did not complete"]
         res["seconds"] = round(time.monotonic() - t1, 1)
         kills_per_stage.update(STAGES[k["stage"]] for k in res["kills"])
         report.append(res)
         ok = res["exit"] == 0 and not res["mismatches"] and not res["integrity"]
-        print(f"trial {i + 1}/{trials}: {len(res['kills'])} kill(s) in stage(s) "
-              f"{[k['stage'] for k in res['kills']]}, {res['attempts']} attempts, exit {res['exit']}, "
-              f"{len(res['integrity'])} integrity problems, {len(res['mismatches'])} mismatches, "
-              f"{res['seconds']} s{'' if ok else ' <-- FAILED'}", flush=True)
+        print(
+            f"trial {i + 1}/{trials}: {len(res['kills'])} kill(s) in stage(s) "
+            f"{[k['stage'] for k in res['kills']]}, {res['attempts']} attempts, exit {res['exit']}, "
+            f"{len(res['integrity'])} integrity problems, {len(res['mismatches'])} mismatches, "
+            f"{res['seconds']} s{'' if ok else ' <-- FAILED'}",
+            flush=True,
+        )
         for line in res["integrity"] + res["mismatches"]:
             print("   ", line, flush=True)
         if ok:
             shutil.rmtree(run_dir)
-        else:   # kept for a look
+        else:  # kept for a look
             run_dir.rename(base / f"failed-trial{i + 1:02d}")
     recovered = sum(r["exit"] == 0 and not r["mismatches"] and not r["integrity"] for r in report)
-    summary = {"bench": "chaos", "learners": a.learners, "algo": a.algo, "trials": trials, "recovered": recovered,
-               "kills": sum(len(r["kills"]) for r in report),
-               "kills_per_stage": {STAGES[s]: kills_per_stage[STAGES[s]] for s in STAGES},
-               "integrity_problems": sum(len(r["integrity"]) for r in report),
-               "mismatches": sum(len(r["mismatches"]) for r in report),
-               "compared_files": len(compared_files(ref)), "reference_s": round(ref_s, 1),
-               "total_s": round(time.monotonic() - t0, 1)}
+    summary = {
+        "bench": "chaos",
+        "learners": a.learners,
+        "algo": a.algo,
+        "trials": trials,
+        "recovered": recovered,
+        "kills": sum(len(r["kills"]) for r in report),
+        "kills_per_stage": {STAGES[s]: kills_per_stage[STAGES[s]] for s in STAGES},
+        "integrity_problems": sum(len(r["integrity"]) for r in report),
+        "mismatches": sum(len(r["mismatches"]) for r in report),
+        "compared_files": len(compared_files(ref)),
+        "reference_s": round(ref_s, 1),
+        "total_s": round(time.monotonic() - t0, 1),
+    }
     if a.out is not None:
         a.out.write_text(json.dumps({**summary, "per_trial": report}, indent=1) + "\n")
     if a.work_dir is None and recovered == trials:

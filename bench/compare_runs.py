@@ -7,13 +7,14 @@ Reads each dir's ``metrics.json`` (dev loss per epoch, written by the trainer), 
 ``final.pt`` (parameters) and ``decode_*/wer.json`` (steps.score). Nothing is trained here: ``--quick`` is accepted
 for the bench convention and changes nothing. Prints a Markdown table, then one JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import re
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -49,14 +50,21 @@ def summarise(exp: Path, target: float) -> Dict:
         wers[w.parent.name.removeprefix("decode_")] = round(json.loads(w.read_text())["wer"], 2)
     model = load_model(exp / "final.pt").model
     cfg = model.cfg
-    return {"exp": str(exp), "parameters": count_parameters(model),
-            "model": f"{cfg.num_layers}x{cfg.hidden_size}" + (f"/p{cfg.proj_size}" if cfg.proj_size else "")
-                     + (" peephole" if cfg.peephole else ""),
-            "epochs": len(dev), "steps": dev[-1]["step"] if dev else 0,
-            "steps_to_target": hit["step"] if hit else None, "epoch_to_target": hit["epoch"] if hit else None,
-            "final_dev_loss": round(dev[-1]["loss"], 4) if dev else None,
-            "dev_loss_by_epoch": [round(r["loss"], 4) for r in dev],
-            "train_seconds": log_span_seconds(exp / "log" / "train.log"), "wer": wers}
+    return {
+        "exp": str(exp),
+        "parameters": count_parameters(model),
+        "model": f"{cfg.num_layers}x{cfg.hidden_size}"
+        + (f"/p{cfg.proj_size}" if cfg.proj_size else "")
+        + (" peephole" if cfg.peephole else ""),
+        "epochs": len(dev),
+        "steps": dev[-1]["step"] if dev else 0,
+        "steps_to_target": hit["step"] if hit else None,
+        "epoch_to_target": hit["epoch"] if hit else None,
+        "final_dev_loss": round(dev[-1]["loss"], 4) if dev else None,
+        "dev_loss_by_epoch": [round(r["loss"], 4) for r in dev],
+        "train_seconds": log_span_seconds(exp / "log" / "train.log"),
+        "wer": wers,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -67,14 +75,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     rows = [summarise(e, a.target_loss) for e in a.exps]
     sets = sorted({k for r in rows for k in r["wer"]})
-    print(f"| run | model | parameters | epochs | steps to dev loss {a.target_loss} | final dev loss | train s | "
-          + " | ".join(f"%WER {s}" for s in sets) + " |")
+    print(
+        f"| run | model | parameters | epochs | steps to dev loss {a.target_loss} | final dev loss | train s | "
+        + " | ".join(f"%WER {s}" for s in sets)
+        + " |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(sets))
     for r in rows:
         to = f"{r['steps_to_target']} (epoch {r['epoch_to_target']})" if r["steps_to_target"] else "not reached"
         secs = f"{r['train_seconds']:.0f}" if r["train_seconds"] is not None else "?"
-        print(f"| {r['exp']} | {r['model']} | {r['parameters']} | {r['epochs']} | {to} | {r['final_dev_loss']} | "
-              f"{secs} | " + " | ".join(str(r["wer"].get(s, "")) for s in sets) + " |")
+        print(
+            f"| {r['exp']} | {r['model']} | {r['parameters']} | {r['epochs']} | {to} | {r['final_dev_loss']} | "
+            f"{secs} | " + " | ".join(str(r["wer"].get(s, "")) for s in sets) + " |"
+        )
     print(json.dumps({"bench": "compare_runs", "target_loss": a.target_loss, "runs": rows}))
     return 0
 

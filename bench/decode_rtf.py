@@ -8,6 +8,7 @@ realistic peaky CTC log-probabilities are synthesised for random digit strings: 
 in between and around, Gaussian noise on the logits, log-softmax. The last line printed is one JSON object,
 ``{"bench": "decode_rtf", "rtf": ..., "frames_per_s": ..., "beam": ...}``.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asrlib.decode.search import TlgDecoder  # noqa: E402
-from asrlib.io_utils import AsrError  # noqa: E402
+from asrlib.errors import AsrError  # noqa: E402
 from asrlib.lang.graphs import build_tlg  # noqa: E402
 from asrlib.lang.lexicon import build_lexicon, read_lexicon, read_tokens, write_lang_files  # noqa: E402
 
@@ -35,8 +36,7 @@ FRAME_SECONDS = 0.03
 DIGITS = "ZERO ONE TWO THREE FOUR FIVE SIX SEVEN EIGHT NINE OH".split()
 
 
-def synthesize(lang_dir: Path, n_utts: int, seed: int, noise: float = 2.0
-               ) -> Iterator[Tuple[List[str], np.ndarray]]:
+def synthesize(lang_dir: Path, n_utts: int, seed: int, noise: float = 2.0) -> Iterator[Tuple[List[str], np.ndarray]]:
     """Random word strings of the lang's lexicon and peaky CTC log-probs that say them (with noise)."""
     rng = np.random.default_rng(seed)
     tokens, lex = read_tokens(lang_dir / "tokens.txt"), read_lexicon(lang_dir / "lexicon.txt")
@@ -103,11 +103,19 @@ def main(argv=None) -> int:
         wall = time.perf_counter() - t0
 
     frames = dec.frames_searched
-    result = {"bench": "decode_rtf", "rtf": dec.search_seconds / (frames * FRAME_SECONDS),
-              "frames_per_s": frames / dec.search_seconds, "beam": a.beam, "max_active": a.max_active,
-              "utterances": len(data), "frames": frames, "search_seconds": round(dec.search_seconds, 4),
-              "loop_seconds": round(wall, 4), "graph_states": dec.graph.num_states,
-              "source": str(a.logprobs_ark) if a.logprobs_ark else "synthetic digits"}
+    result = {
+        "bench": "decode_rtf",
+        "rtf": dec.search_seconds / (frames * FRAME_SECONDS),
+        "frames_per_s": frames / dec.search_seconds,
+        "beam": a.beam,
+        "max_active": a.max_active,
+        "utterances": len(data),
+        "frames": frames,
+        "search_seconds": round(dec.search_seconds, 4),
+        "loop_seconds": round(wall, 4),
+        "graph_states": dec.graph.num_states,
+        "source": str(a.logprobs_ark) if a.logprobs_ark else "synthetic digits",
+    }
     if scored:
         result["sentence_accuracy"] = round(correct / scored, 4)
     print(json.dumps(result))

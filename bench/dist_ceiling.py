@@ -9,6 +9,7 @@ faster than 2 independent processes doing the same steps. ``ceiling`` = (sum of 
 digits-shaped batches (80-dim, ``train.batch_seconds`` of 2.1 s utterances, CTC on random targets, Adam); alone and
 together alternate for ``--rounds`` rounds and the median of the per-round ceilings is reported. Last line: JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,15 +95,28 @@ def main() -> None:
         alone_rates.append(alone)
         together_rates.append(together)
         ceilings.append(sum(together) / alone)
-        print(f"round {r + 1}: alone {alone:.2f} steps/s; {a.learners} at once "
-              f"{' + '.join(f'{t:.2f}' for t in together)} steps/s -> ceiling {ceilings[-1]:.2f}x", flush=True)
+        print(
+            f"round {r + 1}: alone {alone:.2f} steps/s; {a.learners} at once "
+            f"{' + '.join(f'{t:.2f}' for t in together)} steps/s -> ceiling {ceilings[-1]:.2f}x",
+            flush=True,
+        )
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(json.dumps({"bench": "dist_ceiling", "learners": a.learners, "ceiling": round(statistics.median(ceilings), 3),
-                      "ceilings": [round(c, 3) for c in ceilings],
-                      "alone_steps_per_s": [round(x, 3) for x in alone_rates],
-                      "together_steps_per_s": [[round(x, 3) for x in t] for t in together_rates],
-                      "batch_utts": batch_utts, "seconds": seconds, "loadavg_end": float(load)}))
+    print(
+        json.dumps(
+            {
+                "bench": "dist_ceiling",
+                "learners": a.learners,
+                "ceiling": round(statistics.median(ceilings), 3),
+                "ceilings": [round(c, 3) for c in ceilings],
+                "alone_steps_per_s": [round(x, 3) for x in alone_rates],
+                "together_steps_per_s": [[round(x, 3) for x in t] for t in together_rates],
+                "batch_utts": batch_utts,
+                "seconds": seconds,
+                "loadavg_end": float(load),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ without model loading / audio seconds) and the process's peak RSS (``wait4``). `
 over the test set's wav.scp (same command). Ends with one JSON line of all figures. ``--quick``: 60 s only,
 two recordings, ``energy`` (under a minute).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,19 +31,31 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from asrlib.io_utils import read_table_dict  # noqa: E402
+from asrlib.io.tables import read_table_dict  # noqa: E402
 from asrlib.score import score  # noqa: E402
 
 
 def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List[str]) -> Dict:
     """Run `asr transcribe` in its own process; its results, printed RTF and peak RSS (MiB)."""
-    cmd = [sys.executable, "-m", "asrlib.cli_asr", "transcribe", str(model), *inputs, "--format", "jsonl",
-           "-o", str(out), "--segment", segment, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrlib.app.cli_asr",
+        "transcribe",
+        str(model),
+        *inputs,
+        "--format",
+        "jsonl",
+        "-o",
+        str(out),
+        "--segment",
+        segment,
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -54,8 +67,14 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
         raise SystemExit(f"asr transcribe failed ({p.returncode}):\n{err[-3000:]}")
     m = re.search(r"([\d.]+) s of audio in ([\d.]+) s, RTF ([\d.]+)", err)
     results = {r["key"]: r for r in map(json.loads, out.read_text().splitlines())}
-    return {"results": results, "audio_s": float(m.group(1)), "decode_s": float(m.group(2)),
-            "rtf": float(m.group(3)), "rss_mib": round(usage.ru_maxrss / 1024, 1), "wall_s": round(wall, 1)}
+    return {
+        "results": results,
+        "audio_s": float(m.group(1)),
+        "decode_s": float(m.group(2)),
+        "rtf": float(m.group(3)),
+        "rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "wall_s": round(wall, 1),
+    }
 
 
 def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
@@ -82,8 +101,12 @@ def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "recipes/digits/exp/lstm_ctc")
-    p.add_argument("--data", type=Path, default=ROOT / "recipes/digits/data/test",
-                   help="Kaldi data dir: wav.scp (file paths) and text")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=ROOT / "recipes/digits/data/test",
+        help="Kaldi data dir: wav.scp (file paths) and text",
+    )
     p.add_argument("--lengths", type=float, nargs="+", default=[60, 600, 3600])
     p.add_argument("--segment", nargs="+", default=["blank", "energy", "none"])
     p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
@@ -99,8 +122,13 @@ def main() -> None:
     wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
     utts = sorted(u for u in wavs if u in refs)
     seconds = {u: sf.info(wavs[u]).duration for u in utts}
-    figures: Dict = {"model": str(a.model), "data": str(a.data), "utterances": len(utts), "asr_args": a.asr_args, "asr_args": a.asr_args,
-                     "date": time.strftime("%Y-%m-%d %H:%M")}
+    figures: Dict = {
+        "model": str(a.model),
+        "data": str(a.data),
+        "utterances": len(utts),
+        "asr_args": a.asr_args,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     with tempfile.TemporaryDirectory(prefix="long_form.") as tmp:
         tmp = Path(tmp)
         plans = {}
@@ -110,8 +138,9 @@ def main() -> None:
             files = []
             for i, g in enumerate(groups):
                 f = tmp / f"long{int(length)}_{i}.wav"
-                with sf.SoundFile(str(f), "w", samplerate=sf.info(wavs[g[0]]).samplerate, channels=1,
-                                  subtype="PCM_16") as w:
+                with sf.SoundFile(
+                    str(f), "w", samplerate=sf.info(wavs[g[0]]).samplerate, channels=1, subtype="PCM_16"
+                ) as w:
                     for u in g:
                         w.write(sf.read(wavs[u], dtype="int16")[0])
                 files.append(str(f))
@@ -123,8 +152,11 @@ def main() -> None:
         for method in a.segment:
             one = run_asr(a.model, [str(scp)], tmp / "utt.jsonl", method, a.asr_args.split())
             hyp = {u: r["text"] for u, r in one["results"].items()}
-            figures["per_utt"][method] = {"wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
-                                          "rtf": one["rtf"], "rss_mib": one["rss_mib"]}
+            figures["per_utt"][method] = {
+                "wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
+                "rtf": one["rtf"],
+                "rss_mib": one["rss_mib"],
+            }
             for length, (groups, files) in plans.items():
                 run = run_asr(a.model, files, tmp / "long.jsonl", method, a.asr_args.split())
                 ref, hyp_long, hyp_pieces = {}, {}, {}
@@ -134,14 +166,23 @@ def main() -> None:
                     hyp_pieces[key] = " ".join(hyp[u] for u in g if hyp[u])
                     hyp_long[key] = run["results"][key]["text"]
                 res = score(ref, hyp_long)
-                row = {"recordings": len(groups), "audio_s": round(run["audio_s"], 1), "words": res.num_words,
-                       "wer": round(res.wer, 2), "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
-                       "rtf": run["rtf"], "rss_mib": run["rss_mib"],
-                       "segments": sum(len(r.get("segments", [])) for r in run["results"].values())}
+                row = {
+                    "recordings": len(groups),
+                    "audio_s": round(run["audio_s"], 1),
+                    "words": res.num_words,
+                    "wer": round(res.wer, 2),
+                    "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
+                    "rtf": run["rtf"],
+                    "rss_mib": run["rss_mib"],
+                    "segments": sum(len(r.get("segments", [])) for r in run["results"].values()),
+                }
                 figures.setdefault(method, {})[str(int(length))] = row
-                print(f"{method:6s} {int(length):5d} s x{len(groups):2d}: WER {row['wer']:5.2f} (pieces "
-                      f"{row['wer_pieces']:5.2f}), RTF {row['rtf']:.4f}, peak RSS {row['rss_mib']} MiB, "
-                      f"{row['segments']} segments", file=sys.stderr)
+                print(
+                    f"{method:6s} {int(length):5d} s x{len(groups):2d}: WER {row['wer']:5.2f} (pieces "
+                    f"{row['wer_pieces']:5.2f}), RTF {row['rtf']:.4f}, peak RSS {row['rss_mib']} MiB, "
+                    f"{row['segments']} segments",
+                    file=sys.stderr,
+                )
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(figures, indent=2) + "\n")

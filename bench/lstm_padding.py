@@ -13,6 +13,7 @@ been run, else drawn alike (utterances 1-5 s, lengths within a batch 0.9-1.0 of 
 equal lengths: more mixed batches than a real epoch has, so the ratio is lower). Prints a table and one JSON line:
 median and mean ms per step of each form and the ratio of the means padded / packed (< 1: padded is faster).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from asrlib.config import load_config  # noqa: E402
-from asrlib.io_utils import read_table  # noqa: E402
+from asrlib.io.tables import read_table  # noqa: E402
 from asrlib.models import lstm  # noqa: E402
 from asrlib.train.data import Utterance, make_batches as trainer_batches  # noqa: E402
 
@@ -48,10 +49,13 @@ def recipe_batches(u2n: Path, n: int, max_frames: int, feat_dim: int, seed: int)
 def drawn_batches(n: int, max_frames: int, feat_dim: int, rng: random.Random) -> list:
     out = []
     for i in range(n):
-        longest = rng.randint(100, 500)                    # 1-5 s at 10 ms frames
+        longest = rng.randint(100, 500)  # 1-5 s at 10 ms frames
         count = max(1, max_frames // longest)
-        lens = [longest] * count if i % 5 == 0 else [longest] + [rng.randint(int(0.9 * longest), longest)
-                                                                 for _ in range(count - 1)]
+        lens = (
+            [longest] * count
+            if i % 5 == 0
+            else [longest] + [rng.randint(int(0.9 * longest), longest) for _ in range(count - 1)]
+        )
         out.append((torch.randn(count, longest, feat_dim), torch.tensor(lens)))
     return out
 
@@ -72,8 +76,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-seconds", type=float, default=0.0, help="0: the config's train.batch_seconds")
-    p.add_argument("--utt2num-frames", type=Path, default=None,
-                   help="the utterance lengths to batch (default: RECIPE/data/fbank/train/utt2num_frames)")
+    p.add_argument(
+        "--utt2num-frames",
+        type=Path,
+        default=None,
+        help="the utterance lengths to batch (default: RECIPE/data/fbank/train/utt2num_frames)",
+    )
     p.add_argument("--quick", action="store_true", help="30 steps")
     a = p.parse_args(argv)
     if a.quick:
@@ -88,27 +96,49 @@ def main(argv=None) -> int:
     max_frames = int(100 * (a.batch_seconds or cfg.train.batch_seconds))
     u2n = a.utt2num_frames or a.recipe_dir / "data" / "fbank" / "train" / "utt2num_frames"
     source = str(u2n) if u2n.is_file() else "drawn lengths (the recipe has no features yet)"
-    batches = (recipe_batches(u2n, a.steps, max_frames, feat_dim, cfg.train.seed) if u2n.is_file()
-               else drawn_batches(a.steps, max_frames, feat_dim, random.Random(0)))
+    batches = (
+        recipe_batches(u2n, a.steps, max_frames, feat_dim, cfg.train.seed)
+        if u2n.is_file()
+        else drawn_batches(a.steps, max_frames, feat_dim, random.Random(0))
+    )
     padded_forward = lstm._TorchLstmLayer.forward
     times = {"packed": [], "padded": []}
     try:
         for i, (feats, lens) in enumerate(batches):
-            for form in (("packed", "padded") if i % 2 else ("padded", "packed")):
-                lstm._TorchLstmLayer.forward = (lstm._TorchLstmLayer.packed_forward if form == "packed"
-                                                else padded_forward)
+            for form in ("packed", "padded") if i % 2 else ("padded", "packed"):
+                lstm._TorchLstmLayer.forward = (
+                    lstm._TorchLstmLayer.packed_forward if form == "packed" else padded_forward
+                )
                 times[form].append(step(model, feats, lens, vocab))
     finally:
         lstm._TorchLstmLayer.forward = padded_forward
-    res = {form: {"median_ms": 1000 * statistics.median(t[2:]), "mean_ms": 1000 * statistics.mean(t[2:]),
-                  "sd_ms": 1000 * statistics.pstdev(t[2:])} for form, t in times.items()}
-    print(f"{len(batches)} steps of {a.batch_seconds or cfg.train.batch_seconds:g} s batches, {a.threads} thread(s), "
-          f"model {cfg.model.num_layers} x {cfg.model.hidden_size} (proj {cfg.model.proj_size}); batches: {source}")
+    res = {
+        form: {
+            "median_ms": 1000 * statistics.median(t[2:]),
+            "mean_ms": 1000 * statistics.mean(t[2:]),
+            "sd_ms": 1000 * statistics.pstdev(t[2:]),
+        }
+        for form, t in times.items()
+    }
+    print(
+        f"{len(batches)} steps of {a.batch_seconds or cfg.train.batch_seconds:g} s batches, {a.threads} thread(s), "
+        f"model {cfg.model.num_layers} x {cfg.model.hidden_size} (proj {cfg.model.proj_size}); batches: {source}"
+    )
     for form, r in res.items():
         print(f"{form:7s} median {r['median_ms']:6.1f} ms  mean {r['mean_ms']:6.1f} ms  sd {r['sd_ms']:5.1f} ms")
     ratio = res["padded"]["mean_ms"] / res["packed"]["mean_ms"]
-    print(json.dumps({"bench": "lstm_padding", "steps": len(batches), "threads": a.threads, "batches": source, **{
-        f"{form}_{k}": round(v, 2) for form, r in res.items() for k, v in r.items()}, "ratio": round(ratio, 3)}))
+    print(
+        json.dumps(
+            {
+                "bench": "lstm_padding",
+                "steps": len(batches),
+                "threads": a.threads,
+                "batches": source,
+                **{f"{form}_{k}": round(v, 2) for form, r in res.items() for k, v in r.items()},
+                "ratio": round(ratio, 3),
+            }
+        )
+    )
     return 0
 
 

@@ -9,8 +9,10 @@ Times forward and forward+backward of the acoustic model's recurrent stack (``nu
   oneDNN CPU kernel does not support projections, so this runs torch's slower generic path),
 - ``custom_lstmp``: asrlib's LstmpLayer without peepholes (the same maths through the Python time loop),
 - ``custom_lstmp_peephole``: LstmpLayer with peepholes (what ``model.peephole: true`` trains),
-Times are medians over ``--reps`` calls. Prints a table, then one JSON line with the times and the ratios to torch_lstmp (last line).
+Times are medians over ``--reps`` calls. Prints a table, then one JSON line with the times and the ratios to
+torch_lstmp (last line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,20 +90,26 @@ def main(argv=None) -> int:
             m.zero_grad(set_to_none=True)
             m(x).square().mean().backward()
 
-        res[kind] = {"params": sum(q.numel() for q in m.parameters()), "forward_s": _time(fwd, a.reps),
-                     "train_step_s": _time(fwd_bwd, a.reps)}
+        res[kind] = {
+            "params": sum(q.numel() for q in m.parameters()),
+            "forward_s": _time(fwd, a.reps),
+            "train_step_s": _time(fwd_bwd, a.reps),
+        }
     base = res["torch_lstmp"]
     frames = a.batch * a.frames
-    print(f"{a.layers} layers, input {a.feat_dim}x{a.stack}, hidden {a.hidden}, projection {a.proj}; batch "
-          f"{a.batch} x {a.frames} frames; {a.threads} threads; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{a.layers} layers, input {a.feat_dim}x{a.stack}, hidden {a.hidden}, projection {a.proj}; batch "
+        f"{a.batch} x {a.frames} frames; {a.threads} threads; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'implementation':24s} {'params':>8s} {'fwd ms':>8s} {'fwd+bwd ms':>11s} {'frames/s':>9s} {'x torch':>8s}")
     for kind, r in res.items():
         r["train_ratio_vs_torch"] = r["train_step_s"] / base["train_step_s"]
         r["forward_ratio_vs_torch"] = r["forward_s"] / base["forward_s"]
-        print(f"{kind:24s} {r['params']:8d} {1000 * r['forward_s']:8.1f} {1000 * r['train_step_s']:11.1f} "
-              f"{frames / r['train_step_s']:9.0f} {r['train_ratio_vs_torch']:8.2f}")
-    print(json.dumps({"config": {k: v for k, v in vars(a).items()}, "load_avg_1m": os.getloadavg()[0],
-                      "results": res}))
+        print(
+            f"{kind:24s} {r['params']:8d} {1000 * r['forward_s']:8.1f} {1000 * r['train_step_s']:11.1f} "
+            f"{frames / r['train_step_s']:9.0f} {r['train_ratio_vs_torch']:8.2f}"
+        )
+    print(json.dumps({"config": {k: v for k, v in vars(a).items()}, "load_avg_1m": os.getloadavg()[0], "results": res}))
     return 0
 
 

@@ -25,6 +25,7 @@ the end-to-end engines interleaved round by round, best round.
 
 Prints a Markdown report (also written to ``--out``) and, last, one JSON line with every number.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,13 +48,15 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from asrlib.io_utils import atomic_open, read_table  # noqa: E402
+from asrlib.io.atomic import atomic_open  # noqa: E402
+from asrlib.io.tables import read_table  # noqa: E402
 
 FRAME_S = 0.01
 
 
-def load_set(recipe: Path, name: str, max_utts: int) -> Tuple[List[str], Dict[str, np.ndarray], Dict[str, str],
-                                                                Dict[str, str]]:
+def load_set(
+    recipe: Path, name: str, max_utts: int
+) -> Tuple[List[str], Dict[str, np.ndarray], Dict[str, str], Dict[str, str]]:
     from asrlib.kaldi_io import MatrixReader
 
     feats_scp = recipe / "data" / "fbank" / name / "feats.scp"
@@ -70,8 +73,9 @@ def wer(refs: Dict[str, str], hyps: Dict[str, List[str]]) -> float:
     return score(refs, {k: " ".join(v) for k, v in hyps.items()}).wer
 
 
-def network_speed(models: Dict[str, object], keys: List[str], feats: Dict[str, np.ndarray], rounds: int
-                  ) -> Tuple[Dict[str, float], Dict[str, Dict[str, np.ndarray]], Dict[str, List[float]]]:
+def network_speed(
+    models: Dict[str, object], keys: List[str], feats: Dict[str, np.ndarray], rounds: int
+) -> Tuple[Dict[str, float], Dict[str, Dict[str, np.ndarray]], Dict[str, List[float]]]:
     """Median-round network seconds per model, each model's log-probs, and every round's seconds. The models are
     interleaved per utterance (each utterance runs on every model before the next; the order rotates per round),
     so load changes on a shared machine hit all models alike; 3 untimed warm-up utterances first."""
@@ -82,7 +86,7 @@ def network_speed(models: Dict[str, object], keys: List[str], feats: Dict[str, n
     secs: Dict[str, List[float]] = {n: [] for n in names}
     logprobs: Dict[str, Dict[str, np.ndarray]] = {n: {} for n in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         tot = {n: 0.0 for n in names}
         for k in keys:
             for name in order:
@@ -103,8 +107,19 @@ def speedup(secs: Dict[str, List[float]], slow: str, fast: str) -> float:
 
 def peak_rss(engine: str, bundle: Path, wav_scp: Path) -> Tuple[float, float]:
     """(peak RSS MB, RTF) of a separate recogniser process over ``wav_scp``."""
-    cmd = [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(bundle), "--engine", engine,
-           "--wav-scp", str(wav_scp), "-o", os.devnull]
+    cmd = [
+        sys.executable,
+        "-m",
+        "steps.recognize_mobile",
+        "--bundle",
+        str(bundle),
+        "--engine",
+        engine,
+        "--wav-scp",
+        str(wav_scp),
+        "-o",
+        os.devnull,
+    ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     m = re.search(r"RTF ([0-9.]+), peak RSS ([0-9]+) MB", r.stderr)
     if r.returncode != 0 or not m:
@@ -120,8 +135,13 @@ def bad_input_errors(bundle: Path, tmp: Path) -> Dict[str, str]:
     sf.write(str(wav), np.zeros(16000, np.float32), 16000)
 
     def run(b: Path, w: Path) -> str:
-        r = subprocess.run([sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(b), str(w)], cwd=ROOT,
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        r = subprocess.run(
+            [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(b), str(w)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ERROR")]
         return f"exit {r.returncode}: " + (lines[-1] if lines else r.stderr.strip()[-300:])
 
@@ -156,11 +176,17 @@ def scaling(tmp: Path, rounds: int) -> Dict[str, float]:
     export_onnx(core, tmp / "big.onnx")
     quantize_int8(tmp / "big.onnx", tmp / "big.int8.onnx")
     x = np.random.default_rng(0).normal(0, 1, (3000, 80)).astype(np.float32)
-    models = {"fp32": OnnxAcousticModel(tmp / "big.onnx").log_probs,
-              "int8": OnnxAcousticModel(tmp / "big.int8.onnx").log_probs}
+    models = {
+        "fp32": OnnxAcousticModel(tmp / "big.onnx").log_probs,
+        "int8": OnnxAcousticModel(tmp / "big.int8.onnx").log_probs,
+    }
     best, _, secs = network_speed(models, ["x"], {"x": x}, rounds)
-    return {"fp32_rtf": best["fp32"] / 30.0, "int8_rtf": best["int8"] / 30.0, "speedup": speedup(secs, "fp32", "int8"),
-            "params": sum(p.numel() for p in m.parameters())}
+    return {
+        "fp32_rtf": best["fp32"] / 30.0,
+        "int8_rtf": best["int8"] / 30.0,
+        "speedup": speedup(secs, "fp32", "int8"),
+        "params": sum(p.numel() for p in m.parameters()),
+    }
 
 
 def main(argv=None) -> int:
@@ -172,11 +198,18 @@ def main(argv=None) -> int:
     p.add_argument("--max-utts", type=int, default=0)
     p.add_argument("--chunks-ms", default="80,160,320,640")
     p.add_argument("--no-scaling", action="store_true")
-    p.add_argument("--mobile", type=Path, help="the export directory (default: <recipe>/<exp>/mobile); e.g. a "
-                   "steps.export_mobile --out-dir made elsewhere for an experiment")
+    p.add_argument(
+        "--mobile",
+        type=Path,
+        help="the export directory (default: <recipe>/<exp>/mobile); e.g. a "
+        "steps.export_mobile --out-dir made elsewhere for an experiment",
+    )
     p.add_argument("--out", type=Path)
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run under a minute: 40 utterances, 1 round, chunks 160/320 ms, no scaling model")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run under a minute: 40 utterances, 1 round, chunks 160/320 ms, no scaling model",
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.max_utts, a.rounds, a.chunks_ms, a.no_scaling = a.max_utts or 40, 1, "160,320", True
@@ -208,15 +241,18 @@ def main(argv=None) -> int:
     fp32_b = sizes["baseline.fp32.onnx"]["bytes"]
     R["size"] = {n: {**v, "ratio": round(v["bytes"] / fp32_b, 3)} for n, v in sizes.items()}
     R["params"], R["sparsity"] = export["params"], export["sparsity"]
-    R["bundle_model"] = export.get("bundle", {}).get("model", "pruned")   # steps.export_mobile's choice
+    R["bundle_model"] = export.get("bundle", {}).get("model", "pruned")  # steps.export_mobile's choice
     R["dev_wer_int8"] = export.get("dev_wer_int8", {})
     q = export["int8_ops_pruned"]
-    R["int8_ops"] = {"int8_matmuls": len(q["int8_matmuls"]), "float_matmuls": len(q["float_matmuls"]),
-                     "ops": q["ops"]}
+    R["int8_ops"] = {"int8_matmuls": len(q["int8_matmuls"]), "float_matmuls": len(q["float_matmuls"]), "ops": q["ops"]}
 
     # ---- network speed + WER on recipe features
-    onnx_models = {"fp32": "baseline.fp32.onnx", "int8": "baseline.int8.onnx", "pruned fp32": "pruned.fp32.onnx",
-                   "pruned int8": "pruned.int8.onnx"}
+    onnx_models = {
+        "fp32": "baseline.fp32.onnx",
+        "int8": "baseline.int8.onnx",
+        "pruned fp32": "pruned.fp32.onnx",
+        "pruned int8": "pruned.int8.onnx",
+    }
     if (mobile / "pruned.fp16.onnx").is_file():
         onnx_models["pruned fp16"] = "pruned.fp16.onnx"
     onnx_runners = {n: OnnxAcousticModel(mobile / f) for n, f in onnx_models.items()}
@@ -240,9 +276,11 @@ def main(argv=None) -> int:
     wav_s = sum(len(x) for x in audio.values()) / 16000
     ours = StreamingRecognizer(bundle, num_threads=1)
     sherpa = SherpaRecognizer(bundle, num_threads=1)
-    e2e = {"ours streaming int8": lambda x: ours.recognize(x, 16000, chunk_samples=5120),
-           "ours whole-utterance int8": lambda x: ours.recognize(x, 16000),
-           "sherpa-onnx int8": lambda x: sherpa.recognize(x, 16000)}
+    e2e = {
+        "ours streaming int8": lambda x: ours.recognize(x, 16000, chunk_samples=5120),
+        "ours whole-utterance int8": lambda x: ours.recognize(x, 16000),
+        "sherpa-onnx int8": lambda x: sherpa.recognize(x, 16000),
+    }
     best_e2e = {n: float("inf") for n in e2e}
     hyps: Dict[str, Dict[str, List[str]]] = {n: {} for n in e2e}
     for r in range(a.rounds):
@@ -267,13 +305,17 @@ def main(argv=None) -> int:
             s = ours.new_stream()
             x = audio[k]
             for i in range(0, len(x), n):
-                s.accept_waveform(16000, x[i:i + n])
+                s.accept_waveform(16000, x[i : i + n])
             s.finish()
             per_chunk += [t.seconds for t in s.timings[:-1]]
             total += sum(t.seconds for t in s.timings)
         p95 = float(np.percentile(per_chunk, 95))
-        R["streaming"][ms] = {"mean_ms": 1000 * float(np.mean(per_chunk)), "p95_ms": 1000 * p95,
-                              "rtf": total / wav_s, "latency_ms": ms + 1000 * p95 + 15}
+        R["streaming"][ms] = {
+            "mean_ms": 1000 * float(np.mean(per_chunk)),
+            "p95_ms": 1000 * p95,
+            "rtf": total / wav_s,
+            "latency_ms": ms + 1000 * p95 + 15,
+        }
 
     # ---- memory (separate processes) and bad input
     with tempfile.TemporaryDirectory() as td:
@@ -300,54 +342,76 @@ def _kb(b: int) -> str:
 
 def report(R: dict, a) -> str:
     s, w, n = R["size"], R["wer"], R["network_rtf"]
-    L = [f"## Mobile export: {a.recipe.name} ({R['set']}: {R['utts']} utterances, {R['audio_s']:.0f} s)", "",
-         f"`python bench/mobile.py --recipe {a.recipe} --set {R['set']}"
-         f"{f' --mobile {a.mobile}' if a.mobile else ''}` — one thread; load average "
-         f"{R['loadavg_before'][0]:.1f} before, {R['loadavg_after'][0]:.1f} after (2-core machine, shared); "
-         f"network times: median of {a.rounds} rounds, the models interleaved per utterance; speed-ups: median of "
-         f"the per-round ratios. WER with the TLG search at sherpa-onnx's fixed beam 16.", "",
-         "| model | bytes (zipped) | × fp32 | network RTF | test WER % |", "|---|---:|---:|---:|---:|"]
+    L = [
+        f"## Mobile export: {a.recipe.name} ({R['set']}: {R['utts']} utterances, {R['audio_s']:.0f} s)",
+        "",
+        f"`python bench/mobile.py --recipe {a.recipe} --set {R['set']}"
+        f"{f' --mobile {a.mobile}' if a.mobile else ''}` — one thread; load average "
+        f"{R['loadavg_before'][0]:.1f} before, {R['loadavg_after'][0]:.1f} after (2-core machine, shared); "
+        f"network times: median of {a.rounds} rounds, the models interleaved per utterance; speed-ups: median of "
+        f"the per-round ratios. WER with the TLG search at sherpa-onnx's fixed beam 16.",
+        "",
+        "| model | bytes (zipped) | × fp32 | network RTF | test WER % |",
+        "|---|---:|---:|---:|---:|",
+    ]
     mark = lambda label, key: f"**{label} (the bundle's model)**" if key == R["bundle_model"] else label  # noqa: E731
-    rows = [("fp32 (trained model, ONNX)", "baseline.fp32.onnx", "fp32"),
-            (mark("int8, no pruning", "int8"), "baseline.int8.onnx", "int8"),
-            (f"pruned fp32 (low rank + {100 * R['sparsity']:.0f}% sparse, fine-tuned)", "pruned.fp32.onnx",
-             "pruned fp32"),
-            ("pruned fp16 weights", "pruned.fp16.onnx", "pruned fp16"),
-            (mark("pruned int8", "pruned"), "pruned.int8.onnx", "pruned int8")]
+    rows = [
+        ("fp32 (trained model, ONNX)", "baseline.fp32.onnx", "fp32"),
+        (mark("int8, no pruning", "int8"), "baseline.int8.onnx", "int8"),
+        (f"pruned fp32 (low rank + {100 * R['sparsity']:.0f}% sparse, fine-tuned)", "pruned.fp32.onnx", "pruned fp32"),
+        ("pruned fp16 weights", "pruned.fp16.onnx", "pruned fp16"),
+        (mark("pruned int8", "pruned"), "pruned.int8.onnx", "pruned int8"),
+    ]
     for label, f, key in rows:
         if f in s and key in n:
-            L.append(f"| {label} | {_kb(s[f]['bytes'])} ({_kb(s[f]['bytes_zip'])}) | {s[f]['ratio']:.3f} | "
-                     f"{n[key]:.4f} | {w[key]:.2f} |")
-    L.append(f"| PyTorch eager fp32 / pruned (reference) | | | {n['torch fp32']:.4f} / {n['torch pruned']:.4f} | "
-             f"{w['torch fp32']:.2f} / {w['torch pruned']:.2f} |")
+            L.append(
+                f"| {label} | {_kb(s[f]['bytes'])} ({_kb(s[f]['bytes_zip'])}) | {s[f]['ratio']:.3f} | "
+                f"{n[key]:.4f} | {w[key]:.2f} |"
+            )
+    L.append(
+        f"| PyTorch eager fp32 / pruned (reference) | | | {n['torch fp32']:.4f} / {n['torch pruned']:.4f} | "
+        f"{w['torch fp32']:.2f} / {w['torch pruned']:.2f} |"
+    )
     ops = R["int8_ops"]["ops"]
-    int8_kinds = ", ".join(f"{ops[op]} {op}" for op in ("DynamicQuantizeLSTM", "MatMulInteger", "DynamicQuantizeMatMul")
-                           if op in ops)
-    L += ["", f"int8 network speed-up over fp32 (1 thread): {R['int8_speedup']:.2f}× (int8 alone), "
-              f"{R['pruned_int8_speedup']:.2f}× (pruned int8; {R['pruned_fp32_to_int8_speedup']:.2f}× over pruned "
-              f"fp32). Recurrence: {R['recurrence'].get('pruned int8', '?')} (asrlib.export.onnx_model). int8 ops: "
-              f"{R['int8_ops']['int8_matmuls']} matrix products in int8 ({int8_kinds}; inside the Scan too), "
-              f"{R['int8_ops']['float_matmuls']} left in float; Sigmoid/Tanh/cell state in float32.", "",
-          f"The bundle's model: {R['bundle_model']} (steps.export_mobile, export.bundle_model; dev %WER at "
-          f"sherpa-onnx's search: " + (", ".join(f"{k} {v:.2f}" for k, v in R["dev_wer_int8"].items()) or
-                                       "not measured: chosen by the config") + ").", "",
-          "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |",
-          "|---|---:|---:|---:|",
-          f"| asrlib streaming recogniser, 320 ms chunks | {R['e2e_rtf']['ours streaming int8']:.4f} | "
-          f"{w['ours streaming int8 (wav)']:.2f} | {R['peak_rss_mb']['streaming']:.0f} MB |",
-          f"| asrlib, whole utterance | {R['e2e_rtf']['ours whole-utterance int8']:.4f} | "
-          f"{w['ours whole-utterance int8 (wav)']:.2f} | |",
-          f"| sherpa-onnx 2.0.1 (CTC FST decoder) | {R['e2e_rtf']['sherpa-onnx int8']:.4f} | "
-          f"{w['sherpa-onnx int8 (wav)']:.2f} | {R['peak_rss_mb']['sherpa']:.0f} MB |", "",
-          f"sherpa-onnx and asrlib differ on {R['sherpa_vs_ours_differences']} of {R['utts']} utterances.", "",
-          "| chunk | processing per chunk (mean / p95) | RTF | latency (chunk + p95 + 15 ms look-ahead) |",
-          "|---:|---:|---:|---:|"]
+    int8_kinds = ", ".join(
+        f"{ops[op]} {op}" for op in ("DynamicQuantizeLSTM", "MatMulInteger", "DynamicQuantizeMatMul") if op in ops
+    )
+    L += [
+        "",
+        f"int8 network speed-up over fp32 (1 thread): {R['int8_speedup']:.2f}× (int8 alone), "
+        f"{R['pruned_int8_speedup']:.2f}× (pruned int8; {R['pruned_fp32_to_int8_speedup']:.2f}× over pruned "
+        f"fp32). Recurrence: {R['recurrence'].get('pruned int8', '?')} (asrlib.export.onnx_model). int8 ops: "
+        f"{R['int8_ops']['int8_matmuls']} matrix products in int8 ({int8_kinds}; inside the Scan too), "
+        f"{R['int8_ops']['float_matmuls']} left in float; Sigmoid/Tanh/cell state in float32.",
+        "",
+        f"The bundle's model: {R['bundle_model']} (steps.export_mobile, export.bundle_model; dev %WER at "
+        f"sherpa-onnx's search: "
+        + (", ".join(f"{k} {v:.2f}" for k, v in R["dev_wer_int8"].items()) or "not measured: chosen by the config")
+        + ").",
+        "",
+        "| engine (bundle, audio in → words out) | end-to-end RTF | test WER % | peak RSS |",
+        "|---|---:|---:|---:|",
+        f"| asrlib streaming recogniser, 320 ms chunks | {R['e2e_rtf']['ours streaming int8']:.4f} | "
+        f"{w['ours streaming int8 (wav)']:.2f} | {R['peak_rss_mb']['streaming']:.0f} MB |",
+        f"| asrlib, whole utterance | {R['e2e_rtf']['ours whole-utterance int8']:.4f} | "
+        f"{w['ours whole-utterance int8 (wav)']:.2f} | |",
+        f"| sherpa-onnx 2.0.1 (CTC FST decoder) | {R['e2e_rtf']['sherpa-onnx int8']:.4f} | "
+        f"{w['sherpa-onnx int8 (wav)']:.2f} | {R['peak_rss_mb']['sherpa']:.0f} MB |",
+        "",
+        f"sherpa-onnx and asrlib differ on {R['sherpa_vs_ours_differences']} of {R['utts']} utterances.",
+        "",
+        "| chunk | processing per chunk (mean / p95) | RTF | latency (chunk + p95 + 15 ms look-ahead) |",
+        "|---:|---:|---:|---:|",
+    ]
     for ms, v in R["streaming"].items():
         L.append(f"| {ms} ms | {v['mean_ms']:.2f} / {v['p95_ms']:.2f} ms | {v['rtf']:.4f} | {v['latency_ms']:.0f} ms |")
     if "scaling_3x1024_256" in R:
         sc = R["scaling_3x1024_256"]
-        L += ["", f"Scaling (random 3×1024/256 LSTMP, {sc['params'] / 1e6:.1f} M params, 30 s input): fp32 RTF "
-                  f"{sc['fp32_rtf']:.4f}, int8 RTF {sc['int8_rtf']:.4f}, int8 speed-up {sc['speedup']:.2f}×."]
+        L += [
+            "",
+            f"Scaling (random 3×1024/256 LSTMP, {sc['params'] / 1e6:.1f} M params, 30 s input): fp32 RTF "
+            f"{sc['fp32_rtf']:.4f}, int8 RTF {sc['int8_rtf']:.4f}, int8 speed-up {sc['speedup']:.2f}×.",
+        ]
     L += ["", "Bad input (`python -m steps.recognize_mobile`):", ""]
     for what, msg in R["bad_input"].items():
         L.append(f"- {what}: `{msg}`")

@@ -11,6 +11,7 @@ trainer, divided by the recipe's epochs).
 With a recipe dir whose features exist, its real train set and model config are used; otherwise a synthetic set
 with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,18 +21,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/helpers.py: the toy CTC set-up
 
 from asrlib.config import load_config  # noqa: E402
 from asrlib.features.cmvn import online_prior  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
-from asrlib.testing import make_toy_ctc_setup  # noqa: E402
 from asrlib.train.data import CtcDataset, collate  # noqa: E402
 from asrlib.train.trainer import Trainer, ctc_loss, make_optimizer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import make_toy_ctc_setup  # noqa: E402
 
 
 def bare_step(model, opt, batch) -> None:
@@ -66,32 +66,56 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes/digits")
-    p.add_argument("--feature-cache-mb", type=float, default=None,
-                   help="overrides the recipe's train.feature_cache_mb (0: read the archives every batch)")
+    p.add_argument(
+        "--feature-cache-mb",
+        type=float,
+        default=None,
+        help="overrides the recipe's train.feature_cache_mb (0: read the archives every batch)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="interleaved epochs; the median is reported (--quick: 1)")
-    p.add_argument("--batches", type=int, default=0,
-                   help="batches in the trainer's epoch (0 = the recipe's whole epoch, so that per-epoch costs, "
-                        "checkpoint and plot, weigh as in the recipe; --quick: 20)")
+    p.add_argument(
+        "--batches",
+        type=int,
+        default=0,
+        help="batches in the trainer's epoch (0 = the recipe's whole epoch, so that per-epoch costs, "
+        "checkpoint and plot, weigh as in the recipe; --quick: 20)",
+    )
     a = p.parse_args()
     n_batches, repeats = (20, 1) if a.quick else (a.batches, max(1, a.repeats))
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
     import torch.utils.tensorboard  # noqa: F401
+
     cfg = load_config(a.recipe_dir / "config.yaml")
     torch.set_num_threads(cfg.train.num_threads)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tp_"))
     fb = a.recipe_dir / "data" / "fbank"
     if (fb / "train" / ".done").is_file() and (a.recipe_dir / "data/lang/.done").is_file():
         source = "recipe"
-        feats, text, lang, cmvn = fb / "train/feats.scp", a.recipe_dir / "data/train/text", \
-            a.recipe_dir / "data/lang", fb / "train/cmvn.scp"
+        feats, text, lang, cmvn = (
+            fb / "train/feats.scp",
+            a.recipe_dir / "data/train/text",
+            a.recipe_dir / "data/lang",
+            fb / "train/cmvn.scp",
+        )
     else:
         source = "synthetic"
         make_toy_ctc_setup(tmp / "toy", {"train": 60 * (n_batches or 60)}, feat_dim=80, frames_per_phone=25)
-        feats, text, lang, cmvn = tmp / "toy/fbank/train/feats.scp", tmp / "toy/data/train/text", \
-            tmp / "toy/lang", tmp / "toy/fbank/train/cmvn.scp"
+        feats, text, lang, cmvn = (
+            tmp / "toy/fbank/train/feats.scp",
+            tmp / "toy/data/train/text",
+            tmp / "toy/lang",
+            tmp / "toy/fbank/train/cmvn.scp",
+        )
     # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean, per utterance)
-    ds = CtcDataset(feats, text, lang, cmvn, cfg.model.stack, excluded_path=tmp / "excluded.txt",
-                    online_prior=online_prior(cfg.features))
+    ds = CtcDataset(
+        feats,
+        text,
+        lang,
+        cmvn,
+        cfg.model.stack,
+        excluded_path=tmp / "excluded.txt",
+        online_prior=online_prior(cfg.features),
+    )
     vocab = sum(1 for _ in open(lang / "tokens.txt"))
     recipe_epochs = cfg.train.epochs
     if a.feature_cache_mb is not None:
@@ -100,10 +124,10 @@ def main() -> None:
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
     model = build_model(80, vocab, cfg.model)
     trainer = Trainer(cfg, model, ds, None, tmp / "exp")
-    batches = trainer._epoch_batches(0)[:n_batches or None]
+    batches = trainer._epoch_batches(0)[: n_batches or None]
     keep = {u for b in batches for u in b}
     ds.utts = [u for u in ds.utts if u.utt in keep]
-    t0 = time.perf_counter()   # as steps.train does: a set that fits train.feature_cache_mb is read once
+    t0 = time.perf_counter()  # as steps.train does: a set that fits train.feature_cache_mb is read once
     preloaded = ds.preload(cfg.train.feature_cache_mb)
     preload_s = time.perf_counter() - t0
     trainer = Trainer(cfg, model, ds, None, tmp / "exp")  # an epoch = exactly these batches
@@ -111,23 +135,33 @@ def main() -> None:
     frames = sum(int(c["feat_lens"].sum()) for c in pre)
     ref_model = build_model(80, vocab, cfg.model)
     ref_opt = make_optimizer(ref_model.parameters(), cfg.train)
-    for b in pre:   # warm-up over every shape
+    for b in pre:  # warm-up over every shape
         bare_step(ref_model, ref_opt, b)
     runs = []
     for i in range(repeats):
         if i:
-            trainer = Trainer(cfg, model, ds, None, tmp / f"exp{i}")   # a fresh exp dir: fit() starts anew
+            trainer = Trainer(cfg, model, ds, None, tmp / f"exp{i}")  # a fresh exp dir: fit() starts anew
         runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
     # the one-time read is charged to the trainer, spread over the recipe's epochs; the median run is reported
     charged = [(t + preload_s / recipe_epochs, b) for t, b in runs]
     ratios = [b / t for t, b in charged]
     tt, bare = sorted(charged, key=lambda r: r[1] / r[0])[len(charged) // 2]
-    out = {"bench": "train_throughput", "source": source, "batches": len(pre), "frames": frames,
-           "trainer_frames_per_s": round(frames / tt, 1), "bare_frames_per_s": round(frames / bare, 1),
-           "ratio": round(bare / tt, 3), "ratio_per_run": [round(r, 3) for r in ratios],
-           "trainer_s": [round(t, 2) for t, _ in runs], "bare_s": [round(b, 2) for _, b in runs],
-           "preloaded": preloaded, "preload_s": round(preload_s, 2), "audio_seconds_per_s": round(frames / tt / 100, 1),
-           "threads": torch.get_num_threads()}
+    out = {
+        "bench": "train_throughput",
+        "source": source,
+        "batches": len(pre),
+        "frames": frames,
+        "trainer_frames_per_s": round(frames / tt, 1),
+        "bare_frames_per_s": round(frames / bare, 1),
+        "ratio": round(bare / tt, 3),
+        "ratio_per_run": [round(r, 3) for r in ratios],
+        "trainer_s": [round(t, 2) for t, _ in runs],
+        "bare_s": [round(b, 2) for _, b in runs],
+        "preloaded": preloaded,
+        "preload_s": round(preload_s, 2),
+        "audio_seconds_per_s": round(frames / tt / 100, 1),
+        "threads": torch.get_num_threads(),
+    }
     print(json.dumps(out))
 
 

@@ -11,6 +11,7 @@ synthetic audio is used instead — the network cost is the same, the search's i
 says which. The last line printed is one JSON object ``{"bench": "transcribe_speed", "files_per_s": ...,
 "rtf": ..., ...}``.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,8 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from asrlib.io_utils import AsrError, read_table  # noqa: E402
+from asrlib.errors import AsrError  # noqa: E402
+from asrlib.io.tables import read_table  # noqa: E402
 
 DIGITS = ROOT / "recipes" / "digits"
 
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
     import soundfile as sf
     import torch
 
-    from asrlib.recognizer import Recognizer
+    from asrlib.app.recognizer import Recognizer
 
     torch.set_num_threads(1)
     n_files = a.files or (30 if a.quick else None)
@@ -117,13 +119,21 @@ def main(argv=None) -> int:
         res = rec.transcribe(long, sr)
         long_wall = time.perf_counter() - t0
 
-    result = {"bench": "transcribe_speed", "files_per_s": round(len(files) / wall, 2),
-              "rtf": round(wall / audio_s, 4),
-              "search_rtf": round(search_s / audio_s, 4) if search_s else None,
-              "long_recording_rtf": round(long_wall / res.duration, 4),
-              "long_recording_seconds": round(res.duration, 1),
-              "files": len(files), "audio_seconds": round(audio_s, 1), "wall_seconds": round(wall, 3),
-              "load_seconds": round(load_s, 3), "method": a.method, "threads": 1, "source": source}
+    result = {
+        "bench": "transcribe_speed",
+        "files_per_s": round(len(files) / wall, 2),
+        "rtf": round(wall / audio_s, 4),
+        "search_rtf": round(search_s / audio_s, 4) if search_s else None,
+        "long_recording_rtf": round(long_wall / res.duration, 4),
+        "long_recording_seconds": round(res.duration, 1),
+        "files": len(files),
+        "audio_seconds": round(audio_s, 1),
+        "wall_seconds": round(wall, 3),
+        "load_seconds": round(load_s, 3),
+        "method": a.method,
+        "threads": 1,
+        "source": source,
+    }
     print(json.dumps(result))
     return 0
 

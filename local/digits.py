@@ -14,6 +14,7 @@ Output under ``out_dir``: ``wav/<split>/<utt>.wav``; lhotse manifests
 utt2spk,spk2utt}``; ``speakers.txt``; ``.digits.<split>.done`` / ``.digits.done`` markers. Interrupted runs resume:
 finished wavs (written atomically) are not synthesised again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ from asrlib.cli import run_main, setup_logging
 from asrlib.config import DataConfig, load_config
 from asrlib.data.kaldi_dir import byte_key, write_data_dir
 from asrlib.data.noise import NOISE_KINDS, shaped_noise
-from asrlib.io_utils import AsrError, atomic_path, is_done, mark_done, write_json, write_text
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_path, write_json, write_text
+from asrlib.io.stage import is_done, mark_done
 
 if TYPE_CHECKING:
     import lhotse
@@ -48,12 +51,20 @@ log = logging.getLogger("local.digits")
 WORDS = ("ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE", "OH")
 SPLITS = ("train", "dev", "test")
 DEFAULT_COUNTS = {"train": 3000, "dev": 300, "test": 300}
-GENERATOR_VERSION = 1          # bump when the synthesis recipe changes (invalidates old outputs)
-FLITE_SHARE = 0.25             # fraction of each split spoken by flite voices (when the split has any)
+GENERATOR_VERSION = 1  # bump when the synthesis recipe changes (invalidates old outputs)
+FLITE_SHARE = 0.25  # fraction of each split spoken by flite voices (when the split has any)
 
 # English accents of espeak-ng (mbrola voices need extra packages and are not used).
-ESPEAK_ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-gb-x-gbclan", "en-gb-x-gbcwmd",
-                  "en-us-nyc")
+ESPEAK_ACCENTS = (
+    "en-us",
+    "en-gb",
+    "en-gb-scotland",
+    "en-gb-x-rp",
+    "en-029",
+    "en-gb-x-gbclan",
+    "en-gb-x-gbcwmd",
+    "en-us-nyc",
+)
 # Voice variants (timbres) per split: disjoint, so dev/test voices are never heard in training.
 ESPEAK_VARIANTS = {
     "train": ("m1", "m2", "m4", "m5", "m7", "m8", "f1", "f3", "f5", "klatt", "klatt3", "klatt5", "klatt6"),
@@ -71,9 +82,9 @@ FLITE_TRAIN_SHIFTS = {"": 0, "down250": -250, "up250": 250, "up500": 500}  # var
 # ------------------------------------------------------------------------------------------------ speakers
 @dataclass(frozen=True)
 class Speaker:
-    engine: str     # "espeak" | "flite"
-    voice: str      # espeak-ng accent or flite voice
-    variant: str    # espeak-ng variant; for flite "" or a FLITE_TRAIN_SHIFTS pitch/formant shift
+    engine: str  # "espeak" | "flite"
+    voice: str  # espeak-ng accent or flite voice
+    variant: str  # espeak-ng variant; for flite "" or a FLITE_TRAIN_SHIFTS pitch/formant shift
 
     @property
     def id(self) -> str:
@@ -86,8 +97,9 @@ def _run(cmd: Sequence[str], **kw) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(list(cmd), capture_output=True, check=True, **kw)
     except FileNotFoundError:
-        raise AsrError(f"'{cmd[0]}' is not installed; install it (Debian: apt-get install espeak-ng flite sox)") \
-            from None
+        raise AsrError(
+            f"'{cmd[0]}' is not installed; install it (Debian: apt-get install espeak-ng flite sox)"
+        ) from None
     except subprocess.CalledProcessError as e:
         err = e.stderr.decode(errors="replace").strip()[-300:] if e.stderr else ""
         raise AsrError(f"command failed ({e.returncode}): {' '.join(cmd)}\n{err}") from None
@@ -98,8 +110,10 @@ def available_voices() -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...
     """(espeak-ng English accents, espeak-ng variants, flite voices) installed on this machine."""
     for tool in ("espeak-ng", "sox"):
         if shutil.which(tool) is None:
-            raise AsrError(f"'{tool}' is not installed; it is needed to synthesise the digits corpus "
-                           "(Debian/Ubuntu: apt-get install espeak-ng flite sox)")
+            raise AsrError(
+                f"'{tool}' is not installed; it is needed to synthesise the digits corpus "
+                "(Debian/Ubuntu: apt-get install espeak-ng flite sox)"
+            )
     listing = _run(["espeak-ng", "--voices=en"]).stdout.decode(errors="replace").splitlines()[1:]
     accents = {cols[1] for cols in (ln.split() for ln in listing) if len(cols) >= 5 and not cols[4].startswith("mb/")}
     listing = _run(["espeak-ng", "--voices=variant"]).stdout.decode(errors="replace").splitlines()[1:]
@@ -124,8 +138,10 @@ def split_speakers() -> Dict[str, List[Speaker]]:
         shifts = FLITE_TRAIN_SHIFTS if split == "train" else {"": 0}
         spk += [Speaker("flite", v, sh) for v in FLITE_VOICES[split] if v in flite for sh in shifts]
         if not spk:
-            raise AsrError(f"no installed voice is available for the {split} split; install espeak-ng (with its "
-                           f"variants {ESPEAK_VARIANTS[split]}) and flite")
+            raise AsrError(
+                f"no installed voice is available for the {split} split; install espeak-ng (with its "
+                f"variants {ESPEAK_VARIANTS[split]}) and flite"
+            )
         missing = [v for v in FLITE_VOICES[split] if v not in flite]
         if missing:
             log.warning("flite voice(s) %s not installed; %s has fewer speakers", missing, split)
@@ -137,22 +153,24 @@ def split_speakers() -> Dict[str, List[Speaker]]:
 @dataclass(frozen=True)
 class UttPlan:
     """Everything needed to synthesise one utterance (picklable, fully determined by the seed)."""
+
     utt: str
     split: str
     speaker: Speaker
     words: Tuple[str, ...]
-    rate: float          # espeak: words per minute; flite: duration stretch
-    pitch: float         # espeak: 0-99; flite: target mean F0 in Hz
-    gap: int             # espeak: extra pause between words (units of 10 ms)
-    noise: str           # "" (clean) | "white" | "pink" | "babble"
+    rate: float  # espeak: words per minute; flite: duration stretch
+    pitch: float  # espeak: 0-99; flite: target mean F0 in Hz
+    gap: int  # espeak: extra pause between words (units of 10 ms)
+    noise: str  # "" (clean) | "white" | "pink" | "babble"
     snr_db: float
-    seed: int            # seeds the utterance's noise/silence/level generator
+    seed: int  # seeds the utterance's noise/silence/level generator
     path: str
     sample_rate: int
 
 
-def plan_split(split: str, n: int, speakers: List[Speaker], seed: int, noise_fraction: float, wav_dir: Path,
-               sample_rate: int) -> List[UttPlan]:
+def plan_split(
+    split: str, n: int, speakers: List[Speaker], seed: int, noise_fraction: float, wav_dir: Path, sample_rate: int
+) -> List[UttPlan]:
     """Choose text, speaker, prosody and noise of each of the ``n`` utterances of ``split``."""
     rng = np.random.default_rng([seed, SPLITS.index(split), 7919])
     espeak = [s for s in speakers if s.engine == "espeak"]
@@ -161,7 +179,7 @@ def plan_split(split: str, n: int, speakers: List[Speaker], seed: int, noise_fra
         n_flite = 0
     elif not espeak:
         n_flite = n
-    else:   # at least one utterance of each engine when n >= 2
+    else:  # at least one utterance of each engine when n >= 2
         n_flite = min(n - 1, max(1, round(n * FLITE_SHARE))) if n > 1 else 0
     espeak = [espeak[i] for i in rng.permutation(len(espeak))]
     flite = [flite[i] for i in rng.permutation(len(flite))]
@@ -179,8 +197,22 @@ def plan_split(split: str, n: int, speakers: List[Speaker], seed: int, noise_fra
         noise = str(rng.choice(NOISE_KINDS)) if i in noisy else ""
         snr = round(float(rng.uniform(10.0, 30.0)), 2)
         utt = f"{spk.id}-{i:05d}"
-        plans.append(UttPlan(utt, split, spk, words, rate, pitch, gap, noise, snr, int(rng.integers(2**31)),
-                             str(wav_dir / f"{utt}.wav"), sample_rate))
+        plans.append(
+            UttPlan(
+                utt,
+                split,
+                spk,
+                words,
+                rate,
+                pitch,
+                gap,
+                noise,
+                snr,
+                int(rng.integers(2**31)),
+                str(wav_dir / f"{utt}.wav"),
+                sample_rate,
+            )
+        )
     return plans
 
 
@@ -189,11 +221,38 @@ def _tts(plan: UttPlan, tmp_wav: str) -> None:
     text = " ".join(w.lower() for w in plan.words)
     spk = plan.speaker
     if spk.engine == "espeak":
-        _run(["espeak-ng", "-v", f"{spk.voice}+{spk.variant}", "-s", str(int(plan.rate)), "-p",
-              str(int(plan.pitch)), "-g", str(plan.gap), "-w", tmp_wav, text])
+        _run(
+            [
+                "espeak-ng",
+                "-v",
+                f"{spk.voice}+{spk.variant}",
+                "-s",
+                str(int(plan.rate)),
+                "-p",
+                str(int(plan.pitch)),
+                "-g",
+                str(plan.gap),
+                "-w",
+                tmp_wav,
+                text,
+            ]
+        )
     else:
-        _run(["flite", "-voice", spk.voice, "--setf", f"duration_stretch={plan.rate}", "--setf",
-              f"int_f0_target_mean={plan.pitch}", "-t", text, "-o", tmp_wav])
+        _run(
+            [
+                "flite",
+                "-voice",
+                spk.voice,
+                "--setf",
+                f"duration_stretch={plan.rate}",
+                "--setf",
+                f"int_f0_target_mean={plan.pitch}",
+                "-t",
+                text,
+                "-o",
+                tmp_wav,
+            ]
+        )
         if FLITE_TRAIN_SHIFTS.get(spk.variant):
             shifted = tmp_wav + ".shift.wav"
             _run(["sox", "-D", "-V1", tmp_wav, shifted, "pitch", str(FLITE_TRAIN_SHIFTS[spk.variant])])
@@ -205,8 +264,26 @@ def _resample(in_wav: str, sample_rate: int) -> np.ndarray:
     info = sf.info(in_wav)
     if info.samplerate == sample_rate and info.channels == 1:
         return sf.read(in_wav, dtype="float64")[0]
-    out = _run(["sox", "-D", "-R", "-V1", in_wav, "-t", "raw", "-e", "floating-point", "-b", "32", "-c", "1",
-                "-r", str(sample_rate), "-"]).stdout
+    out = _run(
+        [
+            "sox",
+            "-D",
+            "-R",
+            "-V1",
+            in_wav,
+            "-t",
+            "raw",
+            "-e",
+            "floating-point",
+            "-b",
+            "32",
+            "-c",
+            "1",
+            "-r",
+            str(sample_rate),
+            "-",
+        ]
+    ).stdout
     return np.frombuffer(out, dtype="<f4").astype(np.float64)
 
 
@@ -221,7 +298,7 @@ def _postprocess(speech: np.ndarray, plan: UttPlan) -> np.ndarray:
     x = np.concatenate([np.zeros(lead), speech, np.zeros(trail)])
     if plan.noise:
         active = speech[np.abs(speech) > 0.02 * np.max(np.abs(speech))]
-        p_speech = np.mean(active ** 2) if active.size else np.mean(speech ** 2)
+        p_speech = np.mean(active**2) if active.size else np.mean(speech**2)
         noise = shaped_noise(rng, len(x), sr, plan.noise)
         x = x + noise * np.sqrt(p_speech / 10 ** (plan.snr_db / 10))
     x = x + rng.standard_normal(len(x)) * 3e-5
@@ -244,8 +321,10 @@ def synthesize(plan: UttPlan) -> Tuple[str, int]:
         _tts(plan, tts_wav)
         speech = _resample(tts_wav, plan.sample_rate)
     if speech.size == 0 or not np.any(speech):
-        raise AsrError(f"{plan.speaker.engine} produced no audio for {plan.utt} ({' '.join(plan.words)}); "
-                       f"check that voice '{plan.speaker.voice}' works")
+        raise AsrError(
+            f"{plan.speaker.engine} produced no audio for {plan.utt} ({' '.join(plan.words)}); "
+            f"check that voice '{plan.speaker.voice}' works"
+        )
     samples = _postprocess(speech, plan)
     with atomic_path(path) as tmp_path:
         sf.write(str(tmp_path), samples, plan.sample_rate, subtype="PCM_16", format="WAV")
@@ -265,8 +344,10 @@ def _save_manifest(manifest, path: Path) -> None:
 
 
 def manifest_paths(out_dir: Path, split: str) -> Dict[str, Path]:
-    return {kind: out_dir / "manifests" / f"digits_{kind}_{split}.jsonl.gz"
-            for kind in ("recordings", "supervisions", "cuts")}
+    return {
+        kind: out_dir / "manifests" / f"digits_{kind}_{split}.jsonl.gz"
+        for kind in ("recordings", "supervisions", "cuts")
+    }
 
 
 def _write_split_outputs(out_dir: Path, split: str, plans: List[UttPlan], num_samples: Dict[str, int]) -> None:
@@ -276,24 +357,49 @@ def _write_split_outputs(out_dir: Path, split: str, plans: List[UttPlan], num_sa
     recs, sups = [], []
     for p in plans:
         n = num_samples[p.utt]
-        recs.append(Recording(id=p.utt, sources=[AudioSource(type="file", channels=[0], source=p.path)],
-                              sampling_rate=p.sample_rate, num_samples=n, duration=n / p.sample_rate))
-        sups.append(SupervisionSegment(
-            id=p.utt, recording_id=p.utt, start=0.0, duration=n / p.sample_rate, channel=0,
-            text=" ".join(p.words), language="English", speaker=p.speaker.id,
-            custom={"engine": p.speaker.engine, "voice": p.speaker.voice, "variant": p.speaker.variant,
-                    "noise": p.noise or "none", "snr_db": p.snr_db if p.noise else None}))
+        recs.append(
+            Recording(
+                id=p.utt,
+                sources=[AudioSource(type="file", channels=[0], source=p.path)],
+                sampling_rate=p.sample_rate,
+                num_samples=n,
+                duration=n / p.sample_rate,
+            )
+        )
+        sups.append(
+            SupervisionSegment(
+                id=p.utt,
+                recording_id=p.utt,
+                start=0.0,
+                duration=n / p.sample_rate,
+                channel=0,
+                text=" ".join(p.words),
+                language="English",
+                speaker=p.speaker.id,
+                custom={
+                    "engine": p.speaker.engine,
+                    "voice": p.speaker.voice,
+                    "variant": p.speaker.variant,
+                    "noise": p.noise or "none",
+                    "snr_db": p.snr_db if p.noise else None,
+                },
+            )
+        )
     recordings = RecordingSet.from_recordings(recs)
     supervisions = SupervisionSet.from_segments(sups)
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
-    cuts = cuts.modify_ids(lambda cid: cid.rsplit("-", 1)[0])   # lhotse names cuts '<rec>-<index>'
+    cuts = cuts.modify_ids(lambda cid: cid.rsplit("-", 1)[0])  # lhotse names cuts '<rec>-<index>'
     paths = manifest_paths(out_dir, split)
     paths["cuts"].parent.mkdir(parents=True, exist_ok=True)
     _save_manifest(recordings, paths["recordings"])
     _save_manifest(supervisions, paths["supervisions"])
     _save_manifest(cuts, paths["cuts"])
-    write_data_dir(out_dir / split, wav={p.utt: p.path for p in plans}, text={p.utt: " ".join(p.words) for p in plans},
-                   utt2spk={p.utt: p.speaker.id for p in plans})
+    write_data_dir(
+        out_dir / split,
+        wav={p.utt: p.path for p in plans},
+        text={p.utt: " ".join(p.words) for p in plans},
+        utt2spk={p.utt: p.speaker.id for p in plans},
+    )
 
 
 def _write_speakers(out_dir: Path, plans: Dict[str, List[UttPlan]]) -> None:
@@ -305,15 +411,22 @@ def _write_speakers(out_dir: Path, plans: Dict[str, List[UttPlan]]) -> None:
         for spk, n in counts.items():
             rows.append(f"{split} {spk.id} {spk.engine} {spk.voice} {spk.variant or '-'} {n}")
         engines = sorted({s.engine for s in counts})
-        log.info("%s: %d utterances from %d speakers (%s); flite voices: %s; espeak variants: %s", split, len(ps),
-                 len(counts), "+".join(engines), sorted({s.voice for s in counts if s.engine == "flite"}),
-                 sorted({s.variant for s in counts if s.engine == "espeak"}))
+        log.info(
+            "%s: %d utterances from %d speakers (%s); flite voices: %s; espeak variants: %s",
+            split,
+            len(ps),
+            len(counts),
+            "+".join(engines),
+            sorted({s.voice for s in counts if s.engine == "flite"}),
+            sorted({s.variant for s in counts if s.engine == "espeak"}),
+        )
     rows.sort(key=byte_key)
     write_text(out_dir / "speakers.txt", "# split speaker engine voice variant num_utts\n" + "\n".join(rows) + "\n")
 
 
 def _load_cuts(out_dir: Path, split: str) -> "lhotse.CutSet":
     from lhotse import CutSet
+
     return CutSet.from_file(manifest_paths(out_dir, split)["cuts"])
 
 
@@ -322,11 +435,14 @@ def _check_params(out_dir: Path, params: dict) -> None:
     path = out_dir / ".digits.params.json"
     if path.is_file():
         import json
+
         old = json.loads(path.read_text())
         if old != params:
             diff = {k: (old.get(k), params.get(k)) for k in set(old) | set(params) if old.get(k) != params.get(k)}
-            raise AsrError(f"{out_dir} holds a digits corpus made with other settings (old, new): {diff}; "
-                           "delete that directory or choose another --out-dir")
+            raise AsrError(
+                f"{out_dir} holds a digits corpus made with other settings (old, new): {diff}; "
+                "delete that directory or choose another --out-dir"
+            )
     else:
         write_json(path, params)
 
@@ -343,8 +459,15 @@ def split_counts(size: float = 1.0, train_scale: float = 1.0) -> Dict[str, int]:
     return {s: max(1, round(n * size * (train_scale if s == "train" else 1.0))) for s, n in DEFAULT_COUNTS.items()}
 
 
-def prepare_digits(out_dir: Path, size: float = 1.0, seed: int = 0, noise_fraction: float = 0.3, nj: int = 2,
-                   sample_rate: int = 16000, counts: Optional[dict] = None) -> Dict[str, "lhotse.CutSet"]:
+def prepare_digits(
+    out_dir: Path,
+    size: float = 1.0,
+    seed: int = 0,
+    noise_fraction: float = 0.3,
+    nj: int = 2,
+    sample_rate: int = 16000,
+    counts: Optional[dict] = None,
+) -> Dict[str, "lhotse.CutSet"]:
     """Synthesise (or resume / reuse) the digits corpus in ``out_dir``; returns the CutSet of each split.
 
     ``counts`` (e.g. ``{"train": 12, "dev": 4, "test": 4}``, or :func:`split_counts`) overrides the default sizes
@@ -360,20 +483,27 @@ def prepare_digits(out_dir: Path, size: float = 1.0, seed: int = 0, noise_fracti
         raise AsrError(f"--noise-fraction must be within [0, 1], got {noise_fraction}")
     if nj < 1 or sample_rate < 8000:
         raise AsrError(f"need nj >= 1 and sample_rate >= 8000 (got nj={nj}, sample_rate={sample_rate})")
-    params = {"version": GENERATOR_VERSION, "seed": seed, "counts": dict(sorted(counts.items())),
-              "noise_fraction": noise_fraction, "sample_rate": sample_rate}
+    params = {
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "counts": dict(sorted(counts.items())),
+        "noise_fraction": noise_fraction,
+        "sample_rate": sample_rate,
+    }
     splits = [s for s in SPLITS if s in counts]
     if is_done(out_dir / ".digits.done") and all(is_done(out_dir / f".digits.{s}.done") for s in splits):
         _check_params(out_dir, params)
-        log.info("digits corpus in %s is complete; skipping (delete %s to regenerate)", out_dir,
-                 out_dir / ".digits.done")
+        log.info(
+            "digits corpus in %s is complete; skipping (delete %s to regenerate)", out_dir, out_dir / ".digits.done"
+        )
         return {s: _load_cuts(out_dir, s) for s in splits}
     out_dir.mkdir(parents=True, exist_ok=True)
     _check_params(out_dir, params)
 
     speakers = split_speakers()
-    plans = {s: plan_split(s, counts[s], speakers[s], seed, noise_fraction, out_dir / "wav" / s, sample_rate)
-             for s in splits}
+    plans = {
+        s: plan_split(s, counts[s], speakers[s], seed, noise_fraction, out_dir / "wav" / s, sample_rate) for s in splits
+    }
     _write_speakers(out_dir, plans)
     start = time.time()
     for split in splits:
@@ -382,13 +512,15 @@ def prepare_digits(out_dir: Path, size: float = 1.0, seed: int = 0, noise_fracti
             continue
         wav_dir = out_dir / "wav" / split
         wav_dir.mkdir(parents=True, exist_ok=True)
-        for stale in wav_dir.glob(".*.wav.*.tmp"):     # left by a killed run (atomic writes)
+        for stale in wav_dir.glob(".*.wav.*.tmp"):  # left by a killed run (atomic writes)
             stale.unlink()
         num_samples = _run_jobs(plans[split], nj, f"synthesising {split}")
         _write_split_outputs(out_dir, split, plans[split], num_samples)
         hours = sum(num_samples.values()) / sample_rate / 3600
-        mark_done(out_dir / f".digits.{split}.done", {**params, "split": split, "utterances": len(plans[split]),
-                                                       "hours": round(hours, 4)})
+        mark_done(
+            out_dir / f".digits.{split}.done",
+            {**params, "split": split, "utterances": len(plans[split]), "hours": round(hours, 4)},
+        )
     mark_done(out_dir / ".digits.done", {**params, "seconds": round(time.time() - start, 1)})
     log.info("digits corpus ready in %s (%.1f s)", out_dir, time.time() - start)
     return {s: _load_cuts(out_dir, s) for s in splits}
@@ -417,9 +549,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     pick = lambda v, d: d if v is None else v  # noqa: E731
     setup_logging()
     counts = split_counts(pick(args.size, data.size), pick(args.train_scale, data.train_scale))
-    prepare_digits(args.out_dir, seed=pick(args.seed, data.seed), noise_fraction=pick(args.noise_fraction,
-                   data.noise_fraction), nj=args.nj, sample_rate=pick(args.sample_rate, data.sample_rate),
-                   counts=counts)
+    prepare_digits(
+        args.out_dir,
+        seed=pick(args.seed, data.seed),
+        noise_fraction=pick(args.noise_fraction, data.noise_fraction),
+        nj=args.nj,
+        sample_rate=pick(args.sample_rate, data.sample_rate),
+        counts=counts,
+    )
     return 0
 
 

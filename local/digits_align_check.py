@@ -13,6 +13,7 @@ Compared: word starts and ends (words.ctm of steps.align) for every word, and ph
 espeak phoneme count equals the lexicon pronunciation's length (e.g. "seven" s E v @ n = S EH V AH N). Writes
 ``<ali-dir>/<set>/reference_check.json`` and prints a summary (fraction within 20/50 ms, mean absolute error).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,9 @@ import soundfile as sf
 from tqdm import tqdm
 
 from asrlib.cli import run_main, setup_logging
-from asrlib.io_utils import AsrError, read_table, write_json
+from asrlib.errors import AsrError
+from asrlib.io.atomic import write_json
+from asrlib.io.tables import read_table
 
 log = logging.getLogger("digits_align_check")
 
@@ -38,9 +41,17 @@ _RATE, _PITCH, _WORDGAP, _POS_CHARACTER, _ENDPAUSE = 1, 3, 7, 1, 0x1000
 class _Event(ctypes.Structure):
     class _Id(ctypes.Union):
         _fields_ = [("number", ctypes.c_int), ("name", ctypes.c_char_p), ("string", ctypes.c_char * 8)]
-    _fields_ = [("type", ctypes.c_int), ("unique_identifier", ctypes.c_uint), ("text_position", ctypes.c_int),
-                ("length", ctypes.c_int), ("audio_position", ctypes.c_int), ("sample", ctypes.c_int),
-                ("user_data", ctypes.c_void_p), ("id", _Id)]
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", _Id),
+    ]
 
 
 class EspeakTimer:
@@ -59,7 +70,7 @@ class EspeakTimer:
         self._n = 0
         self._events: List[Tuple[int, str, int]] = []
         self._word = -1
-        self._cb = self._CB(self._callback)   # keep a reference: the library calls it
+        self._cb = self._CB(self._callback)  # keep a reference: the library calls it
         self.lib.espeak_SetSynthCallback(self._cb)
 
     def _callback(self, wav, n, events) -> int:
@@ -79,6 +90,7 @@ class EspeakTimer:
     def _voice_names() -> Dict[str, str]:
         """Language code (what the espeak-ng command line accepts with -v) -> voice name (what the library does)."""
         import subprocess
+
         out = subprocess.run(["espeak-ng", "--voices"], capture_output=True, text=True).stdout.splitlines()[1:]
         names: Dict[str, str] = {}
         for line in out:
@@ -113,12 +125,14 @@ def _synth_fresh(args: Tuple[str, str, int, int, int]) -> Tuple[int, List[Tuple[
 
 def synth_each_fresh(jobs: List[Tuple[str, str, int, int, int]]) -> List[Tuple[int, List[Tuple[int, str, int]]]]:
     import multiprocessing
+
     with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
         return list(tqdm(pool.imap(_synth_fresh, jobs), total=len(jobs), desc="espeak-ng timing", unit="utt"))
 
 
-def reference_segments(events: List[Tuple[int, str, int]], num_words: int, total: int, sr: int
-                       ) -> Optional[List[List[Tuple[str, float, float]]]]:
+def reference_segments(
+    events: List[Tuple[int, str, int]], num_words: int, total: int, sr: int
+) -> Optional[List[List[Tuple[str, float, float]]]]:
     """Per word: [(phoneme, start s, end s)] without pauses; None if the events do not cover every word."""
     words: List[List[Tuple[str, float, float]]] = [[] for _ in range(num_words)]
     for k, (w, ph, start) in enumerate(events):
@@ -141,8 +155,15 @@ def check_set(data_dir: Path, ali_dir: Path, split: str, max_utts: int) -> dict:
 
     params = json.loads((data_dir / ".digits.params.json").read_text())
     speakers = digits.split_speakers()[split]
-    plans = digits.plan_split(split, params["counts"][split], speakers, params["seed"], params["noise_fraction"],
-                              data_dir / "wav" / split, params["sample_rate"])
+    plans = digits.plan_split(
+        split,
+        params["counts"][split],
+        speakers,
+        params["seed"],
+        params["noise_fraction"],
+        data_dir / "wav" / split,
+        params["sample_rate"],
+    )
     texts = dict(read_table(data_dir / split / "text"))
     words_ctm, phones_ctm = _ctm(ali_dir / split / "words.ctm"), _ctm(ali_dir / split / "phones.ctm")
     word_err, end_err, phone_err = [], [], []
@@ -157,12 +178,22 @@ def check_set(data_dir: Path, ali_dir: Path, split: str, max_utts: int) -> dict:
             skipped["not aligned"] += 1
         else:
             todo.append(p)
-    synth = synth_each_fresh([(" ".join(w.lower() for w in p.words), f"{p.speaker.voice}+{p.speaker.variant}",
-                               int(p.rate), int(p.pitch), p.gap) for p in todo])
+    synth = synth_each_fresh(
+        [
+            (
+                " ".join(w.lower() for w in p.words),
+                f"{p.speaker.voice}+{p.speaker.variant}",
+                int(p.rate),
+                int(p.pitch),
+                p.gap,
+            )
+            for p in todo
+        ]
+    )
     espeak_sr = EspeakTimer().sample_rate
     used = 0
     for p, (n22, events) in zip(todo, synth):
-        rng = np.random.default_rng(p.seed)        # the generator's _postprocess draws: level, lead, trail
+        rng = np.random.default_rng(p.seed)  # the generator's _postprocess draws: level, lead, trail
         rng.uniform(-12.0, -2.0)
         lo, hi = (0.1, 0.8) if p.noise else (0.05, 0.2)
         sr = p.sample_rate
@@ -185,17 +216,30 @@ def check_set(data_dir: Path, ali_dir: Path, split: str, max_utts: int) -> dict:
             if len(inside) == len(ref[w]):
                 phone_err += [h[1] - (r[1] + offset) for h, r in zip(inside, ref[w])]
     if not used:
-        raise AsrError(f"no {split} utterance could be checked (skipped: {skipped}); was the corpus made by this "
-                       f"version of local.digits?")
+        raise AsrError(
+            f"no {split} utterance could be checked (skipped: {skipped}); was the corpus made by this "
+            f"version of local.digits?"
+        )
 
     def stats(e: List[float]) -> dict:
         a = np.abs(np.asarray(e))
-        return {"n": int(a.size), "within_20ms": float(np.mean(a <= 0.02 + 1e-9)),
-                "within_50ms": float(np.mean(a <= 0.05 + 1e-9)), "mean_abs_ms": float(a.mean() * 1000),
-                "median_abs_ms": float(np.median(a) * 1000), "mean_signed_ms": float(np.mean(e) * 1000)}
+        return {
+            "n": int(a.size),
+            "within_20ms": float(np.mean(a <= 0.02 + 1e-9)),
+            "within_50ms": float(np.mean(a <= 0.05 + 1e-9)),
+            "mean_abs_ms": float(a.mean() * 1000),
+            "median_abs_ms": float(np.median(a) * 1000),
+            "mean_signed_ms": float(np.mean(e) * 1000),
+        }
 
-    return {"set": split, "utterances": used, "skipped": skipped, "word_start": stats(word_err),
-            "word_end": stats(end_err), "phone_start": stats(phone_err)}
+    return {
+        "set": split,
+        "utterances": used,
+        "skipped": skipped,
+        "word_start": stats(word_err),
+        "word_end": stats(end_err),
+        "phone_start": stats(phone_err),
+    }
 
 
 def main(argv=None):
@@ -211,9 +255,11 @@ def main(argv=None):
         write_json(a.ali_dir / split / "reference_check.json", res)
         for kind in ("word_start", "word_end", "phone_start"):
             s = res[kind]
-            print(f"{split} {kind:11s}: {s['n']:5d} boundaries, {100 * s['within_20ms']:.1f}% within 20 ms, "
-                  f"{100 * s['within_50ms']:.1f}% within 50 ms, mean |err| {s['mean_abs_ms']:.1f} ms, "
-                  f"median {s['median_abs_ms']:.1f} ms, mean signed {s['mean_signed_ms']:+.1f} ms")
+            print(
+                f"{split} {kind:11s}: {s['n']:5d} boundaries, {100 * s['within_20ms']:.1f}% within 20 ms, "
+                f"{100 * s['within_50ms']:.1f}% within 50 ms, mean |err| {s['mean_abs_ms']:.1f} ms, "
+                f"median {s['median_abs_ms']:.1f} ms, mean signed {s['mean_signed_ms']:+.1f} ms"
+            )
         print(f"{split}: {res['utterances']} utterances checked; skipped {res['skipped']}")
     return 0
 

@@ -11,6 +11,7 @@ the FSDD stream ends, so the synthetic share is w_synth / (w_fsdd + w_synth) in 
 the fold's FSDD speakers, ``test_synth`` the synthetic test voices (never heard in training). ``folds.txt`` lists the
 folds, as for FSDD, so ``python -m local.fsdd report`` makes the same tables.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,9 @@ from typing import Dict, List, Optional, Sequence
 
 from asrlib.config import DataConfig
 from asrlib.data.corpus import corpus_main, read_kaldi_tables, subset_data_dir, write_tables
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table_dict, write_table
+from asrlib.errors import AsrError
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table_dict, write_table
 from local.fsdd import is_fsdd_dir, prepare_fsdd
 
 log = logging.getLogger("local.digits_fsdd")
@@ -37,16 +40,33 @@ def _cuts(data_dir: Path, sample_rate: int):
     recs, sups = [], []
     for utt, path in t["wav.scp"].items():
         n = sf.info(path).frames
-        recs.append(Recording(id=utt, sources=[AudioSource(type="file", channels=[0], source=path)],
-                              sampling_rate=sample_rate, num_samples=n, duration=n / sample_rate))
-        sups.append(SupervisionSegment(id=utt, recording_id=utt, start=0.0, duration=n / sample_rate,
-                                       text=t["text"][utt], speaker=t["utt2spk"][utt]))
-    return CutSet.from_manifests(recordings=RecordingSet.from_recordings(recs),
-                                 supervisions=SupervisionSet.from_segments(sups))
+        recs.append(
+            Recording(
+                id=utt,
+                sources=[AudioSource(type="file", channels=[0], source=path)],
+                sampling_rate=sample_rate,
+                num_samples=n,
+                duration=n / sample_rate,
+            )
+        )
+        sups.append(
+            SupervisionSegment(
+                id=utt,
+                recording_id=utt,
+                start=0.0,
+                duration=n / sample_rate,
+                text=t["text"][utt],
+                speaker=t["utt2spk"][utt],
+            )
+        )
+    return CutSet.from_manifests(
+        recordings=RecordingSet.from_recordings(recs), supervisions=SupervisionSet.from_segments(sups)
+    )
 
 
-def mix_train(fsdd_train: Path, synth_train: Path, dst: Path, weights: Sequence[float], sample_rate: int,
-              seed: int = 0) -> Dict[str, int]:
+def mix_train(
+    fsdd_train: Path, synth_train: Path, dst: Path, weights: Sequence[float], sample_rate: int, seed: int = 0
+) -> Dict[str, int]:
     """Write ``dst``: ``fsdd_train`` multiplexed with ``synth_train`` (repeated as needed) by ``weights``."""
     from lhotse import CutSet
 
@@ -56,8 +76,7 @@ def mix_train(fsdd_train: Path, synth_train: Path, dst: Path, weights: Sequence[
     streams = [_cuts(fsdd_train, sample_rate)]
     if weights[1] > 0:
         streams.append(_cuts(synth_train, sample_rate).repeat(preserve_id=False))
-    mixed = (CutSet.mux(*streams, weights=list(weights), stop_early=True, seed=seed) if len(streams) > 1
-             else streams[0])
+    mixed = CutSet.mux(*streams, weights=list(weights), stop_early=True, seed=seed) if len(streams) > 1 else streams[0]
     wav: Dict[str, str] = {}
     text: Dict[str, str] = {}
     utt2spk: Dict[str, str] = {}
@@ -82,22 +101,37 @@ def prepare_digits_fsdd(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: i
 
     out_dir = Path(out_dir)
     weights = [float(w) for w in (data.mix_weights or [0.75, 0.25])]
-    fp = {"corpus_dir": str(Path(corpus_dir).resolve()), "weights": weights, "size": data.size, "seed": data.seed,
-          "noise_fraction": data.noise_fraction, "sample_rate": data.sample_rate, "sp": list(data.speed_perturb),
-          "level_db": data.level_db, **({"train_scale": data.train_scale} if data.train_scale != 1.0 else {})}
+    fp = {
+        "corpus_dir": str(Path(corpus_dir).resolve()),
+        "weights": weights,
+        "size": data.size,
+        "seed": data.seed,
+        "noise_fraction": data.noise_fraction,
+        "sample_rate": data.sample_rate,
+        "sp": list(data.speed_perturb),
+        "level_db": data.level_db,
+        **({"train_scale": data.train_scale} if data.train_scale != 1.0 else {}),
+    }
     marker = out_dir / ".digits_fsdd.done"
     if is_done(marker, fingerprint=fp):
         log.info("digits+FSDD data in %s is complete; skipping", out_dir)
         return {k: Path(v) for k, v in read_table_dict(out_dir / "folds.txt").items()}
     folds = prepare_fsdd(corpus_dir, out_dir / "fsdd", data.speed_perturb, nj, data.sample_rate, data.level_db)
-    prepare_digits(out_dir / "digits", seed=data.seed, noise_fraction=data.noise_fraction, nj=nj,
-                   sample_rate=data.sample_rate, counts=split_counts(data.size, data.train_scale))
+    prepare_digits(
+        out_dir / "digits",
+        seed=data.seed,
+        noise_fraction=data.noise_fraction,
+        nj=nj,
+        sample_rate=data.sample_rate,
+        counts=split_counts(data.size, data.train_scale),
+    )
     mixed: Dict[str, Path] = {}
     info = {}
     for fold, d in sorted(folds.items()):
         dst = out_dir / fold
-        info[fold] = mix_train(d / "train", out_dir / "digits" / "train", dst / "train", weights, data.sample_rate,
-                               data.seed)
+        info[fold] = mix_train(
+            d / "train", out_dir / "digits" / "train", dst / "train", weights, data.sample_rate, data.seed
+        )
         for s in ("dev", "test"):
             subset_data_dir(d / s, dst / s, lambda u, spk: True)
         subset_data_dir(out_dir / "digits" / "test", dst / "test_synth", lambda u, spk: True)

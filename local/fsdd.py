@@ -10,7 +10,8 @@ dataset's own convention (indices 0-4 of every speaker and digit = test) is the 
 
 Output in ``out_dir``:
 
-* ``all/``: every usable recording (with ``data.level_db`` < 0 level-normalised copies in ``wav_level/``; utterance ids ``<spk>-<digit>_<spk>_<index>``, speaker ``<spk>``); with
+* ``all/``: every usable recording (with ``data.level_db`` < 0 level-normalised copies in ``wav_level/``; utterance
+ids ``<spk>-<digit>_<spk>_<index>``, speaker ``<spk>``); with
   ``data.speed_perturb`` also ``all_sp/`` (the 3-way speed-perturbed copy; audio in ``wav_sp/``);
 * ``train dev test`` = fold ``split04`` (what the Snakefile trains); ``loso_<spk>/{train,dev,test}`` for every
   speaker; with ``data.subsets`` containing ``loso4`` also ``loso4_<spk>/``: the same test speaker, but all four
@@ -19,6 +20,7 @@ Output in ``out_dir``:
 * ``manifests/fsdd_{recordings,supervisions}_all.jsonl.gz``; ``folds.txt`` (``<fold> <data dir>``);
 * ``excluded.txt``: files left out, with the reason (malformed name, unreadable audio); ``.fsdd.done`` last.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,18 +32,27 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import DataConfig
-from asrlib.data.corpus import (check_speed_factors, corpus_main, save_manifest, subset_data_dir, write_excluded,
-                                write_tables)
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table_dict, write_table, write_text
+from asrlib.data.corpus import (
+    check_speed_factors,
+    corpus_main,
+    save_manifest,
+    subset_data_dir,
+    write_excluded,
+    write_tables,
+)
+from asrlib.errors import AsrError
+from asrlib.io.atomic import write_text
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table_dict, write_table
 
 log = logging.getLogger("local.fsdd")
 
 NAME = re.compile(r"^([0-9])_([A-Za-z][A-Za-z0-9]*)_([0-9]+)\.wav$")
 WORDS = ("ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE")
-TEST_INDICES = range(0, 5)     # the dataset's own test split
-DEV_INDICES = range(5, 10)     # our dev part of the speaker-dependent fold
+TEST_INDICES = range(0, 5)  # the dataset's own test split
+DEV_INDICES = range(5, 10)  # our dev part of the speaker-dependent fold
 SPLIT_FOLD = "split04"
-FAMILIES = ("loso", "split04")   # the default fold families (data.subsets may ask for loso4 too)
+FAMILIES = ("loso", "split04")  # the default fold families (data.subsets may ask for loso4 too)
 
 
 @dataclass(frozen=True)
@@ -97,20 +108,26 @@ def level_normalize(src: Path, dst: Path, level_db: float) -> str:
     import numpy as np
     import soundfile as sf
 
-    from asrlib.io_utils import atomic_path
+    from asrlib.io.atomic import atomic_path
 
     if not dst.is_file():
         x, sr = sf.read(str(src), dtype="float64")
-        rms = float(np.sqrt(np.mean(x ** 2))) or 1e-9
+        rms = float(np.sqrt(np.mean(x**2))) or 1e-9
         y = np.clip(x * (10 ** (level_db / 20) / rms), -1.0, 32767 / 32768)
         with atomic_path(dst) as tmp:
             sf.write(str(tmp), np.round(y * 32768).astype(np.int16), sr, subtype="PCM_16", format="WAV")
     return str(dst.resolve())
 
 
-def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (), nj: int = 1,
-                 sample_rate: int = 8000, level_db: float = 0.0,
-                 families: Sequence[str] = FAMILIES) -> Dict[str, Path]:
+def prepare_fsdd(
+    corpus_dir: Path,
+    out_dir: Path,
+    speed_perturb: Sequence[float] = (),
+    nj: int = 1,
+    sample_rate: int = 8000,
+    level_db: float = 0.0,
+    families: Sequence[str] = FAMILIES,
+) -> Dict[str, Path]:
     """Prepare FSDD in ``out_dir`` (see the module docstring); returns ``{fold: data dir}``. ``level_db < 0``
     scales every recording to that RMS level (copies in ``wav_level/``) before anything else. ``families``: which
     fold families to write (``loso``, ``split04``, ``loso4``; see the module docstring)."""
@@ -132,8 +149,13 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
         return {k: Path(v) for k, v in read_table_dict(out_dir / "folds.txt").items()}
     files, bad = scan(corpus_dir)
     if bad:
-        log.warning("%d file(s) in %s have malformed names and are left out (listed in %s): %s", len(bad),
-                    corpus_dir, out_dir / "excluded.txt", ", ".join(n for n, _ in bad[:5]))
+        log.warning(
+            "%d file(s) in %s have malformed names and are left out (listed in %s): %s",
+            len(bad),
+            corpus_dir,
+            out_dir / "excluded.txt",
+            ", ".join(n for n, _ in bad[:5]),
+        )
     recs, sups, usable = [], [], []
     for f in files:
         try:
@@ -142,20 +164,37 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
             bad.append((f.path.name, f"unreadable: {str(e).splitlines()[-1][:100]}"))
             continue
         if info.samplerate != sample_rate or info.channels != 1:
-            bad.append((f.path.name, f"format: {info.samplerate} Hz, {info.channels} channel(s); expected "
-                                     f"{sample_rate} Hz mono (data.sample_rate)"))
+            bad.append(
+                (
+                    f.path.name,
+                    f"format: {info.samplerate} Hz, {info.channels} channel(s); expected "
+                    f"{sample_rate} Hz mono (data.sample_rate)",
+                )
+            )
             continue
         rec = Recording.from_file(f.path, recording_id=f.utt)
         recs.append(rec)
-        sups.append(SupervisionSegment(id=f.utt, recording_id=f.utt, start=0.0, duration=rec.duration, channel=0,
-                                       text=WORDS[f.digit], speaker=f.speaker, language="English",
-                                       custom={"index": f.index}))
+        sups.append(
+            SupervisionSegment(
+                id=f.utt,
+                recording_id=f.utt,
+                start=0.0,
+                duration=rec.duration,
+                channel=0,
+                text=WORDS[f.digit],
+                speaker=f.speaker,
+                language="English",
+                custom={"index": f.index},
+            )
+        )
         usable.append(f)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_excluded(out_dir, bad)
     if not usable:
-        raise AsrError(f"{corpus_dir} holds no usable FSDD recording ({len(bad)} left out, reasons in "
-                       f"{out_dir / 'excluded.txt'}, e.g. {bad[:2]})")
+        raise AsrError(
+            f"{corpus_dir} holds no usable FSDD recording ({len(bad)} left out, reasons in "
+            f"{out_dir / 'excluded.txt'}, e.g. {bad[:2]})"
+        )
     speakers = speakers_of(usable)
     rotation = folds(speakers)
     save_manifest(RecordingSet.from_recordings(recs), out_dir / "manifests/fsdd_recordings_all.jsonl.gz")
@@ -170,11 +209,12 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
     train_src = out_dir / "all"
     if factors and factors != [1.0]:
         from asrlib.data.speed_perturb import speed_perturb_data_dir
+
         speed_perturb_data_dir(out_dir / "all", out_dir / "all_sp", factors, out_dir / "wav_sp", nj)
         train_src = out_dir / "all_sp"
     index = {f.utt: f.index for f in usable}
 
-    def orig(utt: str) -> str:   # the unperturbed utterance id of a (possibly sp<f>-prefixed) one
+    def orig(utt: str) -> str:  # the unperturbed utterance id of a (possibly sp<f>-prefixed) one
         return utt.split("-", 1)[1] if utt.startswith("sp") and utt.split("-", 1)[1] in index else utt
 
     fold_dirs: Dict[str, Path] = {}
@@ -185,10 +225,11 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
             subset_data_dir(out_dir / "all", d / "dev", lambda u, s: s == dev_spk)
             subset_data_dir(out_dir / "all", d / "test", lambda u, s: s == test_spk)
             fold_dirs[fold] = d
-        if "loso4" in families:   # all other speakers train; dev = their takes 0-4 (speaker-dependent dev)
+        if "loso4" in families:  # all other speakers train; dev = their takes 0-4 (speaker-dependent dev)
             d = out_dir / fold.replace("loso_", "loso4_")
-            subset_data_dir(train_src, d / "train", lambda u, s: s.split("-")[-1] != test_spk
-                            and index[orig(u)] not in TEST_INDICES)
+            subset_data_dir(
+                train_src, d / "train", lambda u, s: s.split("-")[-1] != test_spk and index[orig(u)] not in TEST_INDICES
+            )
             subset_data_dir(out_dir / "all", d / "dev", lambda u, s: s != test_spk and index[u] in TEST_INDICES)
             subset_data_dir(out_dir / "all", d / "test", lambda u, s: s == test_spk)
             fold_dirs[d.name] = d
@@ -198,14 +239,31 @@ def prepare_fsdd(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float]
         subset_data_dir(out_dir / "all", out_dir / "test", lambda u, s: index[u] in TEST_INDICES)
         fold_dirs[SPLIT_FOLD] = out_dir
     elif "split04" in families:
-        log.warning("no recording has an index >= %d: the speaker-dependent fold %s (train = indices >= %d) is "
-                    "left out", DEV_INDICES.stop, SPLIT_FOLD, DEV_INDICES.stop)
+        log.warning(
+            "no recording has an index >= %d: the speaker-dependent fold %s (train = indices >= %d) is left out",
+            DEV_INDICES.stop,
+            SPLIT_FOLD,
+            DEV_INDICES.stop,
+        )
     write_table(out_dir / "folds.txt", [(k, str(v)) for k, v in fold_dirs.items()])
-    mark_done(marker, {"speakers": speakers, "utterances": len(usable), "excluded_files": len(bad),
-                       "folds": {f: {"train": r[0], "dev": r[1], "test": r[2]} for f, r in rotation.items()}},
-              fingerprint=fp)
-    log.info("FSDD: %d utterances of %d speakers %s; %d file(s) excluded; folds %s", len(usable), len(speakers),
-             speakers, len(bad), ", ".join(fold_dirs))
+    mark_done(
+        marker,
+        {
+            "speakers": speakers,
+            "utterances": len(usable),
+            "excluded_files": len(bad),
+            "folds": {f: {"train": r[0], "dev": r[1], "test": r[2]} for f, r in rotation.items()},
+        },
+        fingerprint=fp,
+    )
+    log.info(
+        "FSDD: %d utterances of %d speakers %s; %d file(s) excluded; folds %s",
+        len(usable),
+        len(speakers),
+        speakers,
+        len(bad),
+        ", ".join(fold_dirs),
+    )
     return fold_dirs
 
 
@@ -223,18 +281,26 @@ def per_speaker_accuracy(ref_text: Path, hyp_text: Path, utt2spk: Path) -> Dict[
     return out
 
 
-def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSDD",
-                   family: str = "loso") -> Tuple[str, Dict]:
+def rotation_table(
+    data: Path, exp: Path, method: str = "tlg", title: str = "FSDD", family: str = "loso"
+) -> Tuple[str, Dict]:
     """Markdown tables (a leave-one-speaker-out family and split04) from the decoded folds; also the numbers."""
     fold_dirs = {k: Path(v) for k, v in read_table_dict(data / "folds.txt").items()}
     prefix = f"{family}_"
     loso: Dict[str, Tuple[float, int]] = {}
-    how = ("the next speaker is dev; the other speakers train" if family == "loso" else
-           "all other speakers train (takes 5 and up), their takes 0-4 are dev")
-    lines = [f"## {title}: leave-one-speaker-out rotation, family {family} ({method} decoding)", "",
-             f"Each speaker in turn is the test set (never heard in training); {how}. Word accuracy = 100 - %WER.",
-             "",
-             "| test speaker | dev speaker | train speakers | #words | word accuracy % |", "|---|---|---|---:|---:|"]
+    how = (
+        "the next speaker is dev; the other speakers train"
+        if family == "loso"
+        else "all other speakers train (takes 5 and up), their takes 0-4 are dev"
+    )
+    lines = [
+        f"## {title}: leave-one-speaker-out rotation, family {family} ({method} decoding)",
+        "",
+        f"Each speaker in turn is the test set (never heard in training); {how}. Word accuracy = 100 - %WER.",
+        "",
+        "| test speaker | dev speaker | train speakers | #words | word accuracy % |",
+        "|---|---|---|---:|---:|",
+    ]
     missing = []
     numbers: Dict = {}
     fsdd_speakers = {f.split("_", 1)[1] for f in fold_dirs if f.startswith(("loso_", "loso4_"))}
@@ -249,14 +315,14 @@ def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSD
             missing.append(str(hyp))
             continue
         acc = per_speaker_accuracy(d / "test" / "text", hyp, d / "test" / "utt2spk")
-        (spk, (a, n)), = acc.items()
+        ((spk, (a, n)),) = acc.items()
         dev_spk = sorted(set(read_table_dict(d / "dev" / "utt2spk").values()))
         train_all = {s.split("-")[-1] for s in read_table_dict(d / "train" / "utt2spk").values()}
         train_spk = sorted(train_all & fsdd_speakers) + (["+ synthetic"] if train_all - fsdd_speakers else [])
         loso[spk] = (a, n)
         synth = exp / fold / f"decode_test_synth_{method}" / "wer.json"
         extra = ""
-        if synth.is_file():   # digits_fsdd: the synthetic test voices, decoded by the same model
+        if synth.is_file():  # digits_fsdd: the synthetic test voices, decoded by the same model
             w = json.loads(synth.read_text())["wer"]
             numbers.setdefault("synthetic_wer", {})[spk] = w
             extra = f" {w:.2f} |"
@@ -270,8 +336,13 @@ def rotation_table(data: Path, exp: Path, method: str = "tlg", title: str = "FSD
     if SPLIT_FOLD in fold_dirs and hyp.is_file():
         d = fold_dirs[SPLIT_FOLD]
         acc = per_speaker_accuracy(d / "test" / "text", hyp, d / "test" / "utt2spk")
-        lines += ["", f"## {title}: the dataset's own split (indices 0-4 = test; speaker-dependent)", "",
-                  "| speaker | #words | word accuracy % |", "|---|---:|---:|"]
+        lines += [
+            "",
+            f"## {title}: the dataset's own split (indices 0-4 = test; speaker-dependent)",
+            "",
+            "| speaker | #words | word accuracy % |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {s} | {n} | {a:.2f} |" for s, (a, n) in acc.items()]
         tot = sum(n for _, n in acc.values())
         overall = sum(a * n for a, n in acc.values()) / tot
@@ -290,8 +361,9 @@ def report_main(argv: List[str]) -> int:
 
     from asrlib.cli import run_main
 
-    p = argparse.ArgumentParser(prog="python -m local.fsdd report",
-                                description="per-speaker tables of the FSDD folds -> EXP/RESULTS_fsdd.md")
+    p = argparse.ArgumentParser(
+        prog="python -m local.fsdd report", description="per-speaker tables of the FSDD folds -> EXP/RESULTS_fsdd.md"
+    )
     p.add_argument("--data", type=Path, required=True, help="the data folder given to prepare (holds folds.txt)")
     p.add_argument("--exp", type=Path, required=True, help="holds one experiment folder per fold")
     p.add_argument("--method", default="tlg", choices=["tlg", "greedy", "isolated", "isolated_sa"])
@@ -305,7 +377,8 @@ def report_main(argv: List[str]) -> int:
         text, numbers = rotation_table(a.data, a.exp, a.method, a.title, a.family)
         name = f"RESULTS_fsdd_{a.method}" + ("" if a.family == "loso" else f"_{a.family}")
         write_text(a.exp / f"{name}.md", text)
-        from asrlib.io_utils import write_json
+        from asrlib.io.atomic import write_json
+
         write_json(a.exp / f"{name}.json", numbers)
         print(text)
         return 0

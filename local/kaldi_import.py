@@ -22,6 +22,7 @@ absolute paths (the pipeline computes its own features; they are kept for refere
 the global CMVN stats, so ``apply-cmvn --utt2spk`` works). Utterances without features are left out and listed.
 The result is checked like ``utils/validate_data_dir.sh`` (sorted, consistent, no missing entries).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,10 @@ import numpy as np
 from asrlib.config import DataConfig
 from asrlib.data.corpus import corpus_main, write_excluded, write_tables
 from asrlib.data.kaldi_dir import byte_key, format_problems, inspect_data_dir
-from asrlib.io_utils import AsrError, PathLike, atomic_path, is_done, mark_done, read_table, write_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table, write_table
 
 log = logging.getLogger("local.kaldi_import")
 
@@ -65,8 +69,9 @@ def read_entry_audio(entry: str, base_dir: Path) -> Tuple[Optional[np.ndarray], 
     if kind == "pipe":
         cmd = entry.strip()[:-1].strip()
         try:
-            r = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], cwd=base_dir, capture_output=True,
-                               timeout=PIPE_TIMEOUT_S)
+            r = subprocess.run(
+                ["bash", "-c", f"set -o pipefail; {cmd}"], cwd=base_dir, capture_output=True, timeout=PIPE_TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             return None, 0, f"pipe-failed: command ran over {PIPE_TIMEOUT_S} s: {cmd}"
         if r.returncode != 0:
@@ -79,6 +84,7 @@ def read_entry_audio(entry: str, base_dir: Path) -> Tuple[Optional[np.ndarray], 
         return x, sr, ""
     if kind == "ark":
         import kaldi_native_io as kio
+
         path = entry.strip().rpartition(":")[0]
         p = Path(path) if Path(path).is_absolute() else base_dir / path
         if not p.is_file():
@@ -87,14 +93,14 @@ def read_entry_audio(entry: str, base_dir: Path) -> Tuple[Optional[np.ndarray], 
             w = kio.read_wave(f"{p}:{entry.strip().rpartition(':')[2]}")
         except Exception as e:  # noqa: BLE001
             return None, 0, f"unreadable: wave archive entry {entry}: {str(e).splitlines()[-1][:100]}"
-        data = np.asarray(w.data)          # (channels, samples), Kaldi keeps int16 values as float
+        data = np.asarray(w.data)  # (channels, samples), Kaldi keeps int16 values as float
         x = np.round(data.T).astype(np.int16)
         return (x[:, 0] if x.shape[1] == 1 else x), int(w.sample_freq), ""
     p = Path(entry.strip())
     p = p if p.is_absolute() else base_dir / p
     if not p.is_file():
         return None, 0, f"missing-file: {p} does not exist"
-    return None, 0, ""   # a plain file is used where it is
+    return None, 0, ""  # a plain file is used where it is
 
 
 def materialise(rec: str, entry: str, wav_dir: Path, base_dir: Path) -> Tuple[Optional[str], str]:
@@ -115,8 +121,10 @@ def materialise(rec: str, entry: str, wav_dir: Path, base_dir: Path) -> Tuple[Op
     if x is None:
         return None, reason
     if x.ndim == 2 and x.shape[1] > 1:
-        return None, (f"multi-channel: {kind} entry gives {x.shape[1]} channels; select one in the command "
-                      "(e.g. sph2pipe -c 1, sox ... remix 1)")
+        return None, (
+            f"multi-channel: {kind} entry gives {x.shape[1]} channels; select one in the command "
+            "(e.g. sph2pipe -c 1, sox ... remix 1)"
+        )
     if len(x) == 0:
         return None, f"zero-length: {kind} entry gives no samples"
     with atomic_path(out) as tmp:
@@ -133,19 +141,26 @@ class ImportReport:
     repairs: List[str] = field(default_factory=list)
 
 
-def import_kaldi_dir(src: PathLike, dst: PathLike, fix: bool = False, base_dir: Optional[PathLike] = None,
-                     wav_dir: Optional[PathLike] = None) -> ImportReport:
+def import_kaldi_dir(
+    src: PathLike,
+    dst: PathLike,
+    fix: bool = False,
+    base_dir: Optional[PathLike] = None,
+    wav_dir: Optional[PathLike] = None,
+) -> ImportReport:
     """Import the Kaldi data dir ``src`` into ``dst`` (see the module docstring)."""
     src, dst = Path(src), Path(dst)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     wav_dir = Path(wav_dir) if wav_dir is not None else dst / "wav"
     raw, problems = inspect_data_dir(src)
-    problems = [p for p in problems if p.reason != "no-spk2utt"]     # spk2utt is regenerated anyway
+    problems = [p for p in problems if p.reason != "no-spk2utt"]  # spk2utt is regenerated anyway
     hard = [p for p in problems if not p.per_utt]
     unfixable = [p for p in hard if not p.fixable]
     if unfixable or (hard and not fix):
-        msg = format_problems(src, unfixable or hard).replace("python -m steps.validate_data_dir --data-dir",
-                                                                f"python -m local.kaldi_import import --fix --dst {dst} --src")
+        msg = format_problems(src, unfixable or hard).replace(
+            "python -m steps.validate_data_dir --data-dir",
+            f"python -m local.kaldi_import import --fix --dst {dst} --src",
+        )
         raise AsrError(msg)
     excluded: Dict[str, str] = {}
     for p in problems:
@@ -164,6 +179,7 @@ def import_kaldi_dir(src: PathLike, dst: PathLike, fix: bool = False, base_dir: 
     recs = sorted(set(rec_of.values()), key=byte_key)
     n_mat = 0
     from tqdm import tqdm
+
     for rec in tqdm(recs, desc=f"import {src}", unit="rec", disable=len(recs) < 50, mininterval=1.0):
         path, reason = materialise(rec, wav[rec], wav_dir, base)
         if path is None:
@@ -194,10 +210,16 @@ def import_kaldi_dir(src: PathLike, dst: PathLike, fix: bool = False, base_dir: 
             write_table(dst / name, rows)
     write_excluded(dst, excluded.items())
     if excluded:
-        log.warning("import %s: %d of %d utterances excluded (see %s)", src, len(excluded), len(utt2spk) +
-                    len(set(excluded) - set(utt2spk)), dst / "excluded.txt")
-    log.info("imported %s -> %s: %d utterances, %d recordings materialised from pipes/archives", src, dst,
-             len(kept), n_mat)
+        log.warning(
+            "import %s: %d of %d utterances excluded (see %s)",
+            src,
+            len(excluded),
+            len(utt2spk) + len(set(excluded) - set(utt2spk)),
+            dst / "excluded.txt",
+        )
+    log.info(
+        "imported %s -> %s: %d utterances, %d recordings materialised from pipes/archives", src, dst, len(kept), n_mat
+    )
     return ImportReport(len(kept), n_mat, excluded, repairs)
 
 
@@ -218,14 +240,17 @@ def _absolute_scp(scp: Path, base: Path, keys: set) -> List[Tuple[str, str]]:
         try:
             read_matrix(rows[0][1])
         except Exception as e:  # noqa: BLE001
-            raise AsrError(f"{scp}: cannot read '{rows[0][0]}' at {rows[0][1]} ({e}); fix the paths or use "
-                           "--base-dir (relative paths are relative to it)") from None
+            raise AsrError(
+                f"{scp}: cannot read '{rows[0][0]}' at {rows[0][1]} ({e}); fix the paths or use "
+                "--base-dir (relative paths are relative to it)"
+            ) from None
     return rows
 
 
 # ------------------------------------------------------------------------------------------------ export + check
-def export_kaldi_dir(src: PathLike, dst: PathLike, feats_dir: Optional[PathLike] = None,
-                     base_dir: Optional[PathLike] = None) -> int:
+def export_kaldi_dir(
+    src: PathLike, dst: PathLike, feats_dir: Optional[PathLike] = None, base_dir: Optional[PathLike] = None
+) -> int:
     """Export our data dir ``src`` to ``dst`` for Kaldi's tools (see the module docstring); returns #utterances."""
     import soundfile as sf
 
@@ -256,8 +281,9 @@ def export_kaldi_dir(src: PathLike, dst: PathLike, feats_dir: Optional[PathLike]
             feats[k] = f"{(p if p.is_absolute() else base / p).resolve()}:{off}"
     utts = sorted(utt2spk, key=byte_key)
     if feats_dir is not None:
-        excluded = [(u, "no-features: excluded at the feature stage (see its excluded.txt)") for u in utts
-                    if u not in feats]
+        excluded = [
+            (u, "no-features: excluded at the feature stage (see its excluded.txt)") for u in utts if u not in feats
+        ]
         utts = [u for u in utts if u in feats]
     if not utts:
         raise AsrError(f"nothing to export from {src}")
@@ -296,8 +322,14 @@ def export_kaldi_dir(src: PathLike, dst: PathLike, feats_dir: Optional[PathLike]
     problems = check_kaldi_dir(dst)
     if problems:
         raise AsrError(f"exported {dst} does not pass the Kaldi checks:\n  - " + "\n  - ".join(problems[:10]))
-    log.info("exported %s -> %s: %d utterances (%d left out, listed in %s)", src, dst, len(utts), len(excluded),
-             dst / "excluded.txt")
+    log.info(
+        "exported %s -> %s: %d utterances (%d left out, listed in %s)",
+        src,
+        dst,
+        len(utts),
+        len(excluded),
+        dst / "excluded.txt",
+    )
     return len(utts)
 
 
@@ -331,8 +363,10 @@ def check_kaldi_dir(d: PathLike) -> List[str]:
             if msg not in out:
                 out.append(msg)
     if "cmvn.scp" in tables and set(tables["cmvn.scp"]) != spks:
-        out.append(f"{d / 'cmvn.scp'}: speakers differ from spk2utt, e.g. "
-                   f"{sorted(set(tables['cmvn.scp']) ^ spks, key=byte_key)[:3]}")
+        out.append(
+            f"{d / 'cmvn.scp'}: speakers differ from spk2utt, e.g. "
+            f"{sorted(set(tables['cmvn.scp']) ^ spks, key=byte_key)[:3]}"
+        )
     if "segments" in tables:
         used = {v.split()[0] for _, v in read_table(d / "segments")}
         unused = sorted(set(tables["wav.scp"]) - used, key=byte_key)
@@ -364,22 +398,28 @@ def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None
         return
     missing = [s for s in sets if not (corpus_dir / s / "wav.scp").is_file()]
     if missing:
-        raise AsrError(f"{corpus_dir} lacks the Kaldi data dir(s) {missing} (each needs wav.scp, text, utt2spk); "
-                       "set data.eval_sets to the sets it has")
+        raise AsrError(
+            f"{corpus_dir} lacks the Kaldi data dir(s) {missing} (each needs wav.scp, text, utt2spk); "
+            "set data.eval_sets to the sets it has"
+        )
     counts = {s: import_kaldi_dir(corpus_dir / s, out_dir / s, base_dir=corpus_dir.parent).num_utts for s in sets}
     mark_done(marker, {"utterances": counts}, fingerprint=fp)
 
 
 def _sub_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m local.kaldi_import", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m local.kaldi_import", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     pi = sub.add_parser("import", help="Kaldi data dir -> pipeline data dir")
     pi.add_argument("--src", type=Path, required=True)
     pi.add_argument("--dst", type=Path, required=True)
     pi.add_argument("--fix", action="store_true", help="repair unsorted/inconsistent files, exclude what cannot be")
-    pi.add_argument("--base-dir", type=Path, help="relative paths in wav.scp/feats.scp and pipe commands are "
-                                                   "relative to this (default: the current folder)")
+    pi.add_argument(
+        "--base-dir",
+        type=Path,
+        help="relative paths in wav.scp/feats.scp and pipe commands are relative to this (default: the current folder)",
+    )
     pe = sub.add_parser("export", help="pipeline data dir -> Kaldi data dir")
     pe.add_argument("--src", type=Path, required=True)
     pe.add_argument("--dst", type=Path, required=True)
@@ -389,12 +429,15 @@ def _sub_main(argv: Sequence[str]) -> int:
     pc.add_argument("--dir", type=Path, required=True)
     a = p.parse_args(argv)
     from asrlib.cli import setup_logging
+
     setup_logging()
     if a.cmd == "import":
         r = import_kaldi_dir(a.src, a.dst, a.fix, a.base_dir)
-        print(f"{a.dst}: {r.num_utts} utterances, {r.num_materialised} recordings materialised, "
-              f"{len(r.excluded)} excluded (see {a.dst / 'excluded.txt'})" +
-              "".join(f"\n  repaired: {x}" for x in r.repairs))
+        print(
+            f"{a.dst}: {r.num_utts} utterances, {r.num_materialised} recordings materialised, "
+            f"{len(r.excluded)} excluded (see {a.dst / 'excluded.txt'})"
+            + "".join(f"\n  repaired: {x}" for x in r.repairs)
+        )
     elif a.cmd == "export":
         n = export_kaldi_dir(a.src, a.dst, a.feats_dir, a.base_dir)
         print(f"{a.dst}: {n} utterances; passes the validate_data_dir.sh checks")
@@ -410,6 +453,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in ("import", "export", "check"):
         from asrlib.cli import run_main
+
         run_main(lambda args: _sub_main(args), list(argv))
         return
     corpus_main(_prepare, __doc__, is_kaldi_root, "Kaldi data dirs (train/wav.scp, ...)", argv)

@@ -14,6 +14,7 @@ Sets: every ``train-*`` subset goes into ``train``; ``dev-clean`` -> ``dev``, ``
 (the data-dir validation and the feature stage take WAV files; about 115 GB for the 960 h set — put ``data`` on a
 large disk). Speakers are the LibriSpeech reader ids (utterance ids start with them, as Kaldi wants).
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,9 @@ from tqdm import tqdm
 
 from asrlib.config import DataConfig
 from asrlib.data.corpus import corpus_main, save_manifest, write_excluded, write_tables
-from asrlib.io_utils import AsrError, atomic_path, is_done, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_path
+from asrlib.io.stage import is_done, mark_done
 
 log = logging.getLogger("local.librispeech")
 
@@ -41,13 +44,17 @@ def set_name(subset: str) -> str:
         return "train"
     if subset in SET_NAMES:
         return SET_NAMES[subset]
-    raise AsrError(f"unknown LibriSpeech subset '{subset}'; use train-clean-100, train-clean-360, train-other-500, "
-                   "dev-clean, dev-other, test-clean, test-other (or train-clean-5/dev-clean-2 of mini LibriSpeech)")
+    raise AsrError(
+        f"unknown LibriSpeech subset '{subset}'; use train-clean-100, train-clean-360, train-other-500, "
+        "dev-clean, dev-other, test-clean, test-other (or train-clean-5/dev-clean-2 of mini LibriSpeech)"
+    )
 
 
 def is_librispeech_dir(d: Path) -> bool:
-    return d.is_dir() and any((d / s).is_dir() for s in ("train-clean-100", "train-clean-5", "dev-clean",
-                                                          "dev-clean-2", "test-clean", "train-clean-360"))
+    return d.is_dir() and any(
+        (d / s).is_dir()
+        for s in ("train-clean-100", "train-clean-5", "dev-clean", "dev-clean-2", "test-clean", "train-clean-360")
+    )
 
 
 def check_subset(subset_dir: Path) -> List[Tuple[str, str]]:
@@ -72,8 +79,10 @@ def check_subset(subset_dir: Path) -> List[Tuple[str, str]]:
                 continue
             lines[parts[0]] = parts[1]
         problems += [(u, f"missing-transcript: no line for it in {trans}") for u in sorted(flacs - set(lines))]
-        problems += [(u, f"missing-audio: {chapter / (u + '.flac')} does not exist (line in {trans.name})")
-                     for u in sorted(set(lines) - flacs)]
+        problems += [
+            (u, f"missing-audio: {chapter / (u + '.flac')} does not exist (line in {trans.name})")
+            for u in sorted(set(lines) - flacs)
+        ]
     return problems
 
 
@@ -95,8 +104,10 @@ def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str],
 
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     if not subsets:
-        raise AsrError("data.subsets is empty: list the LibriSpeech subsets to prepare (e.g. [train-clean-100, "
-                       "dev-clean, test-clean, test-other])")
+        raise AsrError(
+            "data.subsets is empty: list the LibriSpeech subsets to prepare (e.g. [train-clean-100, "
+            "dev-clean, test-clean, test-other])"
+        )
     fp = {"corpus_dir": str(corpus_dir), "subsets": list(subsets)}
     marker = out_dir / ".librispeech.done"
     if is_done(marker, fingerprint=fp):
@@ -106,15 +117,21 @@ def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str],
     for s in subsets:
         by_set[set_name(s)].append(s)
     if "train" not in by_set or "dev" not in by_set:
-        raise AsrError(f"data.subsets {list(subsets)} needs a train-* subset and dev-clean (the training step "
-                       "reads train and dev)")
+        raise AsrError(
+            f"data.subsets {list(subsets)} needs a train-* subset and dev-clean (the training step reads train and dev)"
+        )
     excluded: Dict[str, List[Tuple[str, str]]] = {k: [] for k in by_set}
     for s in subsets:
         probs = check_subset(corpus_dir / s)
         excluded[set_name(s)] += probs
         if probs:
-            log.warning("%s: %d problem(s), listed in %s, e.g. %s %s", s, len(probs),
-                        out_dir / set_name(s) / "excluded.txt", *probs[0])
+            log.warning(
+                "%s: %d problem(s), listed in %s, e.g. %s %s",
+                s,
+                len(probs),
+                out_dir / set_name(s) / "excluded.txt",
+                *probs[0],
+            )
     manifests = lhotse_prepare(corpus_dir, dataset_parts=list(subsets), output_dir=None, num_jobs=nj)
     counts: Dict[str, int] = {}
     for name, parts in by_set.items():
@@ -126,8 +143,9 @@ def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str],
         sups = [sp for sp in sups if sp.id not in bad and sp.recording_id in rec_ids]
         for p in parts:
             save_manifest(manifests[p]["recordings"], out_dir / "manifests" / f"librispeech_recordings_{p}.jsonl.gz")
-            save_manifest(manifests[p]["supervisions"],
-                          out_dir / "manifests" / f"librispeech_supervisions_{p}.jsonl.gz")
+            save_manifest(
+                manifests[p]["supervisions"], out_dir / "manifests" / f"librispeech_supervisions_{p}.jsonl.gz"
+            )
         wav_dir = out_dir / "wav" / name
         wav_dir.mkdir(parents=True, exist_ok=True)
         jobs = [(str(r.sources[0].source), str((wav_dir / f"{r.id}.wav").resolve())) for r in recs]
@@ -151,8 +169,9 @@ def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    corpus_main(_prepare, __doc__, is_librispeech_dir, "LibriSpeech folder (holding train-clean-100/, dev-clean/, ...)",
-                argv)
+    corpus_main(
+        _prepare, __doc__, is_librispeech_dir, "LibriSpeech folder (holding train-clean-100/, dev-clean/, ...)", argv
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 Recipes normally get it from the config (``data.speed_perturb: [0.9, 1.0, 1.1]``, applied by their local.<corpus>
 stage 1); this command does it for any data dir, e.g. one brought in with local.kaldi_import.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -20,6 +20,7 @@ conversation of Switchboard, at least one), ``test`` (eval2000), ``test_swb`` an
 CallHome halves). SPHERE files are read with ``sph2pipe`` when it is installed (LDC's shorten-compressed
 originals need it), otherwise with libsndfile (uncompressed or u-law SPHERE only).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,17 @@ import numpy as np
 from tqdm import tqdm
 
 from asrlib.config import DataConfig
-from asrlib.data.corpus import check_speed_factors, corpus_main, save_manifest, subset_data_dir, write_excluded, write_tables
-from asrlib.io_utils import AsrError, atomic_path, is_done, mark_done
+from asrlib.data.corpus import (
+    check_speed_factors,
+    corpus_main,
+    save_manifest,
+    subset_data_dir,
+    write_excluded,
+    write_tables,
+)
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_path
+from asrlib.io.stage import is_done, mark_done
 
 log = logging.getLogger("local.switchboard")
 
@@ -72,6 +82,7 @@ def use_available_sphere_reader() -> str:
     if shutil.which("sph2pipe"):
         return "sph2pipe"
     from lhotse.audio.backend import LibsndfileBackend, set_current_audio_backend
+
     set_current_audio_backend(LibsndfileBackend())
     return "libsndfile"
 
@@ -90,11 +101,18 @@ def _side_job(job: Tuple[str, int, str, str]) -> str:
     try:
         x = rec.load_audio(channels=channel)[0]
     except Exception as e:  # noqa: BLE001 - named in the error
-        raise AsrError(f"cannot read channel {channel} of {rec.sources[0].source}: {str(e).splitlines()[-1][:200]} "
-                       "(LDC's shorten-compressed SPHERE files need sph2pipe on PATH)") from None
+        raise AsrError(
+            f"cannot read channel {channel} of {rec.sources[0].source}: {str(e).splitlines()[-1][:200]} "
+            "(LDC's shorten-compressed SPHERE files need sph2pipe on PATH)"
+        ) from None
     with atomic_path(dst) as tmp:
-        sf.write(str(tmp), np.clip(np.round(x * 32768), -32768, 32767).astype(np.int16), rec.sampling_rate,
-                 subtype="PCM_16", format="WAV")
+        sf.write(
+            str(tmp),
+            np.clip(np.round(x * 32768), -32768, 32767).astype(np.int16),
+            rec.sampling_rate,
+            subtype="PCM_16",
+            format="WAV",
+        )
     return dst
 
 
@@ -102,8 +120,11 @@ def _split_sides(recordings, wav_dir: Path, nj: int, reader: str) -> Dict[Tuple[
     import json
 
     wav_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(json.dumps(r.to_dict()), c, str((wav_dir / f"{r.id}-{SIDES[c]}.wav").resolve()), reader)
-            for r in recordings for c in range(min(2, r.num_channels))]
+    jobs = [
+        (json.dumps(r.to_dict()), c, str((wav_dir / f"{r.id}-{SIDES[c]}.wav").resolve()), reader)
+        for r in recordings
+        for c in range(min(2, r.num_channels))
+    ]
     bar = dict(total=len(jobs), desc=f"conversation sides -> {wav_dir}", unit="side", mininterval=1.0)
     if nj > 1 and len(jobs) > 8:
         with Pool(nj) as pool:
@@ -113,8 +134,9 @@ def _split_sides(recordings, wav_dir: Path, nj: int, reader: str) -> Dict[Tuple[
     return {(json.loads(j[0])["id"], j[1]): j[2] for j in jobs}
 
 
-def _kaldi_tables(recordings, supervisions, wav_dir: Path, nj: int, reader: str
-                  ) -> Tuple[Dict, Dict, Dict, Dict, List[Tuple[str, str]]]:
+def _kaldi_tables(
+    recordings, supervisions, wav_dir: Path, nj: int, reader: str
+) -> Tuple[Dict, Dict, Dict, Dict, List[Tuple[str, str]]]:
     """wav, text, utt2spk, segments (+ exclusions) with one recording per conversation side."""
     paths = _split_sides(recordings, wav_dir, nj, reader)
     wav, text, utt2spk, segs = {}, {}, {}, {}
@@ -142,8 +164,10 @@ def _swb1(corpus_dir: Path, tmp: Path) -> Tuple[object, object, List[Tuple[str, 
     if not trans_dir.is_dir():
         trans_dir = corpus_dir / "swb_ms98_transcriptions"
     if not trans_dir.is_dir():
-        raise AsrError(f"no swb_ms98_transcriptions/ in {corpus_dir / 'LDC97S62'} or {corpus_dir}; download the "
-                       "Mississippi State transcripts (switchboard_word_alignments.tar.gz) and unpack them there")
+        raise AsrError(
+            f"no swb_ms98_transcriptions/ in {corpus_dir / 'LDC97S62'} or {corpus_dir}; download the "
+            "Mississippi State transcripts (switchboard_word_alignments.tar.gz) and unpack them there"
+        )
     texts = {p.name.split("-")[0] for p in trans_dir.rglob("*trans.text")}
     links = tmp / "swb_audio"
     links.mkdir()
@@ -152,14 +176,16 @@ def _swb1(corpus_dir: Path, tmp: Path) -> Tuple[object, object, List[Tuple[str, 
         name = sph.stem.replace("sw0", "sw")
         missing = [s for s in SIDES if f"{name}{s}" not in texts]
         if missing:
-            bad.append((sph.stem, f"missing-transcript: no {'/'.join(name + s for s in missing)} transcript in "
-                                  f"{trans_dir}"))
+            bad.append(
+                (sph.stem, f"missing-transcript: no {'/'.join(name + s for s in missing)} transcript in {trans_dir}")
+            )
         else:
             os.symlink(sph.resolve(), links / sph.name)
     if not any(links.iterdir()):
         raise AsrError(f"no Switchboard conversation in {audio_dir} has both transcript sides ({len(bad)} listed)")
     m = lhotse_prepare(links, trans_dir, absolute_paths=True, omit_silence=True)
     from lhotse import RecordingSet
+
     recs = RecordingSet.from_recordings(_resolve(r) for r in m["recordings"])
     return recs, m["supervisions"], bad
 
@@ -169,13 +195,22 @@ def _resolve(rec):
     from lhotse.audio import AudioSource
 
     s = rec.sources[0]
-    return rec.__class__(id=rec.id, sources=[AudioSource(type=s.type, channels=s.channels,
-                                                         source=str(Path(s.source).resolve()))],
-                         sampling_rate=rec.sampling_rate, num_samples=rec.num_samples, duration=rec.duration)
+    return rec.__class__(
+        id=rec.id,
+        sources=[AudioSource(type=s.type, channels=s.channels, source=str(Path(s.source).resolve()))],
+        sampling_rate=rec.sampling_rate,
+        num_samples=rec.num_samples,
+        duration=rec.duration,
+    )
 
 
-def prepare_switchboard(corpus_dir: Path, out_dir: Path, subsets: Sequence[str] = ("swb1", "eval2000"),
-                        nj: int = 1, speed_perturb: Sequence[float] = ()) -> Dict[str, int]:
+def prepare_switchboard(
+    corpus_dir: Path,
+    out_dir: Path,
+    subsets: Sequence[str] = ("swb1", "eval2000"),
+    nj: int = 1,
+    speed_perturb: Sequence[float] = (),
+) -> Dict[str, int]:
     """Manifests + Kaldi dirs (see the module docstring); returns ``{set: number of utterances}``. With
     ``speed_perturb`` factors ``train`` is the perturbed set and ``train_nosp`` the original."""
     from lhotse.recipes import prepare_eval2000, prepare_fisher_english
@@ -205,8 +240,9 @@ def prepare_switchboard(corpus_dir: Path, out_dir: Path, subsets: Sequence[str] 
             fm = prepare_fisher_english(corpus_dir, tmp / "fisher", absolute_paths=True, num_jobs=nj)
             save_manifest(fm["recordings"], out_dir / "manifests" / "fisher_recordings_all.jsonl.gz")
             save_manifest(fm["supervisions"], out_dir / "manifests" / "fisher_supervisions_all.jsonl.gz")
-            fw, ft, fu, fs, fe = _kaldi_tables(fm["recordings"], fm["supervisions"], out_dir / "wav" / "fisher",
-                                               nj, reader)
+            fw, ft, fu, fs, fe = _kaldi_tables(
+                fm["recordings"], fm["supervisions"], out_dir / "wav" / "fisher", nj, reader
+            )
             for table, new in ((wav, fw), (text, ft), (utt2spk, fu), (segs, fs)):
                 table.update(new)
             excl += fe
@@ -219,6 +255,7 @@ def prepare_switchboard(corpus_dir: Path, out_dir: Path, subsets: Sequence[str] 
         counts["train"] = subset_data_dir(out_dir / "swb_all", train, lambda u, s: s.split("-")[0] not in dev_convs)
         if perturb:
             from asrlib.data.speed_perturb import speed_perturb_data_dir
+
             counts["train"] = speed_perturb_data_dir(train, out_dir / "train", factors, out_dir / "wav_sp", nj)
         counts["dev"] = subset_data_dir(out_dir / "swb_all", out_dir / "dev", lambda u, s: s.split("-")[0] in dev_convs)
         write_excluded(out_dir / "train", bad + [e for e in excl if e[0].split("-")[0] not in dev_convs])
@@ -227,8 +264,9 @@ def prepare_switchboard(corpus_dir: Path, out_dir: Path, subsets: Sequence[str] 
             em = prepare_eval2000(corpus_dir, tmp / "eval2000", absolute_paths=True)
             save_manifest(em["recordings"], out_dir / "manifests" / "eval2000_recordings_all.jsonl.gz")
             save_manifest(em["supervisions"], out_dir / "manifests" / "eval2000_supervisions_unnorm.jsonl.gz")
-            ew, et, eu, es, ee = _kaldi_tables(em["recordings"], em["supervisions"], out_dir / "wav" / "eval2000",
-                                               nj, reader)
+            ew, et, eu, es, ee = _kaldi_tables(
+                em["recordings"], em["supervisions"], out_dir / "wav" / "eval2000", nj, reader
+            )
             write_tables(out_dir / "test", ew, et, eu, es)
             write_excluded(out_dir / "test", ee)
             counts["test"] = len(et)

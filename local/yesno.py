@@ -20,6 +20,7 @@ Output in ``out_dir``: ``manifests/yesno_{recordings,supervisions}_{train,test}.
 perturbed set, ``train_nosp`` the original); ``excluded.txt``; ``.yesno.done`` (written last;
 a finished folder is skipped).
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,7 +32,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import DataConfig
 from asrlib.data.corpus import check_speed_factors, corpus_main, save_manifest, write_excluded, write_kaldi_dir
-from asrlib.io_utils import AsrError, is_done, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.stage import is_done, mark_done
 
 log = logging.getLogger("local.yesno")
 
@@ -57,8 +59,9 @@ def scan(corpus_dir: Path) -> Tuple[List[Path], List[Tuple[str, str]]]:
     return good, bad
 
 
-def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (),
-                  nj: int = 1, split: str = "lhotse") -> Dict[str, Dict[str, object]]:
+def prepare_yesno(
+    corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float] = (), nj: int = 1, split: str = "lhotse"
+) -> Dict[str, Dict[str, object]]:
     """Manifests (lhotse's ``prepare_yesno``) and Kaldi dirs train/dev/test of the yesno corpus in ``corpus_dir``,
     split by ``split`` (``kaldi`` or ``lhotse``, module docstring).
 
@@ -80,23 +83,34 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float
     fp = {"corpus_dir": str(corpus_dir), "speed_perturb": factors, "split": split}
     if is_done(marker, fingerprint=fp):
         log.info("yesno data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
-        return {s: {"recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
-                    "supervisions": SupervisionSet.from_file(mdir / f"yesno_supervisions_{s}.jsonl.gz")}
-                for s in ("train", "test")}
+        return {
+            s: {
+                "recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
+                "supervisions": SupervisionSet.from_file(mdir / f"yesno_supervisions_{s}.jsonl.gz"),
+            }
+            for s in ("train", "test")
+        }
     good, bad = scan(corpus_dir)
     if bad:
-        log.warning("%d file(s) in %s are not yesno recordings and are left out (listed in %s): %s", len(bad),
-                    corpus_dir, out_dir / "excluded.txt", ", ".join(n for n, _ in bad[:5]))
+        log.warning(
+            "%d file(s) in %s are not yesno recordings and are left out (listed in %s): %s",
+            len(bad),
+            corpus_dir,
+            out_dir / "excluded.txt",
+            ", ".join(n for n, _ in bad[:5]),
+        )
     if len(good) != NUM_RECORDINGS:
-        raise AsrError(f"{corpus_dir} holds {len(good)} yesno recordings, expected {NUM_RECORDINGS} (the lhotse/Kaldi "
-                       "30+30 split needs the complete corpus); re-extract waves_yesno.tar.gz")
+        raise AsrError(
+            f"{corpus_dir} holds {len(good)} yesno recordings, expected {NUM_RECORDINGS} (the lhotse/Kaldi "
+            "30+30 split needs the complete corpus); re-extract waves_yesno.tar.gz"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
-    if bad:   # lhotse globs *.wav and asserts on any other name: give it a folder of the good files only
+    if bad:  # lhotse globs *.wav and asserts on any other name: give it a folder of the good files only
         with tempfile.TemporaryDirectory(dir=out_dir, prefix=".yesno_links.") as links:
             for p in good:
                 os.symlink(p, Path(links) / p.name)
             manifests = lhotse_prepare_yesno(links)
-        for parts in manifests.values():   # point the recordings at the real files, not the removed links
+        for parts in manifests.values():  # point the recordings at the real files, not the removed links
             parts["recordings"] = RecordingSet.from_recordings(_repath(r, corpus_dir) for r in parts["recordings"])
     else:
         manifests = lhotse_prepare_yesno(corpus_dir)
@@ -110,6 +124,7 @@ def prepare_yesno(corpus_dir: Path, out_dir: Path, speed_perturb: Sequence[float
             write_kaldi_dir(out_dir / d, parts["recordings"], parts["supervisions"], speaker=lambda s: SPEAKER)
     if perturb:
         from asrlib.data.speed_perturb import speed_perturb_data_dir
+
         speed_perturb_data_dir(out_dir / "train_nosp", out_dir / "train", factors, out_dir / "wav_sp", nj)
     write_excluded(out_dir, bad)
     counts = {s: len(p["supervisions"]) for s, p in manifests.items()}
@@ -126,9 +141,13 @@ def kaldi_split(manifests: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, 
     recs = sorted((r for p in manifests.values() for r in p["recordings"]), key=lambda r: r.id)
     sups = {s.recording_id: s for p in manifests.values() for s in p["supervisions"]}
     half = len(recs) // 2
-    return {name: {"recordings": RecordingSet.from_recordings(part),
-                   "supervisions": SupervisionSet.from_segments(sups[r.id] for r in part)}
-            for name, part in (("train", recs[:half]), ("test", recs[half:]))}
+    return {
+        name: {
+            "recordings": RecordingSet.from_recordings(part),
+            "supervisions": SupervisionSet.from_segments(sups[r.id] for r in part),
+        }
+        for name, part in (("train", recs[:half]), ("test", recs[half:]))
+    }
 
 
 def _repath(rec, corpus_dir: Path):
@@ -136,9 +155,13 @@ def _repath(rec, corpus_dir: Path):
     from lhotse.audio import AudioSource
 
     src = rec.sources[0]
-    return rec.__class__(id=rec.id, sources=[AudioSource(type="file", channels=src.channels,
-                                                         source=str(corpus_dir / Path(src.source).name))],
-                         sampling_rate=rec.sampling_rate, num_samples=rec.num_samples, duration=rec.duration)
+    return rec.__class__(
+        id=rec.id,
+        sources=[AudioSource(type="file", channels=src.channels, source=str(corpus_dir / Path(src.source).name))],
+        sampling_rate=rec.sampling_rate,
+        num_samples=rec.num_samples,
+        duration=rec.duration,
+    )
 
 
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:

@@ -12,6 +12,7 @@ with an empty first-pass hypothesis, not used to estimate the transform but stil
 ``.done`` with each speaker's CTC loss per frame before and after. Settings: ``adapt`` of the config
 (asrlib/train/speaker_adapt.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ from tqdm import tqdm
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
 from asrlib.features.cmvn import open_features
-from asrlib.io_utils import (AsrError, file_identity, is_done, mark_done, read_table, read_table_dict,
-                             write_table)
+from asrlib.errors import AsrError
+from asrlib.io.files import file_identity
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table, read_table_dict, write_table
 from asrlib.kaldi_io import write_matrices
 from asrlib.lang.lexicon import read_lexicon_ids
 from asrlib.models.saved import load_model
@@ -51,8 +54,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides).adapt
     done = a.out_dir / ".done"
-    fp = {**config_to_dict(cfg), "model": file_identity(a.model), "hyp": file_identity(a.hyp),
-          "feats": file_identity(a.feats), "lang_dir": str(a.lang_dir)}
+    fp = {
+        **config_to_dict(cfg),
+        "model": file_identity(a.model),
+        "hyp": file_identity(a.hyp),
+        "feats": file_identity(a.feats),
+        "lang_dir": str(a.lang_dir),
+    }
     if is_done(done, fingerprint=fp):
         print(f"adapt_speaker: {a.out_dir} complete; skipping")
         return 0
@@ -64,10 +72,15 @@ def main(argv=None):
     utts = [u for u, _ in read_table(a.feats)]
     utt2spk = read_table_dict(a.utt2spk)
     hyp = {u: t.split() for u, t in read_table(a.hyp)}
-    for what, missing in [(a.utt2spk, [u for u in utts if u not in utt2spk]), (a.hyp, [u for u in utts if u not in hyp])]:
+    for what, missing in [
+        (a.utt2spk, [u for u in utts if u not in utt2spk]),
+        (a.hyp, [u for u in utts if u not in hyp]),
+    ]:
         if missing:
-            raise AsrError(f"{what} lacks {len(missing)} utterance(s) of {a.feats} (e.g. {missing[0]}); the first "
-                           f"pass and the data dir must be of the same set")
+            raise AsrError(
+                f"{what} lacks {len(missing)} utterance(s) of {a.feats} (e.g. {missing[0]}); the first "
+                f"pass and the data dir must be of the same set"
+            )
     oov = sorted({w for u in utts for w in hyp[u] if w not in lexicon})
     if oov:
         raise AsrError(f"{a.hyp}: words not in {a.lang_dir / 'lexicon.txt'}: {' '.join(oov[:10])}")
@@ -83,29 +96,49 @@ def main(argv=None):
     dim = next(iter(inputs.values())).shape[1]
     for spk in tqdm(sorted(set(utt2spk[u] for u in utts)), desc="speakers", unit="spk"):
         used = by_spk.get(spk, [])
-        if not used:   # nothing to adapt to: the identity
+        if not used:  # nothing to adapt to: the identity
             transforms[spk] = np.hstack([np.eye(dim), np.zeros((dim, 1))]).astype(np.float32)
             report[spk] = {"utterances": 0}
             log.warning("speaker %s: no utterance with a first-pass hypothesis; identity transform", spk)
             continue
         with torch.no_grad():
-            targets = [best_pronunciations(torch.from_numpy(saved.log_probs_of_inputs(inputs[u])), hyp[u], lexicon)
-                       for u in used]
+            targets = [
+                best_pronunciations(torch.from_numpy(saved.log_probs_of_inputs(inputs[u])), hyp[u], lexicon)
+                for u in used
+            ]
         res = adapt_speaker(saved, [inputs[u] for u in used], targets, cfg)
         transforms[spk] = res.transform
-        report[spk] = {"utterances": res.utterances, "loss_before": round(res.loss_before, 4),
-                       "loss_after": round(res.loss_after, 4)}
-        log.info("speaker %s: %d utterances, CTC loss per frame %.4f -> %.4f", spk, res.utterances,
-                 res.loss_before, res.loss_after)
+        report[spk] = {
+            "utterances": res.utterances,
+            "loss_before": round(res.loss_before, 4),
+            "loss_after": round(res.loss_after, 4),
+        }
+        log.info(
+            "speaker %s: %d utterances, CTC loss per frame %.4f -> %.4f",
+            spk,
+            res.utterances,
+            res.loss_before,
+            res.loss_after,
+        )
     write_matrices(a.out_dir / "trans.ark", sorted(transforms.items()))
-    write_matrices(a.out_dir / "logprobs.ark",
-                   ((u, saved.log_probs_of_inputs(apply_transform(transforms[utt2spk[u]], inputs[u]))) for u in utts))
+    write_matrices(
+        a.out_dir / "logprobs.ark",
+        ((u, saved.log_probs_of_inputs(apply_transform(transforms[utt2spk[u]], inputs[u]))) for u in utts),
+    )
     write_table(a.out_dir / "excluded.txt", excluded)
     if excluded:
-        log.warning("%d of %d utterances have an empty first-pass hypothesis: not used to adapt (see %s)",
-                    len(excluded), len(utts), a.out_dir / "excluded.txt")
-    info = {"utterances": len(utts), "excluded": len(excluded), "speakers": report,
-            "seconds": round(time.perf_counter() - t0, 1)}
+        log.warning(
+            "%d of %d utterances have an empty first-pass hypothesis: not used to adapt (see %s)",
+            len(excluded),
+            len(utts),
+            a.out_dir / "excluded.txt",
+        )
+    info = {
+        "utterances": len(utts),
+        "excluded": len(excluded),
+        "speakers": report,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0

@@ -13,6 +13,7 @@ For every set, ``<out-dir>/<set>/`` gets
 - ``info.json`` (number of pdfs, the pdf -> phone map, counts, log-likelihood per frame), ``alignment.png``
   (a few utterances with their phone and word boundaries) and ``.done``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,10 @@ from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
-from asrlib.io_utils import AsrError, atomic_open, is_done, mark_done, write_json, write_table
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_open, write_json
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import write_table
 from asrlib.features.cmvn import open_features
 from asrlib.kaldi_io import write_int_vectors
 from asrlib.gmm.align import AlignmentConverter, GraphCompiler, min_frames, viterbi_align
@@ -42,8 +46,18 @@ def _file_md5(path: Path) -> str:
     return hashlib.md5(Path(path).read_bytes()).hexdigest()
 
 
-def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter, lang, text: Path, feats_scp: Path,
-              out: Path, beam: float, retry_beam: float, num_plot: int = 4) -> dict:
+def align_set(
+    model: GmmModel,
+    compiler: GraphCompiler,
+    conv: AlignmentConverter,
+    lang,
+    text: Path,
+    feats_scp: Path,
+    out: Path,
+    beam: float,
+    retry_beam: float,
+    num_plot: int = 4,
+) -> dict:
     reader = open_features(feats_scp, model.cmn)
     utts, excluded = select_utterances(text, reader, lang)
     alis: List[Tuple[str, List[int]]] = []
@@ -58,11 +72,17 @@ def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter
         if res.tids is None:
             need = min_frames(graph)
             if len(x) < need:
-                excluded.append((utt, f"too short for its transcript: {len(x)} frames, its phones' HMMs need at "
-                                      f"least {need}"))
+                excluded.append(
+                    (utt, f"too short for its transcript: {len(x)} frames, its phones' HMMs need at least {need}")
+                )
             else:
-                excluded.append((utt, f"no alignment with beam {beam} nor retry beam {retry_beam} (transcript "
-                                      f"does not match the audio?)"))
+                excluded.append(
+                    (
+                        utt,
+                        f"no alignment with beam {beam} nor retry beam {retry_beam} (transcript "
+                        f"does not match the audio?)",
+                    )
+                )
             continue
         if res.retried:
             retried.append((utt, f"aligned only with the retry beam {retry_beam}"))
@@ -73,8 +93,7 @@ def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter
         ctm_phones += [f"{utt} 1 {b * FRAME_SHIFT:.2f} {n * FRAME_SHIFT:.2f} {conv.names[p]}\n" for p, b, n in phones]
         ctm_words += [f"{utt} 1 {b * FRAME_SHIFT:.2f} {n * FRAME_SHIFT:.2f} {w}\n" for w, b, n in wsegs]
         if len(plots) < num_plot:
-            plots.append((f"{utt}: {' '.join(words)}", fbank, [(conv.names[p], b, n) for p, b, n in phones],
-                          wsegs))
+            plots.append((f"{utt}: {' '.join(words)}", fbank, [(conv.names[p], b, n) for p, b, n in phones], wsegs))
     out.mkdir(parents=True, exist_ok=True)
     write_int_vectors(out / "ali.ark", alis)
     write_int_vectors(out / "pdf.ark", ((u, conv.to_pdfs(t)) for u, t in alis))
@@ -86,9 +105,16 @@ def align_set(model: GmmModel, compiler: GraphCompiler, conv: AlignmentConverter
     write_table(out / "retried.txt", retried)
     if plots:
         plot_alignments(plots, out / "alignment.png", FRAME_SHIFT)
-    info = {"utterances": len(alis), "excluded": len(excluded), "retried": len(retried), "frames": tot_frames,
-            "loglike_per_frame": tot_like / max(tot_frames, 1), "num_pdfs": int(model.tm.num_pdfs),
-            "pdf_phones": model.pdf_phones(), "frame_shift": FRAME_SHIFT}
+    info = {
+        "utterances": len(alis),
+        "excluded": len(excluded),
+        "retried": len(retried),
+        "frames": tot_frames,
+        "loglike_per_frame": tot_like / max(tot_frames, 1),
+        "num_pdfs": int(model.tm.num_pdfs),
+        "pdf_phones": model.pdf_phones(),
+        "frame_shift": FRAME_SHIFT,
+    }
     write_json(out / "info.json", info)
     if excluded:
         log.warning("%s: %d utterance(s) not aligned; see %s", out.name, len(excluded), out / "excluded.txt")
@@ -116,8 +142,13 @@ def main(argv=None):
         done = out / ".done"
         if not a.model.is_file():
             raise AsrError(f"GMM model {a.model} does not exist (run steps.train_mono first)")
-        fp = {"model_md5": _file_md5(a.model), "beam": g.align_beam, "retry_beam": g.align_retry_beam,
-              "sil_prob": g.sil_prob, "feats": str(a.feats_dir / name / "feats.scp")}
+        fp = {
+            "model_md5": _file_md5(a.model),
+            "beam": g.align_beam,
+            "retry_beam": g.align_retry_beam,
+            "sil_prob": g.sil_prob,
+            "feats": str(a.feats_dir / name / "feats.scp"),
+        }
         if is_done(done, fingerprint=fp):
             print(f"align: {out} already aligned ({done}); skipping")
             continue
@@ -126,12 +157,24 @@ def main(argv=None):
             model = load_gmm(a.model)
             lang = load_gmm_lang(a.lang_dir, model.sil_phone)
             if lang.phones != model.phones:
-                raise AsrError(f"{a.lang_dir} has other phones than the model {a.model} was trained with; "
-                               f"retrain it (steps.train_mono) with this lang dir")
+                raise AsrError(
+                    f"{a.lang_dir} has other phones than the model {a.model} was trained with; "
+                    f"retrain it (steps.train_mono) with this lang dir"
+                )
             compiler = GraphCompiler(model, lang, g.sil_prob)
             conv = AlignmentConverter(model)
-        info = align_set(model, compiler, conv, lang, a.data_dir / name / "text", a.feats_dir / name / "feats.scp",
-                         out, g.align_beam, g.align_retry_beam, a.num_plot)
+        info = align_set(
+            model,
+            compiler,
+            conv,
+            lang,
+            a.data_dir / name / "text",
+            a.feats_dir / name / "feats.scp",
+            out,
+            g.align_beam,
+            g.align_retry_beam,
+            a.num_plot,
+        )
         log.info("%s: %s", name, info)
         mark_done(done, info, fingerprint=fp)
     return 0

@@ -16,6 +16,7 @@ fused posteriors searched with the word-loop grammar deleted up to 149 of 500 wo
 ``one_word`` grammar (every utterance one word, as FSDD is) the same fusion gained 1.5 points of word accuracy over
 the average single model. Use it where the grammar fixes the word count, or on models with aligned spikes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,9 @@ from typing import List, Sequence
 import numpy as np
 
 from asrlib.cli import run_main
-from asrlib.io_utils import AsrError, file_identity, is_done, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.files import file_identity
+from asrlib.io.stage import is_done, mark_done
 from asrlib.kaldi_io import open_matching_readers, write_matrices
 
 RULES = ("prob", "logprob")
@@ -41,10 +44,10 @@ def fuse(mats: Sequence[np.ndarray], weights: Sequence[float], rule: str = "prob
     stack = np.stack([np.asarray(m, dtype=np.float64) for m in mats])
     w = np.asarray(weights, dtype=np.float64).reshape(-1, 1, 1)
     if rule == "prob":
-        with np.errstate(divide="ignore"):                       # a weight of 0: log 0 = -inf, no term
-            out = _logsumexp(stack + np.log(w), axis=0)          # log sum_i w_i p_i
+        with np.errstate(divide="ignore"):  # a weight of 0: log 0 = -inf, no term
+            out = _logsumexp(stack + np.log(w), axis=0)  # log sum_i w_i p_i
     elif rule == "logprob":
-        x = (stack * w).sum(axis=0)                               # sum_i w_i log p_i, then renormalised per frame
+        x = (stack * w).sum(axis=0)  # sum_i w_i log p_i, then renormalised per frame
         out = x - _logsumexp(x, axis=1)[:, None]
     else:
         raise AsrError(f"--rule must be one of {', '.join(RULES)}, not {rule!r}")
@@ -72,16 +75,18 @@ def main(argv: List[str] = None) -> int:
     if is_done(done, fingerprint=fp):
         print(f"combine_logprobs: {a.out_dir} complete; skipping")
         return 0
-    readers, keys = open_matching_readers(a.logprobs)    # a corrupt entry is an AsrError naming file and key
+    readers, keys = open_matching_readers(a.logprobs)  # a corrupt entry is an AsrError naming file and key
 
     def items():
         for k in keys:
             mats = [r[k] for r in readers]
             shapes = {m.shape for m in mats}
             if len(shapes) != 1:
-                raise AsrError(f"utterance {k}: the models' log-posteriors have different shapes "
-                               f"{[m.shape for m in mats]} in {[str(f) for f in a.logprobs]} (same model.stack and "
-                               "tokens.txt needed)")
+                raise AsrError(
+                    f"utterance {k}: the models' log-posteriors have different shapes "
+                    f"{[m.shape for m in mats]} in {[str(f) for f in a.logprobs]} (same model.stack and "
+                    "tokens.txt needed)"
+                )
             yield k, fuse(mats, weights, a.rule)
 
     n = write_matrices(a.out_dir / "logprobs.ark", items())

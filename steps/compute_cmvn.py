@@ -14,6 +14,7 @@ utterance`` they are computed over the features minus each utterance's own mean;
 statistics. OUT_DIR/.cmvn.done
 is written last; a finished directory is skipped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from asrlib.cli import run_main, setup_logging
-from asrlib.io_utils import AsrError, is_done, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.stage import is_done, mark_done
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -32,8 +34,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out-dir", required=True, help="where cmvn.ark / cmvn.scp are written")
     p.add_argument("--utt2spk", help="per-speaker statistics too (features.cmvn: speaker), speakers from this file")
     p.add_argument("--speaker-only", action="store_true", help="with --utt2spk: no global statistics (dev/test)")
-    p.add_argument("--cmn", choices=("utterance",), default=None,
-                   help="features.cmvn utterance: global stats over utterance-mean-normalised features")
+    p.add_argument(
+        "--cmn",
+        choices=("utterance",),
+        default=None,
+        help="features.cmvn utterance: global stats over utterance-mean-normalised features",
+    )
     args = p.parse_args(argv)
     if args.speaker_only and not args.utt2spk:
         p.error("--speaker-only needs --utt2spk")
@@ -46,14 +52,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise AsrError(f"{feats} does not exist; run steps.compute_fbank first")
     if args.utt2spk and not Path(args.utt2spk).is_file():
         raise AsrError(f"{args.utt2spk} does not exist; per-speaker CMVN needs the data dir's utt2spk")
-    mode = ("speaker-only" if args.speaker_only else "speaker+global" if args.utt2spk
-            else f"{args.cmn}+global" if args.cmn else "global")
-    feats_sha1 = hashlib.sha1(feats.read_bytes() + (Path(args.utt2spk).read_bytes() if args.utt2spk else b"")
-                              ).hexdigest()
+    mode = (
+        "speaker-only"
+        if args.speaker_only
+        else "speaker+global"
+        if args.utt2spk
+        else f"{args.cmn}+global"
+        if args.cmn
+        else "global"
+    )
+    feats_sha1 = hashlib.sha1(
+        feats.read_bytes() + (Path(args.utt2spk).read_bytes() if args.utt2spk else b"")
+    ).hexdigest()
     from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, compute_global_cmvn, compute_speaker_cmvn
 
-    outputs = ([] if args.speaker_only else [out_dir / "cmvn.scp"]) \
-        + ([feats.parent / SPEAKER_STATS] if args.utt2spk else [])
+    outputs = ([] if args.speaker_only else [out_dir / "cmvn.scp"]) + (
+        [feats.parent / SPEAKER_STATS] if args.utt2spk else []
+    )
     if is_done(marker) and all(o.is_file() for o in outputs):
         done = json.loads(marker.read_text() or "{}")
         if done.get("feats_sha1") == feats_sha1 and done.get("mode", "global") == mode:
@@ -71,8 +86,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         stats = compute_global_cmvn(args.feats, out_dir, cmn="speaker" if args.utt2spk else args.cmn or "")
         cmvn, _ = Cmvn.from_stats(stats)
         info.update(num_frames=int(stats[0, -1]), dim=cmvn.dim)
-        print(f"{out_dir / 'cmvn.scp'}: {info['num_frames']} frames, dim {cmvn.dim}, mean of means "
-              f"{cmvn.mean.mean():.3f}, mean std {float((1 / cmvn.inv_std).mean()):.3f}")
+        print(
+            f"{out_dir / 'cmvn.scp'}: {info['num_frames']} frames, dim {cmvn.dim}, mean of means "
+            f"{cmvn.mean.mean():.3f}, mean std {float((1 / cmvn.inv_std).mean()):.3f}"
+        )
     mark_done(marker, info)
     return 0
 

@@ -7,6 +7,7 @@ Writes OUT_DIR/feats.scp (+ feats.JOB.ark/scp), utt2num_frames, excluded.txt and
 directory is skipped. The ``features`` section of the config gives num_mel_bins, nj and dither; ``data.sample_rate``
 the expected sample rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,8 @@ from typing import List, Optional
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
-from asrlib.io_utils import AsrError, is_done, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.stage import is_done, mark_done
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -27,15 +29,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.overrides)
     out_dir = Path(args.out_dir)
-    settings = {"num_mel_bins": cfg.features.num_mel_bins, "dither": cfg.features.dither,
-                "sample_rate": cfg.data.sample_rate}
+    settings = {
+        "num_mel_bins": cfg.features.num_mel_bins,
+        "dither": cfg.features.dither,
+        "sample_rate": cfg.data.sample_rate,
+    }
     marker = out_dir / ".done"
     if is_done(marker):
         import json
+
         done = json.loads(marker.read_text() or "{}")
         if done.get("settings", settings) != settings:
-            raise AsrError(f"{out_dir} holds features made with {done['settings']}, but the config asks for "
-                           f"{settings}; delete {out_dir} to recompute")
+            raise AsrError(
+                f"{out_dir} holds features made with {done['settings']}, but the config asks for "
+                f"{settings}; delete {out_dir} to recompute"
+            )
         print(f"{out_dir}: features already computed ({done.get('num_utts')} utterances), skipping")
         return 0
     setup_logging(out_dir / "log" / "compute_fbank.log")
@@ -43,11 +51,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     nj = args.nj if args.nj is not None else cfg.features.nj
     res = compute_fbank(args.data_dir, out_dir, nj=nj, **settings)
-    mark_done(marker, {"settings": settings, "data_dir": str(args.data_dir), "num_utts": res.num_utts,
-                       "num_excluded": res.num_excluded, "num_frames": res.num_frames,
-                       "seconds": round(res.seconds, 2), "nj": nj})
-    print(f"{out_dir}: {res.num_utts} utterances, {res.num_frames} frames, {res.num_excluded} excluded "
-          f"(see {out_dir / 'excluded.txt'}), {res.seconds:.1f} s")
+    mark_done(
+        marker,
+        {
+            "settings": settings,
+            "data_dir": str(args.data_dir),
+            "num_utts": res.num_utts,
+            "num_excluded": res.num_excluded,
+            "num_frames": res.num_frames,
+            "seconds": round(res.seconds, 2),
+            "nj": nj,
+        },
+    )
+    print(
+        f"{out_dir}: {res.num_utts} utterances, {res.num_frames} frames, {res.num_excluded} excluded "
+        f"(see {out_dir / 'excluded.txt'}), {res.seconds:.1f} s"
+    )
     return 0
 
 

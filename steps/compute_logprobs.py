@@ -3,6 +3,7 @@
     python -m steps.compute_logprobs --model exp/lstm_ctc/final.pt --feats data/fbank/test/feats.scp \
         --out-dir exp/lstm_ctc/logprobs_test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,8 @@ import torch
 from tqdm import tqdm
 
 from asrlib.cli import run_main
-from asrlib.io_utils import is_done, mark_done, read_table
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table
 from asrlib.features.cmvn import open_features
 from asrlib.kaldi_io import write_matrices
 from asrlib.models.saved import load_model

@@ -11,6 +11,7 @@ added; asrlib.decode.isolated), which also writes ``posteriors.txt`` (each utter
 their posteriors). An utterance none of whose words fits its frames gets an empty hypothesis, listed in
 ``no_final.txt``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,10 @@ from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import config_to_dict, load_config
-from asrlib.io_utils import AsrError, file_identity, is_done, mark_done, read_table, write_table
+from asrlib.errors import AsrError
+from asrlib.io.files import file_identity
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader, open_matching_readers
 
 log = logging.getLogger("decode")
@@ -35,28 +39,45 @@ def make_decoder(method: str, lang_dir: Path, cfg):
 
     if method == "greedy":
         return GreedyWordDecoder(lang_dir)
-    return TlgDecoder(lang_dir, beam=cfg.beam, max_active=cfg.max_active, acoustic_scale=cfg.acoustic_scale,
-                      blank_penalty=cfg.blank_penalty, retry_beam=cfg.retry_beam)
+    return TlgDecoder(
+        lang_dir,
+        beam=cfg.beam,
+        max_active=cfg.max_active,
+        acoustic_scale=cfg.acoustic_scale,
+        blank_penalty=cfg.blank_penalty,
+        retry_beam=cfg.retry_beam,
+    )
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     p.add_argument("--method", choices=["greedy", "tlg", "isolated"], required=True)
-    p.add_argument("--logprobs", type=Path, nargs="+", required=True,
-                   help="logprobs.scp; with --method isolated one per model to combine (same utterances)")
+    p.add_argument(
+        "--logprobs",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="logprobs.scp; with --method isolated one per model to combine (same utterances)",
+    )
     p.add_argument("--lang-dir", type=Path, required=True)
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
     setup_logging()
     cfg = load_config(a.config, a.overrides).decode
     if len(a.logprobs) > 1 and a.method != "isolated":
-        raise AsrError(f"--method {a.method} decodes one model's log-probabilities; several (model combination) "
-                       f"need --method isolated, or steps.combine_logprobs first")
+        raise AsrError(
+            f"--method {a.method} decodes one model's log-probabilities; several (model combination) "
+            f"need --method isolated, or steps.combine_logprobs first"
+        )
     done = a.out_dir / ".decode.done"
     # the log-posteriors as files: new ones (a retrained or adapted model) make the search run again
-    fp = {"method": a.method, **config_to_dict(cfg), "lang_dir": str(a.lang_dir),
-          "logprobs": [file_identity(x) for x in a.logprobs]}
+    fp = {
+        "method": a.method,
+        **config_to_dict(cfg),
+        "lang_dir": str(a.lang_dir),
+        "logprobs": [file_identity(x) for x in a.logprobs],
+    }
     if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0
@@ -78,8 +99,13 @@ def main(argv=None):
         write_table(a.out_dir / "no_final.txt", no_final)
         info.update(retries=decoder.retries, no_final=len(no_final))
         if no_final:
-            log.warning("%d of %d utterances reached no final state of %s (partial hypotheses; see %s)",
-                        len(no_final), len(hyps), a.lang_dir / "TLG.fst", a.out_dir / "no_final.txt")
+            log.warning(
+                "%d of %d utterances reached no final state of %s (partial hypotheses; see %s)",
+                len(no_final),
+                len(hyps),
+                a.lang_dir / "TLG.fst",
+                a.out_dir / "no_final.txt",
+            )
     mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0
@@ -103,10 +129,20 @@ def decode_isolated(a, fp: dict) -> int:
     write_table(a.out_dir / "posteriors.txt", posts)
     write_table(a.out_dir / "no_final.txt", empty)
     if empty:
-        log.warning("%d of %d utterances are too short for every candidate word (empty hypotheses; see %s)",
-                    len(empty), len(hyps), a.out_dir / "no_final.txt")
-    info = {"method": "isolated", "models": len(readers), "utterances": len(hyps), "candidates": len(scorer.words),
-            "no_final": len(empty), "search_seconds": time.perf_counter() - t0}
+        log.warning(
+            "%d of %d utterances are too short for every candidate word (empty hypotheses; see %s)",
+            len(empty),
+            len(hyps),
+            a.out_dir / "no_final.txt",
+        )
+    info = {
+        "method": "isolated",
+        "models": len(readers),
+        "utterances": len(hyps),
+        "candidates": len(scorer.words),
+        "no_final": len(empty),
+        "search_seconds": time.perf_counter() - t0,
+    }
     mark_done(a.out_dir / ".decode.done", info, fingerprint=fp)
     print(json.dumps(info))
     return 0

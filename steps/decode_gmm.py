@@ -11,6 +11,7 @@ the best word sequences as a Kaldi ``text`` file ``<out-dir>/hyp.txt`` for ``ste
 reaches no final state gets an empty hypothesis (its words count as deletions), is listed in
 ``<out-dir>/no_final.txt`` and counted in the log.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,10 @@ from tqdm import tqdm
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table, sha256_file, write_table
+from asrlib.errors import AsrError
+from asrlib.io.files import sha256_file
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table, write_table
 from asrlib.features.cmvn import open_features
 
 log = logging.getLogger("decode_gmm")
@@ -63,8 +67,13 @@ def main(argv=None):
         raise AsrError(f"{a.lang_dir / 'G.fst'} does not exist: run steps.prepare_lang first (stage 3)")
     done = a.out_dir / ".decode.done"
     graph_fp = {"model": sha256_file(a.model), "G": sha256_file(a.lang_dir / "G.fst"), "sil_prob": g.sil_prob}
-    fp = {**graph_fp, "feats": str(a.feats), "beam": g.decode_beam, "max_active": g.decode_max_active,
-          "acwt": g.decode_acwt}
+    fp = {
+        **graph_fp,
+        "feats": str(a.feats),
+        "beam": g.decode_beam,
+        "max_active": g.decode_max_active,
+        "acwt": g.decode_acwt,
+    }
     if is_done(done, fingerprint=fp):
         print(f"decode_gmm: {a.out_dir} complete; skipping")
         return 0
@@ -75,11 +84,12 @@ def main(argv=None):
     model = load_gmm(a.model)
     lang = load_gmm_lang(a.lang_dir, model.sil_phone)
     if lang.phones != model.phones:
-        raise AsrError(f"{a.lang_dir} has other phones than the model {a.model} was trained with; retrain it "
-                       f"(steps.train_mono) with this lang dir")
+        raise AsrError(
+            f"{a.lang_dir} has other phones than the model {a.model} was trained with; retrain it "
+            f"(steps.train_mono) with this lang dir"
+        )
     hclg = build_graph(model, lang, a.lang_dir, a.graph_dir, graph_fp)
-    decoder = GmmDecoder(model, hclg, beam=g.decode_beam, max_active=g.decode_max_active,
-                         acoustic_scale=g.decode_acwt)
+    decoder = GmmDecoder(model, hclg, beam=g.decode_beam, max_active=g.decode_max_active, acoustic_scale=g.decode_acwt)
     id2word = {i: w for w, i in lang.words.items()}
     reader = open_features(a.feats, model.cmn)
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
@@ -95,10 +105,20 @@ def main(argv=None):
     write_table(a.out_dir / "hyp.txt", hyps)
     write_table(a.out_dir / "no_final.txt", no_final)
     if no_final:
-        log.warning("%d of %d utterances reached no final state (empty hypotheses; see %s)", len(no_final),
-                    len(hyps), a.out_dir / "no_final.txt")
-    info = {"method": "mono", "utterances": len(hyps), "frames": frames, "search_seconds": round(elapsed, 3),
-            "no_final": len(no_final), "hclg_states": hclg.num_states}
+        log.warning(
+            "%d of %d utterances reached no final state (empty hypotheses; see %s)",
+            len(no_final),
+            len(hyps),
+            a.out_dir / "no_final.txt",
+        )
+    info = {
+        "method": "mono",
+        "utterances": len(hyps),
+        "frames": frames,
+        "search_seconds": round(elapsed, 3),
+        "no_final": len(no_final),
+        "hclg_states": hclg.num_states,
+    }
     mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0

@@ -20,6 +20,7 @@ Outputs in ``--out-dir``:
 * ``bundle/``: the deployable bundle (:mod:`asrlib.export.bundle`);
 * ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.export.bundle import write_bundle
 from asrlib.export.onnx_model import OnnxAcousticModel, ScanAcousticModel, export_onnx, verify_onnx
 from asrlib.export.quantize import convert_fp16_weights, quantize_int8
-from asrlib.io_utils import AsrError, is_done, mark_done, write_json
+from asrlib.errors import AsrError
+from asrlib.io.atomic import write_json
+from asrlib.io.stage import is_done, mark_done
 from asrlib.models.lstm import count_parameters
 
 log = logging.getLogger("export_mobile")
@@ -57,9 +60,15 @@ def compress(a, cfg, out: Path) -> Path:
     target = out / "pruned.pt"
     marker = out / "compress" / ".done"
     st = a.model.stat()
-    fp = {"export": {k: v for k, v in dataclasses.asdict(ex).items() if k in
-                     ("rank_ratio", "sparsity", "finetune_epochs", "finetune_lr", "finetune_utts")},
-          "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns}
+    fp = {
+        "export": {
+            k: v
+            for k, v in dataclasses.asdict(ex).items()
+            if k in ("rank_ratio", "sparsity", "finetune_epochs", "finetune_lr", "finetune_utts")
+        },
+        "model_bytes": st.st_size,
+        "model_mtime_ns": st.st_mtime_ns,
+    }
     if is_done(marker, fingerprint=fp) and target.is_file():
         log.info("compression done earlier (%s)", marker)
         return target
@@ -76,35 +85,61 @@ def compress(a, cfg, out: Path) -> Path:
     ranks = prune.low_rank_factorize(model, ex.rank_ratio)
     info["ranks"] = ranks
     if any(r is not None for r in ranks):
-        log.info("low-rank: ranks %s; %d -> %d parameters; fine-tuning %d epoch(s)", ranks,
-                 info["params_before"], count_parameters(model), ex.finetune_epochs)
-        info["finetune_lowrank"] = prune.finetune(model, cfg, a.feats_dir, a.data_dir, a.lang_dir,
-                                                  out / "compress" / "lowrank", train_set=a.train_set,
-                                                  dev_set=a.dev_set)
+        log.info(
+            "low-rank: ranks %s; %d -> %d parameters; fine-tuning %d epoch(s)",
+            ranks,
+            info["params_before"],
+            count_parameters(model),
+            ex.finetune_epochs,
+        )
+        info["finetune_lowrank"] = prune.finetune(
+            model,
+            cfg,
+            a.feats_dir,
+            a.data_dir,
+            a.lang_dir,
+            out / "compress" / "lowrank",
+            train_set=a.train_set,
+            dev_set=a.dev_set,
+        )
     info["params_after_lowrank"] = count_parameters(model)
     if ex.sparsity > 0:
         masks = prune.magnitude_prune(model, ex.sparsity)
-        log.info("pruned %.0f%% of every weight matrix; fine-tuning %d epoch(s)", 100 * ex.sparsity,
-                 ex.finetune_epochs)
-        info["finetune_prune"] = prune.finetune(model, cfg, a.feats_dir, a.data_dir, a.lang_dir,
-                                                out / "compress" / "prune", masks=masks, train_set=a.train_set,
-                                                dev_set=a.dev_set)
+        log.info("pruned %.0f%% of every weight matrix; fine-tuning %d epoch(s)", 100 * ex.sparsity, ex.finetune_epochs)
+        info["finetune_prune"] = prune.finetune(
+            model,
+            cfg,
+            a.feats_dir,
+            a.data_dir,
+            a.lang_dir,
+            out / "compress" / "prune",
+            masks=masks,
+            train_set=a.train_set,
+            dev_set=a.dev_set,
+        )
     info["sparsity"] = prune.sparsity_of(model)
     info["nonzero_params"] = prune.count_nonzero_parameters(model)
-    prune.save_compressed(target, model, saved.cmvn_mean, saved.cmvn_inv_std, ranks, info["sparsity"],
-                          info={**info, **cmvn_info(cfg.features)})
+    prune.save_compressed(
+        target,
+        model,
+        saved.cmvn_mean,
+        saved.cmvn_inv_std,
+        ranks,
+        info["sparsity"],
+        info={**info, **cmvn_info(cfg.features)},
+    )
     mark_done(marker, info, fingerprint=fp)
     return target
 
 
 EXPORTABLE_CMVN = ("global", "online")
-FILE_TAG = {"pruned": "pruned", "int8": "baseline"}   # export.bundle_model -> its files' prefix
+FILE_TAG = {"pruned": "pruned", "int8": "baseline"}  # export.bundle_model -> its files' prefix
 
 
 def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
     """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings."""
     from asrlib.export.bundle import sherpa_search
-    from asrlib.io_utils import read_table
+    from asrlib.io.tables import read_table
     from asrlib.kaldi_io import MatrixReader
     from asrlib.score import score
 
@@ -124,17 +159,24 @@ def choose_bundle_model(ex, out: Path, feats_scp: Path, text: Path, lang_dir: Pa
         return ex.bundle_model, {}
     wers = {n: dev_wer(out / f"{FILE_TAG[n]}.int8.onnx", feats_scp, text, lang_dir) for n in ("int8", "pruned")}
     name = "pruned" if wers["pruned"] <= wers["int8"] + ex.max_wer_loss else "int8"
-    log.info("dev %%WER at sherpa-onnx's search: int8 %.2f, pruned int8 %.2f -> the bundle gets %s", wers["int8"],
-             wers["pruned"], "the pruned model" if name == "pruned" else
-             f"the uncompressed int8 model (pruning loses more than export.max_wer_loss {ex.max_wer_loss})")
+    log.info(
+        "dev %%WER at sherpa-onnx's search: int8 %.2f, pruned int8 %.2f -> the bundle gets %s",
+        wers["int8"],
+        wers["pruned"],
+        "the pruned model"
+        if name == "pruned"
+        else f"the uncompressed int8 model (pruning loses more than export.max_wer_loss {ex.max_wer_loss})",
+    )
     return name, wers
 
 
 def _refuse_local_cmn(why: str) -> None:
-    raise AsrError(f"{why}: an on-device model folds the global CMVN and, with online, the causal running mean into "
-                   f"its graph, and nothing else (per-speaker CMN needs all of a speaker's audio, utterance CMN "
-                   f"all of the recording: a streaming model has neither); export a model trained with "
-                   f"features.cmvn: {' or '.join(EXPORTABLE_CMVN)}")
+    raise AsrError(
+        f"{why}: an on-device model folds the global CMVN and, with online, the causal running mean into "
+        f"its graph, and nothing else (per-speaker CMN needs all of a speaker's audio, utterance CMN "
+        f"all of the recording: a streaming model has neither); export a model trained with "
+        f"features.cmvn: {' or '.join(EXPORTABLE_CMVN)}"
+    )
 
 
 def main(argv=None):
@@ -158,18 +200,25 @@ def main(argv=None):
     done = out / ".export.done"
     st = a.model.stat()
     sr = a.sample_rate or cfg.data.sample_rate
-    fp = {"export": dataclasses.asdict(cfg.export), "model_bytes": st.st_size, "model_mtime_ns": st.st_mtime_ns,
-          "sample_rate": sr, "lang_dir": str(a.lang_dir)}   # the bundle carries that dir's TLG
+    fp = {
+        "export": dataclasses.asdict(cfg.export),
+        "model_bytes": st.st_size,
+        "model_mtime_ns": st.st_mtime_ns,
+        "sample_rate": sr,
+        "lang_dir": str(a.lang_dir),
+    }  # the bundle carries that dir's TLG
     if is_done(done, fingerprint=fp):
         print(f"export_mobile: {out} complete; skipping")
         return 0
-    baseline = prune.load_compressed(a.model)     # after the skip check: a finished export costs no model load
+    baseline = prune.load_compressed(a.model)  # after the skip check: a finished export costs no model load
     if baseline.cmn not in ("", "online"):
         _refuse_local_cmn(f"{a.model} was trained with features.cmvn: {baseline.cmn}")
     if (baseline.cmn, baseline.online_prior) != (check_cmvn_mode(cfg.features.cmvn), online_prior(cfg.features)):
-        raise AsrError(f"{a.model} was trained with features.cmvn {baseline.cmn or 'global'} (online prior "
-                       f"{baseline.online_prior}), {a.config} says {cfg.features.cmvn} (online prior "
-                       f"{online_prior(cfg.features)}): fine-tuning needs the model's own; export with its config")
+        raise AsrError(
+            f"{a.model} was trained with features.cmvn {baseline.cmn or 'global'} (online prior "
+            f"{baseline.online_prior}), {a.config} says {cfg.features.cmvn} (online prior "
+            f"{online_prior(cfg.features)}): fine-tuning needs the model's own; export with its config"
+        )
     for f in ("tokens.txt", "words.txt", "TLG.fst"):
         if not (a.lang_dir / f).is_file():
             raise AsrError(f"{a.lang_dir / f} does not exist; run the lang stage (steps.prepare_lang) first")
@@ -179,20 +228,33 @@ def main(argv=None):
 
     pruned_pt = compress(a, cfg, out)
     pruned = prune.load_compressed(pruned_pt)
-    report: dict = {"params": {"baseline": count_parameters(baseline.model),
-                               "pruned": count_parameters(pruned.model),
-                               "pruned_nonzero": prune.count_nonzero_parameters(pruned.model)},
-                    "sparsity": prune.sparsity_of(pruned.model), "files": {}, "max_abs_diff_vs_torch": {}}
+    report: dict = {
+        "params": {
+            "baseline": count_parameters(baseline.model),
+            "pruned": count_parameters(pruned.model),
+            "pruned_nonzero": prune.count_nonzero_parameters(pruned.model),
+        },
+        "sparsity": prune.sparsity_of(pruned.model),
+        "files": {},
+        "max_abs_diff_vs_torch": {},
+    }
     torch.set_num_threads(1)
     files = {}
     for name, saved in (("baseline", baseline), ("pruned", pruned)):
-        core = ScanAcousticModel.from_model(saved.model, saved.cmvn_mean, saved.cmvn_inv_std,
-                                            online_prior=saved.online_prior)
+        core = ScanAcousticModel.from_model(
+            saved.model, saved.cmvn_mean, saved.cmvn_inv_std, online_prior=saved.online_prior
+        )
         for streaming in (False, True):
             tag = f"{name}.streaming" if streaming else name
             path = export_onnx(core, out / f"{tag}.fp32.onnx", streaming=streaming, sample_rate=sr)
-            diff = verify_onnx(path, saved.model, saved.cmvn_mean, saved.cmvn_inv_std, lengths=(61, 250),
-                               online_prior=saved.online_prior)
+            diff = verify_onnx(
+                path,
+                saved.model,
+                saved.cmvn_mean,
+                saved.cmvn_inv_std,
+                lengths=(61, 250),
+                online_prior=saved.online_prior,
+            )
             report["max_abs_diff_vs_torch"][tag] = diff
             log.info("%s: exported and verified against PyTorch (max |diff| %.2e on two lengths)", path, diff)
             q = quantize_int8(path, out / f"{tag}.int8.onnx", per_channel=cfg.export.per_channel)
@@ -205,28 +267,48 @@ def main(argv=None):
     for fname, path in files.items():
         report["files"][fname] = file_sizes(path)
     q = report["int8_ops_pruned"]
-    log.info("int8: %d matrix products quantized (%s), %d left in float", len(q["int8_matmuls"]),
-             ", ".join(sorted({m.rsplit('(', 1)[1].rstrip(')') for m in q["int8_matmuls"]})), len(q["float_matmuls"]))
-    choice, report["dev_wer_int8"] = choose_bundle_model(cfg.export, out, a.feats_dir / a.dev_set / "feats.scp",
-                                                          a.data_dir / a.dev_set / "text", a.lang_dir)
-    compression = ({"rank_ratio": cfg.export.rank_ratio, "sparsity": report["sparsity"]} if choice == "pruned"
-                   else {"rank_ratio": 0.0, "sparsity": 0.0})
+    log.info(
+        "int8: %d matrix products quantized (%s), %d left in float",
+        len(q["int8_matmuls"]),
+        ", ".join(sorted({m.rsplit('(', 1)[1].rstrip(')') for m in q["int8_matmuls"]})),
+        len(q["float_matmuls"]),
+    )
+    choice, report["dev_wer_int8"] = choose_bundle_model(
+        cfg.export, out, a.feats_dir / a.dev_set / "feats.scp", a.data_dir / a.dev_set / "text", a.lang_dir
+    )
+    compression = (
+        {"rank_ratio": cfg.export.rank_ratio, "sparsity": report["sparsity"]}
+        if choice == "pruned"
+        else {"rank_ratio": 0.0, "sparsity": 0.0}
+    )
     tag = FILE_TAG[choice]
-    bundle = write_bundle(out / "bundle", out / f"{tag}.int8.onnx", out / f"{tag}.streaming.int8.onnx", a.lang_dir,
-                          feat_dim=pruned.model.feat_dim, subsampling=pruned.model.stack, sample_rate=sr,
-                          decode={k: v for k, v in dataclasses.asdict(cfg.decode).items()
-                                  if k.startswith("segment")},
-                          extra={"model": choice, "compression": compression,
-                                 "streaming": {"chunk_ms": cfg.export.chunk_ms}})
-    report["bundle"] = {"dir": str(bundle.dir), "model": choice,
-                        "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
+    bundle = write_bundle(
+        out / "bundle",
+        out / f"{tag}.int8.onnx",
+        out / f"{tag}.streaming.int8.onnx",
+        a.lang_dir,
+        feat_dim=pruned.model.feat_dim,
+        subsampling=pruned.model.stack,
+        sample_rate=sr,
+        decode={k: v for k, v in dataclasses.asdict(cfg.decode).items() if k.startswith("segment")},
+        extra={"model": choice, "compression": compression, "streaming": {"chunk_ms": cfg.export.chunk_ms}},
+    )
+    report["bundle"] = {
+        "dir": str(bundle.dir),
+        "model": choice,
+        "bytes": sum(f["bytes"] for f in bundle.info["files"].values()),
+    }
     write_json(out / "export.json", report)
     mark_done(done, {"bundle": str(bundle.dir)}, fingerprint=fp)
     sizes = report["files"]
-    log.info("sizes: fp32 %d B, pruned fp32 %d B, pruned int8 %d B (%.3f x fp32); bundle in %s",
-             sizes["baseline.fp32.onnx"]["bytes"], sizes["pruned.fp32.onnx"]["bytes"],
-             sizes["pruned.int8.onnx"]["bytes"],
-             sizes["pruned.int8.onnx"]["bytes"] / sizes["baseline.fp32.onnx"]["bytes"], bundle.dir)
+    log.info(
+        "sizes: fp32 %d B, pruned fp32 %d B, pruned int8 %d B (%.3f x fp32); bundle in %s",
+        sizes["baseline.fp32.onnx"]["bytes"],
+        sizes["pruned.fp32.onnx"]["bytes"],
+        sizes["pruned.int8.onnx"]["bytes"],
+        sizes["pruned.int8.onnx"]["bytes"] / sizes["baseline.fp32.onnx"]["bytes"],
+        bundle.dir,
+    )
     return 0
 
 

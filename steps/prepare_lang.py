@@ -9,9 +9,11 @@ The vocabulary is every word of the Kaldi ``text`` file (``utt-id word word ...`
 ``lexicon.txt tokens.txt words.txt disambig.txt T.fst L.fst G.fst TLG.fst`` and ``.done`` (written last; a
 finished directory is skipped — delete ``.done`` to rebuild). With ``lang.grammar: arpa`` and ``lang.lm_text``
 instead of ``lang.arpa``, G's n-gram is first estimated into ``lm_<order>gram.arpa`` there (relative
-``lm_text`` paths are files of the data dir, the lang dir's parent; see ``steps.train_lm`` for the estimator). ``--eval-set S`` takes the grammar and words of the lang dir that searches
+``lm_text`` paths are files of the data dir, the lang dir's parent; see ``steps.train_lm`` for the estimator).
+``--eval-set S`` takes the grammar and words of the lang dir that searches
 set S (``decode.set_grammars``, ``decode.set_words``; its name is ``asrlib.config.set_lang_dir``'s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +24,9 @@ from pathlib import Path
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import LangConfig, config_to_dict, lm_texts, load_config, set_lang_config
-from asrlib.io_utils import AsrError, is_done, mark_done, read_table
+from asrlib.errors import AsrError
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table
 from asrlib.lang.graphs import build_tlg, check_grammar
 from asrlib.lang.lexicon import build_lexicon, write_lang_files
 
@@ -42,8 +46,9 @@ def main(argv=None):
     add_config_args(p)
     p.add_argument("--text", type=Path, required=True, help="Kaldi text file whose words form the vocabulary")
     p.add_argument("--lang-dir", type=Path, required=True)
-    p.add_argument("--eval-set", help="build the lang dir that searches this eval set (decode.set_grammars, "
-                   "decode.set_words)")
+    p.add_argument(
+        "--eval-set", help="build the lang dir that searches this eval set (decode.set_grammars, decode.set_words)"
+    )
     a = p.parse_args(argv)
     cfg = set_lang_config(load_config(a.config, a.overrides), a.eval_set)
     done = a.lang_dir / ".done"
@@ -57,11 +62,23 @@ def main(argv=None):
     t0 = time.perf_counter()
     lexicon = build_lexicon(vocabulary(a.text))
     write_lang_files(a.lang_dir, lexicon)
-    tlg = build_tlg(a.lang_dir, grammar=cfg.grammar, arpa=cfg.arpa, ngram_order=cfg.ngram_order, lm_text=lm_text,
-                    lm_text_has_utt_ids=cfg.lm_text_has_utt_ids, grammar_words=cfg.grammar_words)
-    info = {"words": len(lexicon), "pronunciations": sum(len(v) for v in lexicon.values()),
-            "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
-            "lang": config_to_dict(cfg), "tlg": str(tlg), "seconds": round(time.perf_counter() - t0, 3)}
+    tlg = build_tlg(
+        a.lang_dir,
+        grammar=cfg.grammar,
+        arpa=cfg.arpa,
+        ngram_order=cfg.ngram_order,
+        lm_text=lm_text,
+        lm_text_has_utt_ids=cfg.lm_text_has_utt_ids,
+        grammar_words=cfg.grammar_words,
+    )
+    info = {
+        "words": len(lexicon),
+        "pronunciations": sum(len(v) for v in lexicon.values()),
+        "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
+        "lang": config_to_dict(cfg),
+        "tlg": str(tlg),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     mark_done(done, info, fingerprint=config_to_dict(cfg))
     logging.getLogger("prepare_lang").info("done: %s", json.dumps(info))
     return 0

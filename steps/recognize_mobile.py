@@ -8,6 +8,7 @@ without the extension). A summary line (utterances, audio seconds, processing se
 stderr. A broken bundle, audio at another sample rate or with several channels stops with one ``ERROR`` line
 (exit status 2).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ import time
 from pathlib import Path
 
 from asrlib.cli import run_main
-from asrlib.io_utils import AsrError, atomic_open, read_table
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_open
+from asrlib.io.tables import read_table
 
 
 def peak_rss_mb() -> float:
@@ -36,8 +39,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--engine", choices=("streaming", "sherpa"), default="streaming")
-    p.add_argument("--chunk-ms", type=int, default=None,
-                   help="streaming: audio per call (0 = whole file at once; default: the bundle's chunk_ms, or 320)")
+    p.add_argument(
+        "--chunk-ms",
+        type=int,
+        default=None,
+        help="streaming: audio per call (0 = whole file at once; default: the bundle's chunk_ms, or 320)",
+    )
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
     p.add_argument("-o", "--output", type=Path)
@@ -71,6 +78,7 @@ def main(argv=None):
 
         def run(x):
             return rec.recognize(x, rate, chunk_samples=chunk)
+
     lines, audio_s, proc_s = [], 0.0, 0.0
     for key, path in items:
         x = read_wav(path, rate)
@@ -85,9 +93,11 @@ def main(argv=None):
     else:
         sys.stdout.writelines(lines)
     peak_mb = peak_rss_mb()
-    print(f"recognize_mobile: {len(items)} utterances, {audio_s:.1f} s audio, {proc_s:.2f} s processing, "
-          f"RTF {proc_s / max(audio_s, 1e-9):.4f}, peak RSS {peak_mb:.0f} MB ({a.engine}, {a.num_threads} thread)",
-          file=sys.stderr)
+    print(
+        f"recognize_mobile: {len(items)} utterances, {audio_s:.1f} s audio, {proc_s:.2f} s processing, "
+        f"RTF {proc_s / max(audio_s, 1e-9):.4f}, peak RSS {peak_mb:.0f} MB ({a.engine}, {a.num_threads} thread)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
 """Predicted speed-up of each distributed algorithm for N = 1..64 learners over a given link, from the timing model
-(asrlib.dist.timing) with parameters fitted on measured values; optionally validated against measured runs.
+(asrlib.parallel.timing) with parameters fitted on measured values; optionally validated against measured runs.
 
     python -m steps.scaling_report --params exp/bench_timing/params.json --link eth100 \
         --measured exp/bench_timing/measured.json --out-dir exp/scaling
@@ -8,6 +8,7 @@ Writes OUT_DIR/scaling.json (speed-up per algorithm and N), scaling.md (table + 
 ``--link`` is one of the named links (eth10, eth100, ib_hdr, nvlink) or ``measured`` (the fitted one);
 ``--t-calc``/``--t-merge`` replace the measured compute times (e.g. to project a faster device: say so).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from asrlib.cli import run_main, setup_logging
-from asrlib.dist.timing import ALGOS, LINKS, load_params, speedup_table, step_time
-from asrlib.io_utils import AsrError, atomic_path, write_json, write_text
+from asrlib.parallel.timing import ALGOS, LINKS, load_params, speedup_table, step_time
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_path, write_json, write_text
 
 log = logging.getLogger("steps.scaling_report")
 
@@ -41,8 +43,16 @@ def validate(params, measured: List[dict]) -> List[dict]:
     rows = []
     for m in measured:
         pred = step_time(m["algo"] if m["n"] > 1 else "local", m["n"], params_for(params, m))
-        rows.append({"algo": m["algo"], "n": m["n"], "measured_s": m["step_s"], "predicted_s": pred,
-                     "error_pct": 100.0 * (pred - m["step_s"]) / m["step_s"], "fit": m["n"] == 1})
+        rows.append(
+            {
+                "algo": m["algo"],
+                "n": m["n"],
+                "measured_s": m["step_s"],
+                "predicted_s": pred,
+                "error_pct": 100.0 * (pred - m["step_s"]) / m["step_s"],
+                "fit": m["n"] == 1,
+            }
+        )
     return rows
 
 
@@ -56,6 +66,7 @@ def params_for(params, m: dict):
 
 def plot(table, path: Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -98,23 +109,33 @@ def main(argv: Optional[List[str]] = None) -> int:
         if val != "measured" and val not in LINKS:
             raise AsrError(f"--{name} must be measured or one of {', '.join(LINKS)}, not {val!r}")
     proj = dataclasses.replace(
-        fitted, link=fitted.link if a.link == "measured" else LINKS[a.link],
+        fitted,
+        link=fitted.link if a.link == "measured" else LINKS[a.link],
         allreduce_link=fitted.allreduce_link if a.link == "measured" else None,
         intra_link=fitted.intra_link if a.intra_link == "measured" else LINKS[a.intra_link],
-        local_world=a.local_world, cores=None,
+        local_world=a.local_world,
+        cores=None,
         t_calc=a.t_calc if a.t_calc is not None else fitted.t_calc,
         t_merge=a.t_merge if a.t_merge is not None else fitted.t_merge,
-        period=a.period or fitted.period)
+        period=a.period or fitted.period,
+    )
     ns = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= a.max_n]
     table = speedup_table(proj, ALGOS, ns)
     out = {"params": dataclasses.asdict(proj), "speedup": table}
-    md = [f"# Predicted speed-up ({proj.link.name}; intra-node {proj.intra_link.name}, {proj.local_world} per node)",
-          "",
-          f"T_calc = {proj.t_calc * 1e3:.2f} ms, T_merge = {proj.t_merge * 1e3:.3f} ms, model = "
-          f"{proj.model_bytes / 1e6:.2f} MB, T_transmit = {proj.transmit() * 1e3:.3f} ms, K = tau = {proj.period}"
-          + (" (T_calc/T_merge overridden)" if a.t_calc is not None or a.t_merge is not None else
-             " (T_calc, T_merge measured on this machine, 1 thread)"), "",
-          "| algo | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---:|" * len(ns)]
+    md = [
+        f"# Predicted speed-up ({proj.link.name}; intra-node {proj.intra_link.name}, {proj.local_world} per node)",
+        "",
+        f"T_calc = {proj.t_calc * 1e3:.2f} ms, T_merge = {proj.t_merge * 1e3:.3f} ms, model = "
+        f"{proj.model_bytes / 1e6:.2f} MB, T_transmit = {proj.transmit() * 1e3:.3f} ms, K = tau = {proj.period}"
+        + (
+            " (T_calc/T_merge overridden)"
+            if a.t_calc is not None or a.t_merge is not None
+            else " (T_calc, T_merge measured on this machine, 1 thread)"
+        ),
+        "",
+        "| algo | " + " | ".join(f"N={n}" for n in ns) + " |",
+        "|---|" + "---:|" * len(ns),
+    ]
     for algo, pts in table.items():
         md.append(f"| {algo} | " + " | ".join(f"{s:.2f}" for _, s in pts) + " |")
     if a.measured is not None:
@@ -124,24 +145,38 @@ def main(argv: Optional[List[str]] = None) -> int:
         out["validation"] = rows
         out["validation_t_calc"] = fit.t_calc
         errs = [abs(r["error_pct"]) for r in rows if not r["fit"]]
-        md += ["", f"## Validation on this machine ({fitted.link.name} Gloo link: latency "
-                   f"{fitted.link.latency * 1e6:.0f} us, {fitted.link.bandwidth / 1e9:.2f} GB/s; {fitted.cores} cores; "
-                   f"T_calc fitted to the 1-learner run: {fit.t_calc * 1e3:.1f} ms uncontended; compute contention "
-                   + (", ".join(f"c({n}) = {c:.2f}" for n, c in sorted(fitted.contention.items())) or "not measured")
-                   + ")", "",
-               "| algo | N | load avg | measured s/step | predicted s/step | error |", "|---|---:|---:|---:|---:|---:|"]
+        md += [
+            "",
+            f"## Validation on this machine ({fitted.link.name} Gloo link: latency "
+            f"{fitted.link.latency * 1e6:.0f} us, {fitted.link.bandwidth / 1e9:.2f} GB/s; {fitted.cores} cores; "
+            f"T_calc fitted to the 1-learner run: {fit.t_calc * 1e3:.1f} ms uncontended; compute contention "
+            + (", ".join(f"c({n}) = {c:.2f}" for n, c in sorted(fitted.contention.items())) or "not measured")
+            + ")",
+            "",
+            "| algo | N | load avg | measured s/step | predicted s/step | error |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for r, m in zip(rows, measured):
             load = f"{m['load_before'][0]:.1f}" if "load_before" in m else "-"
-            md.append(f"| {r['algo']} | {r['n']} | {load} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | "
-                      + ("(fit) |" if r["fit"] else f"{r['error_pct']:+.1f} % |"))
+            md.append(
+                f"| {r['algo']} | {r['n']} | {load} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | "
+                + ("(fit) |" if r["fit"] else f"{r['error_pct']:+.1f} % |")
+            )
         if errs:
-            md += ["", f"Mean absolute error {sum(errs) / len(errs):.1f} %, max {max(errs):.1f} % "
-                       f"(over the {len(errs)} runs with N > 1)."]
+            md += [
+                "",
+                f"Mean absolute error {sum(errs) / len(errs):.1f} %, max {max(errs):.1f} % "
+                f"(over the {len(errs)} runs with N > 1).",
+            ]
     a.out_dir.mkdir(parents=True, exist_ok=True)
     write_json(a.out_dir / "scaling.json", out)
     write_text(a.out_dir / "scaling.md", "\n".join(md) + "\n")
-    plot(table, a.out_dir / "scaling.png", f"timing model: {proj.link.name}, T_calc {proj.t_calc * 1e3:.1f} ms, "
-         f"model {proj.model_bytes / 1e6:.1f} MB, K=tau={proj.period}")
+    plot(
+        table,
+        a.out_dir / "scaling.png",
+        f"timing model: {proj.link.name}, T_calc {proj.t_calc * 1e3:.1f} ms, "
+        f"model {proj.model_bytes / 1e6:.1f} MB, K=tau={proj.period}",
+    )
     print("\n".join(md))
     return 0
 

@@ -9,22 +9,24 @@ final.pt; same ``model`` settings) and only the output layer over tokens + blank
 Several learners (train.dist.algo != local): ``python -m steps.train_dist --num-learners N -- <these arguments>``;
 rank 0 writes the checkpoints, final.pt and the done marker, every learner its own log and log/dist.rank<R>.json.
 """
+
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from pathlib import Path
 
 import torch
 
-from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
-from asrlib.io_utils import AsrError, mark_done, write_json
+from asrlib.errors import AsrError
+from asrlib.io.atomic import write_json
+from asrlib.io.stage import mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
-from asrlib.train.algo import make_algo
+from asrlib.parallel import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.data import CtcDataset, read_token_ids
@@ -34,16 +36,13 @@ log = logging.getLogger("train")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(p)
-    p.add_argument("--data-dir", type=Path, required=True, help="holds train/ and dev/ Kaldi data dirs")
-    p.add_argument("--feats-dir", type=Path, required=True, help="holds train/ and dev/ feats.scp; train/cmvn.scp")
-    p.add_argument("--lang-dir", type=Path, required=True)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--train-set", default="train")
-    p.add_argument("--dev-set", default="dev")
-    p.add_argument("--init-model", type=Path, default=None,
-                   help="with train.init=ce: the cross-entropy model to start from (steps.train_ce's final.pt)")
+    p = step_parser(__doc__, ["data-dir", "feats-dir", "lang-dir", "exp-dir"])
+    p.add_argument(
+        "--init-model",
+        type=Path,
+        default=None,
+        help="with train.init=ce: the cross-entropy model to start from (steps.train_ce's final.pt)",
+    )
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
     done = a.exp_dir / ".train.done"
@@ -58,8 +57,10 @@ def main(argv=None):
         print(f"train: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():
-        raise AsrError(f"{a.exp_dir} holds a model trained with other model/train settings; "
-                       f"use another --exp-dir, or delete {a.exp_dir} to retrain")
+        raise AsrError(
+            f"{a.exp_dir} holds a model trained with other model/train settings; "
+            f"use another --exp-dir, or delete {a.exp_dir} to retrain"
+        )
     a.exp_dir.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))  # set by torchrun for distributed training (steps.train_dist)
     setup_logging(a.exp_dir / "log" / ("train.log" if rank == 0 else f"train.rank{rank}.log"))
@@ -70,9 +71,16 @@ def main(argv=None):
     stack = cfg.model.stack
 
     def dataset(name: str) -> CtcDataset:
-        return CtcDataset(a.feats_dir / name / "feats.scp", a.data_dir / name / "text", a.lang_dir, cmvn, stack,
-                          excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
-                          cmn=cmn, online_prior=online_prior(cfg.features))
+        return CtcDataset(
+            a.feats_dir / name / "feats.scp",
+            a.data_dir / name / "text",
+            a.lang_dir,
+            cmvn,
+            stack,
+            excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
+            cmn=cmn,
+            online_prior=online_prior(cfg.features),
+        )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     for ds in (train_ds, dev_ds):
@@ -81,8 +89,13 @@ def main(argv=None):
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
     model = build_model(feat_dim, vocab, cfg.model)
     init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
-    log.info("model: %d parameters; %d train utts (%.0f s), %d dev utts", count_parameters(model),
-             len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
+    log.info(
+        "model: %d parameters; %d train utts (%.0f s), %d dev utts",
+        count_parameters(model),
+        len(train_ds.utts),
+        train_ds.total_frames() / 100,
+        len(dev_ds.utts),
+    )
     algo = make_algo(cfg.train.dist)
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
     summary = trainer.fit()
@@ -90,8 +103,13 @@ def main(argv=None):
         write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())
     if not algo.is_main:
         return 0
-    save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"lang_dir": str(a.lang_dir), **cmvn_info(cfg.features), **init_info, **summary})
+    save_model(
+        a.exp_dir / "final.pt",
+        model,
+        train_ds.cmvn.mean,
+        train_ds.cmvn.inv_std,
+        info={"lang_dir": str(a.lang_dir), **cmvn_info(cfg.features), **init_info, **summary},
+    )
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0

@@ -9,20 +9,20 @@ with an output layer over the GMM's pdfs; the ``train`` section's optimiser, bat
 with ``ce.epochs`` and ``ce.lr``. Dev loss and dev frame accuracy are logged every epoch (log/train.log,
 metrics.json, TensorBoard). ``final.pt`` initialises CTC training with ``train.init: ce``.
 """
+
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
-from pathlib import Path
 
 import torch
 
-from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import load_config
 from asrlib.features.cmvn import check_cmvn_mode
-from asrlib.io_utils import AsrError, mark_done
+from asrlib.errors import AsrError
+from asrlib.io.stage import mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargetDataset
@@ -33,30 +33,29 @@ log = logging.getLogger("train_ce")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(p)
-    p.add_argument("--feats-dir", type=Path, required=True, help="holds train/ and dev/ feats.scp; train/cmvn.scp")
-    p.add_argument("--ali-dir", type=Path, required=True, help="steps.align output: <set>/pdf.scp, info.json")
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--train-set", default="train")
-    p.add_argument("--dev-set", default="dev")
+    p = step_parser(__doc__, ["feats-dir", "ali-dir", "exp-dir"])
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=cfg.ce.epochs, lr=cfg.ce.lr,
-                                                             init="random"))
+    cfg = dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, epochs=cfg.ce.epochs, lr=cfg.ce.lr, init="random")
+    )
     info_path = a.ali_dir / a.train_set / "info.json"
     if not info_path.is_file():
         raise AsrError(f"{info_path} does not exist; run steps.align first")
     ali_info = json.loads(info_path.read_text())
     done = a.exp_dir / ".train.done"
-    fp = {**train_fingerprint(cfg),
-          "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")}}
+    fp = {
+        **train_fingerprint(cfg),
+        "alignments": {k: ali_info[k] for k in ("utterances", "frames", "loglike_per_frame", "num_pdfs")},
+    }
     if is_trained(done, fp):
         print(f"train_ce: {a.exp_dir} already trained ({done}); skipping")
         return 0
     if done.is_file():
-        raise AsrError(f"{a.exp_dir} holds a model trained with other settings or alignments; use another "
-                       f"--exp-dir, or delete {a.exp_dir} to retrain")
+        raise AsrError(
+            f"{a.exp_dir} holds a model trained with other settings or alignments; use another "
+            f"--exp-dir, or delete {a.exp_dir} to retrain"
+        )
     a.exp_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(a.exp_dir / "log" / "train.log")
     torch.set_num_threads(cfg.train.num_threads)
@@ -67,24 +66,47 @@ def main(argv=None):
     stack = cfg.model.stack
 
     def dataset(name: str) -> FrameTargetDataset:
-        return FrameTargetDataset(a.feats_dir / name / "feats.scp", a.ali_dir / name, cmvn, num_pdfs,
-                                  excluded_path=a.exp_dir / f"excluded_{name}.txt", stack=stack,
-                                  cmn=cmn)
+        return FrameTargetDataset(
+            a.feats_dir / name / "feats.scp",
+            a.ali_dir / name,
+            cmvn,
+            num_pdfs,
+            excluded_path=a.exp_dir / f"excluded_{name}.txt",
+            stack=stack,
+            cmn=cmn,
+        )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     for ds in (train_ds, dev_ds):
         ds.preload(cfg.train.feature_cache_mb)
     feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
     model = build_model(feat_dim, num_pdfs, cfg.model)
-    log.info("CE model: %d parameters, %d pdf targets; %d train utts (%.0f s), %d dev utts", count_parameters(model),
-             num_pdfs, len(train_ds.utts), train_ds.total_frames() / 100, len(dev_ds.utts))
+    log.info(
+        "CE model: %d parameters, %d pdf targets; %d train utts (%.0f s), %d dev utts",
+        count_parameters(model),
+        num_pdfs,
+        len(train_ds.utts),
+        train_ds.total_frames() / 100,
+        len(dev_ds.utts),
+    )
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, criterion=CeCriterion(stack))
     summary = trainer.fit()
     dev = [m for m in trainer.metrics if m["kind"] == "dev"]
     summary["final_dev_frame_acc"] = dev[-1].get("frame_acc") if dev else None
-    save_model(a.exp_dir / "final.pt", model, train_ds.cmvn.mean, train_ds.cmvn.inv_std,
-               info={"criterion": "ce", "cmvn": cfg.features.cmvn, "ali_dir": str(a.ali_dir), "num_pdfs": num_pdfs,
-                     "pdf_phones": ali_info.get("pdf_phones"), **summary})
+    save_model(
+        a.exp_dir / "final.pt",
+        model,
+        train_ds.cmvn.mean,
+        train_ds.cmvn.inv_std,
+        info={
+            "criterion": "ce",
+            "cmvn": cfg.features.cmvn,
+            "ali_dir": str(a.ali_dir),
+            "num_pdfs": num_pdfs,
+            "pdf_phones": ali_info.get("pdf_phones"),
+            **summary,
+        },
+    )
     mark_done(done, summary, fingerprint=fp)
     log.info("cross-entropy training done: %s", summary)
     return 0

@@ -10,7 +10,7 @@
 Everything after ``--`` goes to ``steps.train`` unchanged. With ``--num-learners 1``, ``--nnodes 1`` and no
 restarts this runs ``steps.train`` directly (no torchrun). Exit status: 0 when every learner succeeded, 1 otherwise;
 2 (with one ``ERROR`` line) when another run is writing the same ``--exp-dir`` (its lock, see
-asrlib.io_utils.dir_lock).
+asrlib.io.stage.dir_lock).
 
 Learners that die: ``--max-restarts N`` (torchrun's, default 0) restarts the whole job up to N times when a
 learner fails (crash, SIGKILL, out of memory; torchrun stops the surviving learners first). Every restarted learner
@@ -23,9 +23,10 @@ takes the exp dir's lock again (the kernel released the dead one's); the restart
 way. The testing aid ``train.kill_after_steps`` fires only in the first attempt. With restarts, each attempt gets a
 fresh rendezvous store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torchrun's shared store keeps the dead attempt's Gloo
 addresses, and a restarted learner reading one hangs in connect, pytorch/pytorch#135712). Killing this launcher,
-even with SIGKILL, kills its learners too (asrlib.dist.env.die_with_agent; torchrun gives each learner a session of
+even with SIGKILL, kills its learners too (asrlib.parallel.env.die_with_agent; torchrun gives each learner a session of
 its own, so a process-group kill would not reach them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,20 @@ from pathlib import Path
 from typing import List, Optional
 
 from asrlib.cli import output_locks, run_main
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def torchrun_args(num_learners: int, nnodes: int, train_args: List[str], rdzv_endpoint: Optional[str] = None,
-                  rdzv_id: str = "asr", node_rank: Optional[int] = None, max_restarts: int = 0) -> List[str]:
+def torchrun_args(
+    num_learners: int,
+    nnodes: int,
+    train_args: List[str],
+    rdzv_endpoint: Optional[str] = None,
+    rdzv_id: str = "asr",
+    node_rank: Optional[int] = None,
+    max_restarts: int = 0,
+) -> List[str]:
     """The torch.distributed.run argument list that starts ``steps.train`` with ``train_args``."""
     args = [f"--nproc-per-node={num_learners}", f"--nnodes={nnodes}", f"--max-restarts={max_restarts}"]
     if nnodes == 1 and rdzv_endpoint is None:
@@ -59,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         i = argv.index("--")
-        own, train_args = argv[:i], argv[i + 1:]
+        own, train_args = argv[:i], argv[i + 1 :]
     else:
         own, train_args = argv, []
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,10 +76,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--node-rank", type=int, default=None, help="this machine's index (optional with c10d)")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous (multi-node)")
     p.add_argument("--rdzv-id", default="asr", help="job id shared by all nodes")
-    p.add_argument("--threads-per-learner", type=int, default=None,
-                   help="sets train.num_threads (default: the config's value)")
-    p.add_argument("--max-restarts", type=int, default=0,
-                   help="restart the job up to N times when a learner fails; it resumes from the last checkpoint")
+    p.add_argument(
+        "--threads-per-learner", type=int, default=None, help="sets train.num_threads (default: the config's value)"
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restart the job up to N times when a learner fails; it resumes from the last checkpoint",
+    )
     a = p.parse_args(own)
     if not train_args:
         p.error("give the steps.train arguments after --")
@@ -79,28 +92,32 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise AsrError("--num-learners and --nnodes must be >= 1, --max-restarts >= 0")
     if a.threads_per_learner is not None:
         train_args += ["--set", f"train.num_threads={a.threads_per_learner}"]
-    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"]
-                                            if os.environ.get("PYTHONPATH") else "")
-    if a.num_learners == 1 and a.nnodes == 1 and a.max_restarts == 0:
-        from steps.train import main as train_main
-        with output_locks(train_args, ("--exp-dir",)):   # what run_main does for steps.train
-            return train_main(train_args) or 0
-    if a.nnodes == 1:   # another run writing the exp dir: refuse now, before any learner starts
+    os.environ["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""
+    )
+    if a.num_learners == 1 and a.nnodes == 1 and a.max_restarts == 0:  # steps.train in this very process (same
+        # PID, so a signal to this step reaches the training); steps never import each other
+        os.execv(sys.executable, [sys.executable, "-m", "steps.train", *train_args])
+    if a.nnodes == 1:  # another run writing the exp dir: refuse now, before any learner starts
         with output_locks(train_args, ("--exp-dir",)):
-            pass        # the learner with rank 0 holds the lock for the job (asrlib.cli.output_dirs)
-    if a.max_restarts:   # a fresh rendezvous store per attempt: with the agent's store shared across restarts,
+            pass  # the learner with rank 0 holds the lock for the job (asrlib.cli.output_dirs)
+    if a.max_restarts:  # a fresh rendezvous store per attempt: with the agent's store shared across restarts,
         # a restarted learner can read the dead attempt's Gloo addresses and hang (pytorch/pytorch#135712)
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
-        torchrun.main(torchrun_args(a.num_learners, a.nnodes, train_args, a.rdzv_endpoint, a.rdzv_id,
-                                    a.node_rank, a.max_restarts))
+        torchrun.main(
+            torchrun_args(a.num_learners, a.nnodes, train_args, a.rdzv_endpoint, a.rdzv_id, a.node_rank, a.max_restarts)
+        )
     except ChildFailedError as e:
-        print(f"ERROR [train_dist]: a learner failed ({', '.join(str(r) for r in e.failures)})"
-              f"{f' and {a.max_restarts} restart(s) did not help' if a.max_restarts else ''}; "
-              f"see the exp dir's log/train*.log", file=sys.stderr)
+        print(
+            f"ERROR [train_dist]: a learner failed ({', '.join(str(r) for r in e.failures)})"
+            f"{f' and {a.max_restarts} restart(s) did not help' if a.max_restarts else ''}; "
+            f"see the exp dir's log/train*.log",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -10,6 +10,7 @@ Logs the sentences, tokens, OOVs and the n-grams per order (also kept in the mar
 ``--out``, written last); rerun with the same texts (by content) and settings, it is skipped. The lang stage
 (``steps.prepare_lang`` with ``lang.lm_text``) calls the same estimator (asrlib/lang/ngram.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ from typing import List, Optional
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
-from asrlib.io_utils import dir_lock
+from asrlib.io.stage import dir_lock
 from asrlib.lang.ngram import build_arpa
 
 
@@ -30,8 +31,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--text", type=Path, nargs="+", required=True, help="text file(s), one sentence a line")
     p.add_argument("--order", type=int, help="n-gram order (default: lang.ngram_order of --config, else 3)")
     p.add_argument("--words", type=Path, help="vocabulary (words.txt or a word list); other words become <unk>")
-    p.add_argument("--has-utt-ids", action=argparse.BooleanOptionalAction, default=None,
-                   help="the first column of every line is an utterance id (a Kaldi text file)")
+    p.add_argument(
+        "--has-utt-ids",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the first column of every line is an utterance id (a Kaldi text file)",
+    )
     p.add_argument("--uppercase", action="store_true", help="upper-case the words (as the lexicon's are)")
     p.add_argument("--out", type=Path, required=True, help="the ARPA file to write")
     a = p.parse_args(argv)
@@ -49,4 +54,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, writes=())   # locks the directory of --out itself (run_main locks directories named by options)
+    run_main(main, writes=())  # locks the directory of --out itself (run_main locks directories named by options)

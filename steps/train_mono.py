@@ -8,18 +8,20 @@ Reads ``<data-dir>/<train-set>/text``, ``<feats-dir>/<train-set>/{feats,cmvn}.sc
 (utterances not used, with the reason), ``log/passes.json`` (log-likelihood per frame, Gaussians, alignment
 failures per pass) and the ``.done`` marker. Settings: the ``gmm`` section of the config.
 """
+
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import time
-from pathlib import Path
 
-from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import config_to_dict, load_config
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_fingerprint, load_cmvn, open_features
-from asrlib.io_utils import AsrError, is_done, mark_done, write_json, write_table
+from asrlib.errors import AsrError
+from asrlib.io.atomic import write_json
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import write_table
 from asrlib.gmm.align import GraphCompiler
 from asrlib.gmm.data import load_data, random_subset, select_utterances
 from asrlib.gmm.feats import GmmFeatureMaker
@@ -31,13 +33,7 @@ log = logging.getLogger("train_mono")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(p)
-    p.add_argument("--data-dir", type=Path, required=True, help="holds <train-set>/text")
-    p.add_argument("--feats-dir", type=Path, required=True, help="holds <train-set>/feats.scp and cmvn.scp")
-    p.add_argument("--lang-dir", type=Path, required=True)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--train-set", default="train")
+    p = step_parser(__doc__, ["data-dir", "feats-dir", "lang-dir", "exp-dir"], sets=["train"])
     a = p.parse_args(argv)
     cfg = load_config(a.config, a.overrides)
     g = cfg.gmm
@@ -45,8 +41,10 @@ def main(argv=None):
     fp = {"gmm": config_to_dict(g), "train_set": a.train_set}
     fp.update(cmvn_fingerprint(cfg.features))
     if cfg.features.cmvn == "online":
-        raise AsrError("features.cmvn online is for the neural models: the GMM-HMM has no online CMN; train it "
-                       "with global, speaker or utterance")
+        raise AsrError(
+            "features.cmvn online is for the neural models: the GMM-HMM has no online CMN; train it "
+            "with global, speaker or utterance"
+        )
     if is_done(done, fingerprint=fp):
         print(f"train_mono: {a.exp_dir} already trained ({done}); skipping")
         return 0
@@ -66,8 +64,16 @@ def main(argv=None):
     # the global mean/variance for the flat start come from the training features themselves
     first = [featurize(reader[u]) for u, _ in chosen]
     mean, var = global_stats(first)
-    model = init_mono(lang, topology_text(lang.nonsil_ids, [lang.sil_id]), mean, var, g.feature_type, g.num_ceps,
-                      cmvn.mean, cmvn.inv_std)
+    model = init_mono(
+        lang,
+        topology_text(lang.nonsil_ids, [lang.sil_id]),
+        mean,
+        var,
+        g.feature_type,
+        g.num_ceps,
+        cmvn.mean,
+        cmvn.inv_std,
+    )
     del first
     compiler = GraphCompiler(model, lang, g.sil_prob)
     data = load_data(chosen, reader, featurize, compiler, lang)
@@ -76,13 +82,23 @@ def main(argv=None):
     data = [u for u in data if u.tids is not None]
     if not data:
         raise AsrError(f"no utterance of {a.train_set} could be flat-start aligned; see {a.exp_dir}/excluded.txt")
-    sched = MonoSchedule(num_iters=g.num_iters, max_iter_inc=min(g.max_iter_inc, max(1, g.num_iters - 1)),
-                         total_gauss=g.total_gauss, realign_iters=[i for i in KALDI_REALIGN_ITERS if i < g.num_iters],
-                         seed=g.seed)
+    sched = MonoSchedule(
+        num_iters=g.num_iters,
+        max_iter_inc=min(g.max_iter_inc, max(1, g.num_iters - 1)),
+        total_gauss=g.total_gauss,
+        realign_iters=[i for i in KALDI_REALIGN_ITERS if i < g.num_iters],
+        seed=g.seed,
+    )
     history = train_mono(model, data, sched)
-    summ = {**summary(history), "utterances": len(data), "excluded": len(excluded), "num_pdfs": int(model.tm.num_pdfs),
-            "feature_dim": int(data[0].feats.shape[1]), "wall_seconds": round(time.time() - t0, 1)}
-    model.info = {**summ, "cmvn": cfg.features.cmvn}   # steps.align / decode_gmm apply the same normalisation
+    summ = {
+        **summary(history),
+        "utterances": len(data),
+        "excluded": len(excluded),
+        "num_pdfs": int(model.tm.num_pdfs),
+        "feature_dim": int(data[0].feats.shape[1]),
+        "wall_seconds": round(time.time() - t0, 1),
+    }
+    model.info = {**summ, "cmvn": cfg.features.cmvn}  # steps.align / decode_gmm apply the same normalisation
     write_table(a.exp_dir / "excluded.txt", excluded)
     if excluded:
         log.warning("%d utterance(s) not used for training; see %s", len(excluded), a.exp_dir / "excluded.txt")

@@ -1,6 +1,7 @@
 """A mobile bundle of the tone model (tests/tone_model.py: a trained LSTM-CTC on synthetic tone "speech", with its
 TLG), made by the real ``steps.export_mobile`` (low rank + pruning, each with one fine-tuning epoch, int8, bundle).
 Built once per pytest session and shared by tests/test_export_streaming.py and tests/test_sherpa.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,14 +22,26 @@ def tone_bundle(tmp_path_factory, cmvn: str = "global") -> tuple[ToneModel, Path
         from steps import export_mobile
 
         cfg = yaml.safe_load((tm.root / "config.yaml").read_text())
-        cfg["export"] = {"rank_ratio": 0.25, "sparsity": 0.3, "finetune_epochs": 1, "finetune_lr": 0.002,
-                         "fp16": False}
+        cfg["export"] = {"rank_ratio": 0.25, "sparsity": 0.3, "finetune_epochs": 1, "finetune_lr": 0.002, "fp16": False}
         (out / "cfg").mkdir(parents=True, exist_ok=True)
         (out / "cfg" / "config.yaml").write_text(yaml.safe_dump(cfg))
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = export_mobile.main(["--config", str(out / "cfg" / "config.yaml"), "--model",
-                                     str(tm.exp / "final.pt"), "--data-dir", str(tm.data), "--feats-dir",
-                                     str(tm.fbank), "--lang-dir", str(tm.lang), "--out-dir", str(out)])
-        logging.getLogger().handlers.clear()   # the step logs to its own file; detach it again
+            rc = export_mobile.main(
+                [
+                    "--config",
+                    str(out / "cfg" / "config.yaml"),
+                    "--model",
+                    str(tm.exp / "final.pt"),
+                    "--data-dir",
+                    str(tm.data),
+                    "--feats-dir",
+                    str(tm.fbank),
+                    "--lang-dir",
+                    str(tm.lang),
+                    "--out-dir",
+                    str(out),
+                ]
+            )
+        logging.getLogger().handlers.clear()  # the step logs to its own file; detach it again
         assert rc == 0
     return tm, out

@@ -1,5 +1,6 @@
 """The `asr` command: transcribe files / directories / wav.scp (text and JSON lines), bad inputs reported while the
 others are still transcribed, --nj, package + info, clear fatal errors. Uses the tone model of tests/tone_model.py."""
+
 import json
 import os
 import shutil
@@ -12,8 +13,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from asrlib.cli_asr import collect_inputs, main
-from asrlib.io_utils import AsrError
+from asrlib.app.cli_asr import collect_inputs, main
+from asrlib.errors import AsrError
 from tone_model import SR, read_texts, tone_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def test_transcribe_dir_scp_and_files_text_and_jsonl(tm, capsys, tmp_path):
     ref = read_texts(tm.data / "test" / "text")
     rc, out, err = _run(capsys, "transcribe", tm.exp, wav_dir, "-q")
     assert rc == 0 and err == ""
-    assert read_texts_str(out) == ref                       # every test utterance right, keys = file names
+    assert read_texts_str(out) == ref  # every test utterance right, keys = file names
     rc, out_scp, _ = _run(capsys, "transcribe", tm.exp, tm.data / "test" / "wav.scp", "-q")
     assert rc == 0 and out_scp == out
     files = sorted(wav_dir.glob("*.wav"))[:2]
@@ -65,13 +66,19 @@ def test_bad_inputs_are_reported_and_the_rest_transcribed(tm, capsys, tmp_path):
     (tmp_path / "empty.wav").write_bytes(b"")
     (tmp_path / "junk.flac").write_bytes(b"\x00garbage" * 50)
     scp = tmp_path / "wav.scp"
-    scp.write_text(f"ok1 {good[0]}\npiped sox a.wav -t wav - |\nempty {tmp_path / 'empty.wav'}\n"
-                   f"junk {tmp_path / 'junk.flac'}\nmissing {tmp_path / 'nope.wav'}\nok2 {good[1]}\n")
+    scp.write_text(
+        f"ok1 {good[0]}\npiped sox a.wav -t wav - |\nempty {tmp_path / 'empty.wav'}\n"
+        f"junk {tmp_path / 'junk.flac'}\nmissing {tmp_path / 'nope.wav'}\nok2 {good[1]}\n"
+    )
     rc, out, err = _run(capsys, "transcribe", tm.exp, scp, "-q")
     assert rc == 1
     assert [line.split()[0] for line in out.splitlines()] == ["ok1", "ok2"]
-    for key, msg in [("piped", "only file paths"), ("empty", "empty file"), ("junk", "cannot read audio"),
-                     ("missing", "no such file")]:
+    for key, msg in [
+        ("piped", "only file paths"),
+        ("empty", "empty file"),
+        ("junk", "cannot read audio"),
+        ("missing", "no such file"),
+    ]:
         assert f"ERROR [asr]: {key}: " in err and msg in err, (key, err)
     assert "4 of 6 inputs failed" in err
     rc, out, _ = _run(capsys, "transcribe", tm.exp, scp, "-q", "--format", "jsonl")
@@ -111,7 +118,7 @@ def test_package_info_and_verify(tm, capsys, tmp_path):
     with pytest.raises(AsrError, match="already exists"):
         main(["package", str(tm.exp), str(tm.lang), str(pkg)])
     words = pkg / "lang" / "words.txt"
-    words.write_text(words.read_text().replace("W1", "W9"))   # same size, other content
+    words.write_text(words.read_text().replace("W1", "W9"))  # same size, other content
     with pytest.raises(AsrError, match="lang/words.txt: checksum differs"):
         main(["info", str(pkg), "--verify"])
 
@@ -119,12 +126,16 @@ def test_package_info_and_verify(tm, capsys, tmp_path):
 def test_nj_and_fatal_errors(tm, capsys, tmp_path, monkeypatch):
     """--nj 2 (a separate process, as users run it) gives the --nj 1 output; a broken model is one ERROR line
     and exit status 2 from the console entry point."""
-    from asrlib.cli_asr import console_main
+    from asrlib.app.cli_asr import console_main
 
     wav_dir = tm.root / "wav" / "test"
     rc, one, _ = _run(capsys, "transcribe", tm.exp, wav_dir, "-q")
-    two = subprocess.run([sys.executable, "-m", "asrlib.cli_asr", "transcribe", str(tm.exp), str(wav_dir), "-q",
-                          "--nj", "2"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    two = subprocess.run(
+        [sys.executable, "-m", "asrlib.app.cli_asr", "transcribe", str(tm.exp), str(wav_dir), "-q", "--nj", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert rc == 0 and two.returncode == 0, two.stderr
     assert two.stdout == one and len(one.splitlines()) == 8
 
@@ -137,8 +148,10 @@ def test_nj_and_fatal_errors(tm, capsys, tmp_path, monkeypatch):
         console_main()
     err = capsys.readouterr().err
     assert e.value.code == 2 and "Traceback" not in err
-    assert err.strip() == f"ERROR [asr]: lang dir {broken / 'lang'} lacks lexicon.txt; run the lang stage " \
-                          f"(steps.prepare_lang)"
+    assert (
+        err.strip() == f"ERROR [asr]: lang dir {broken / 'lang'} lacks lexicon.txt; run the lang stage "
+        f"(steps.prepare_lang)"
+    )
 
 
 def test_console_script_installed():

@@ -1,8 +1,9 @@
 """Score fusion of CTC log-posteriors (steps.combine_logprobs): the two rules, weights, and clear errors."""
+
 import numpy as np
 import pytest
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.kaldi_io import read_matrix, read_scp, write_matrices
 from steps.combine_logprobs import fuse, main
 

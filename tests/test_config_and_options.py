@@ -1,11 +1,12 @@
 """Recipe config validation and Kaldi-style run.sh option parsing."""
+
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from asrlib.config import load_config, set_lang_config, set_lang_dir
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,9 +47,12 @@ def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
     with pytest.raises(AsrError, match=r"decode\.set_grammars: wrong type"):
         load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars=[one_word]"])
     with pytest.raises(AsrError, match=r"decode\.set_grammars\.test must be one of .*got 'one_wrd'"):
-        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: one_wrd}"])   # a typo: at load
-    assert set_lang_dir("data/lang", load_config(ROOT / "recipes/digits/config.yaml", [
-        "decode.set_grammars={test: words_8}"]).decode, "test") == Path("data/lang_words_8")   # known length
+        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: one_wrd}"])  # a typo: at load
+    assert set_lang_dir(
+        "data/lang",
+        load_config(ROOT / "recipes/digits/config.yaml", ["decode.set_grammars={test: words_8}"]).decode,
+        "test",
+    ) == Path("data/lang_words_8")  # known length
     for bad in ("words_0", "words_N", "words_08", "words_1000"):
         with pytest.raises(AsrError, match=r"decode\.set_grammars\.test must be one of"):
             load_config(ROOT / "recipes/digits/config.yaml", [f"decode.set_grammars={{test: {bad}}}"])
@@ -58,18 +62,22 @@ def test_set_grammars_map_eval_sets_to_lang_dirs(tmp_path):
 
 def test_set_words_name_the_sets_lang_dir_and_settings():
     digits = ROOT / "recipes/digits/config.yaml"
-    cfg = load_config(digits, ["decode.set_grammars={test: one_word, dev: words_2}", "decode.set_words={test: [one, Two ]}"])
-    assert set_lang_dir("data/lang", cfg.decode, "test") == Path("data/lang_test")     # its own words: lang_<set>
+    cfg = load_config(
+        digits, ["decode.set_grammars={test: one_word, dev: words_2}", "decode.set_words={test: [one, Two ]}"]
+    )
+    assert set_lang_dir("data/lang", cfg.decode, "test") == Path("data/lang_test")  # its own words: lang_<set>
     assert set_lang_dir("data/lang", cfg.decode, "dev") == Path("data/lang_words_2")
     test, dev, main = (set_lang_config(cfg, s) for s in ("test", "dev", None))
-    assert (test.grammar, test.grammar_words) == ("one_word", ["ONE", "TWO"])         # upper-cased, stripped
+    assert (test.grammar, test.grammar_words) == ("one_word", ["ONE", "TWO"])  # upper-cased, stripped
     assert (dev.grammar, dev.grammar_words) == ("words_2", None) and main == cfg.lang
-    only_words = load_config(digits, ["decode.set_words={test: [ONE]}"])               # the main grammar, fewer words
+    only_words = load_config(digits, ["decode.set_words={test: [ONE]}"])  # the main grammar, fewer words
     assert set_lang_config(only_words, "test").grammar == cfg.lang.grammar
-    for bad, msg in [("decode.set_words={test: []}", r"decode\.set_words\.test must be a non-empty list"),
-                     ("decode.set_words={test: [ONE, '']}", r"decode\.set_words\.test must be a non-empty list"),
-                     ("lang.grammar_words=[]", r"lang\.grammar_words must be a non-empty list"),
-                     ("decode.set_words={test: ONE}", r"decode\.set_words: wrong type")]:
+    for bad, msg in [
+        ("decode.set_words={test: []}", r"decode\.set_words\.test must be a non-empty list"),
+        ("decode.set_words={test: [ONE, '']}", r"decode\.set_words\.test must be a non-empty list"),
+        ("lang.grammar_words=[]", r"lang\.grammar_words must be a non-empty list"),
+        ("decode.set_words={test: ONE}", r"decode\.set_words: wrong type"),
+    ]:
         with pytest.raises(AsrError, match=msg):
             load_config(digits, [bad])
     with pytest.raises(AsrError, match=r"restricts a word loop .* grammar arpa"):
@@ -77,8 +85,10 @@ def test_set_words_name_the_sets_lang_dir_and_settings():
 
 
 def _parse(args):
-    script = ('stage=1\nstop_stage=6\n__po_options="stage stop_stage"\n'
-              f'. {ROOT}/utils/parse_options.sh\necho "$stage $stop_stage $*"\n')
+    script = (
+        'stage=1\nstop_stage=6\n__po_options="stage stop_stage"\n'
+        f'. {ROOT}/utils/parse_options.sh\necho "$stage $stop_stage $*"\n'
+    )
     return subprocess.run(["bash", "-c", script, "x", *args], capture_output=True, text=True)
 
 

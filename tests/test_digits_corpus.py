@@ -1,4 +1,5 @@
 """The synthetic digits corpus: determinism, speaker disjointness, manifests vs. data dirs, resuming."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,8 @@ import pytest
 import soundfile as sf
 
 from asrlib.data.kaldi_dir import read_data_dir, validate_data_dir
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from local.digits import SPLITS, WORDS, prepare_digits, split_counts
 
 COUNTS = {"train": 12, "dev": 4, "test": 4}
@@ -63,6 +65,7 @@ def test_data_dirs_valid_and_utt_ids_prefixed_by_speaker(corpus):
 
 def test_manifests_parse_and_agree_with_data_dirs(corpus):
     from lhotse import CutSet, RecordingSet, SupervisionSet
+
     for s in SPLITS:
         m = corpus / "manifests"
         cuts = CutSet.from_file(m / f"digits_cuts_{s}.jsonl.gz")
@@ -95,7 +98,7 @@ def test_resume_regenerates_only_missing_wavs(corpus, tmp_path):
     (out / ".digits.dev.done").unlink()
     prepare_digits(out, seed=3, noise_fraction=0.5, nj=1, counts=counts)
     assert wavs[0].read_bytes() == original
-    assert wavs[1].stat().st_mtime == 1          # the complete wav was not synthesised again
+    assert wavs[1].stat().st_mtime == 1  # the complete wav was not synthesised again
     assert not list((out / "wav" / "dev").glob(".*.tmp"))
     assert _wavs(out) == {k: v for k, v in _wavs(corpus).items() if k.startswith("wav/dev/")}
 
@@ -103,7 +106,7 @@ def test_resume_regenerates_only_missing_wavs(corpus, tmp_path):
 def test_rerun_with_other_settings_is_refused(corpus):
     with pytest.raises(AsrError, match="other settings"):
         prepare_digits(corpus, seed=99, noise_fraction=0.5, nj=1, counts=COUNTS)
-    cuts = prepare_digits(corpus, seed=3, noise_fraction=0.5, nj=1, counts=COUNTS)   # complete: skipped
+    cuts = prepare_digits(corpus, seed=3, noise_fraction=0.5, nj=1, counts=COUNTS)  # complete: skipped
     assert {s: len(c) for s, c in cuts.items()} == COUNTS
 
 
@@ -121,7 +124,7 @@ def test_train_scale_scales_train_alone_and_keeps_dev_and_test(corpus, tmp_path)
     assert split_counts(0.1, 1.5) == {"train": 450, "dev": 30, "test": 30}
     with pytest.raises(AsrError, match="train-scale"):
         split_counts(1.0, 0.0)
-    bigger = tmp_path / "bigger"   # more training utterances: the dev set is the same, wav for wav
+    bigger = tmp_path / "bigger"  # more training utterances: the dev set is the same, wav for wav
     prepare_digits(bigger, seed=3, noise_fraction=0.5, nj=2, counts={"train": 15, "dev": 4})
     dev = {k: v for k, v in _wavs(corpus).items() if k.startswith("wav/dev/")}
     assert dev and dev == {k: v for k, v in _wavs(bigger).items() if k.startswith("wav/dev/")}

@@ -2,6 +2,7 @@
 a learner with no data at all (more learners than batches) takes part in every step and says so in its log; each
 algorithm trains to a dev loss below a bound a single learner reaches; H-ADPSGD runs as 2 simulated nodes x 2
 learners with identical models inside each node; hierarchical model averaging on 2 levels."""
+
 import logging
 import os
 
@@ -9,9 +10,9 @@ import pytest
 import torch
 
 from asrlib.config import load_config
-from asrlib.dist import ALGOS
-from asrlib.dist.harness import run_learners, run_toy_scenarios, train_toy
-from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from asrlib.parallel import ALGOS
+from asrlib.parallel.harness import run_learners, run_toy_scenarios, train_toy
+from helpers import make_toy_ctc_setup, toy_config_yaml
 from asrlib.train.data import CtcDataset, make_batches
 
 
@@ -20,18 +21,27 @@ def _dev(run):
 
 
 def test_uneven_shard_ends_do_not_deadlock(tmp_path):
-    setup = make_toy_ctc_setup(tmp_path / "toy")   # 9 batches per epoch at 2 s
+    setup = make_toy_ctc_setup(tmp_path / "toy")  # 9 batches per epoch at 2 s
     cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, checkpoint_every=3)
-    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
-                      exp_dir=str(tmp_path / a), uneven=[6, 2], watch=True) for a in ALGOS]
-    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=150)   # a deadlock fails here
+    scenarios = [
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+            exp_dir=str(tmp_path / a),
+            uneven=[6, 2],
+            watch=True,
+        )
+        for a in ALGOS
+    ]
+    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=150)  # a deadlock fails here
     for i, algo in enumerate(ALGOS):
         r0, r1 = res[0][i], res[1][i]
-        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 6, algo   # 4 padding steps on learner 1
+        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 6, algo  # 4 padding steps on learner 1
         assert r0["identity"]["max_diff"] < 1e-6, algo
-        for k in r0["params"]:   # every algorithm leaves all learners with the final model
+        for k in r0["params"]:  # every algorithm leaves all learners with the final model
             assert torch.allclose(r0["params"][k], r1["params"][k], atol=1e-6), (algo, k)
-        assert _dev(r0)[0] < 1.6, algo   # log(5) = 1.61 is the untrained loss
+        assert _dev(r0)[0] < 1.6, algo  # log(5) = 1.61 is the untrained loss
 
 
 class _Messages(logging.Handler):
@@ -55,18 +65,30 @@ def test_learner_with_an_empty_shard_does_not_hang_and_says_so(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 3, "dev": 2})
     cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=2, batch_seconds=4.0)
     c = load_config(cfg)
-    ds = CtcDataset(setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text", setup / "lang",
-                    setup / "fbank" / "train" / "cmvn.scp", c.model.stack)
-    assert len(make_batches(ds.utts, int(c.train.batch_seconds * 100), c.train.seed, 0)) == 1   # 2 learners
-    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
-                      exp_dir=str(tmp_path / a)) for a in ALGOS]
-    res = run_learners(_toy_scenarios_with_log, 2, args=(scenarios,), timeout=150)   # a hang fails here
+    ds = CtcDataset(
+        setup / "fbank" / "train" / "feats.scp",
+        setup / "data" / "train" / "text",
+        setup / "lang",
+        setup / "fbank" / "train" / "cmvn.scp",
+        c.model.stack,
+    )
+    assert len(make_batches(ds.utts, int(c.train.batch_seconds * 100), c.train.seed, 0)) == 1  # 2 learners
+    scenarios = [
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+            exp_dir=str(tmp_path / a),
+        )
+        for a in ALGOS
+    ]
+    res = run_learners(_toy_scenarios_with_log, 2, args=(scenarios,), timeout=150)  # a hang fails here
     for i, algo in enumerate(ALGOS):
         r0, r1 = res[0]["runs"][i], res[1]["runs"][i]
-        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 2, algo   # learner 1: one empty step per epoch
+        assert r0["summary"]["steps"] == r1["summary"]["steps"] == 2, algo  # learner 1: one empty step per epoch
         for k in r0["params"]:
             assert torch.allclose(r0["params"][k], r1["params"][k], atol=1e-6), (algo, k)
-    for epoch in (1, 2):   # every scenario, every epoch: learner 1 says it has no data, learner 0 does not
+    for epoch in (1, 2):  # every scenario, every epoch: learner 1 says it has no data, learner 0 does not
         line = f"learner 1 of 2 has no data in epoch {epoch} (fewer batches than learners)"
         assert sum(line in m for m in res[1]["log"]) == len(ALGOS), res[1]["log"]
     assert not any("has no data" in m for m in res[0]["log"]), res[0]["log"]
@@ -79,7 +101,7 @@ def toy(tmp_path_factory):
     cfg = toy_config_yaml(root / "c.yaml", epochs=6, checkpoint_every=1000)
     os.environ.pop("RANK", None)
     torch.set_num_threads(1)
-    single = train_toy(0, 1, str(setup), str(cfg), [], str(root / "single"))   # algo local, one process
+    single = train_toy(0, 1, str(setup), str(cfg), [], str(root / "single"))  # algo local, one process
     # bound: 1.3 x the dev loss one learner reaches after 2 of its 6 epochs
     return root, setup, cfg, 1.3 * _dev(single)[1]
 
@@ -87,8 +109,15 @@ def toy(tmp_path_factory):
 def test_every_algorithm_trains_below_single_learner_bound(toy):
     root, setup, cfg, bound = toy
     algos = ["sync", "ma", "bmuf", "adpsgd", "asgd", "ring"]
-    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
-                      exp_dir=str(root / a)) for a in algos]
+    scenarios = [
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=[f"train.dist.algo={a}", "train.dist.period=2"],
+            exp_dir=str(root / a),
+        )
+        for a in algos
+    ]
     res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=240)
     for i, algo in enumerate(algos):
         dev = _dev(res[0][i])
@@ -103,15 +132,26 @@ def test_every_algorithm_trains_below_single_learner_bound(toy):
 
 def test_hadpsgd_two_simulated_nodes_and_hierarchical_averaging(toy):
     root, setup, cfg, bound = toy
-    scenarios = [dict(setup=str(setup), config=str(cfg), overrides=["train.dist.algo=hadpsgd", "train.epochs=10"],
-                      exp_dir=str(root / "hadpsgd"), watch=True),
-                 dict(setup=str(setup), config=str(cfg),
-                      overrides=["train.dist.algo=ma", "train.dist.period=4", "train.dist.node_period=2",
-                                 "train.epochs=1"], exp_dir=str(root / "hier_ma"), watch=True)]
+    scenarios = [
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=["train.dist.algo=hadpsgd", "train.epochs=10"],
+            exp_dir=str(root / "hadpsgd"),
+            watch=True,
+        ),
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=["train.dist.algo=ma", "train.dist.period=4", "train.dist.node_period=2", "train.epochs=1"],
+            exp_dir=str(root / "hier_ma"),
+            watch=True,
+        ),
+    ]
     res = run_learners(run_toy_scenarios, 4, args=(scenarios,), env={"LOCAL_WORLD_SIZE": "2"}, timeout=240)
     had = res[0][0]
     assert had["algo"]["node_size"] == 2 and had["identity"]["checks"] > 0
-    assert had["identity"]["max_diff"] < 1e-6     # learners of a node stay identical
+    assert had["identity"]["max_diff"] < 1e-6  # learners of a node stay identical
     assert had["algo"]["gossip_exchanges"] > 0 and res[2][0]["algo"]["merges_applied"] > 0
     assert _dev(had)[-1] < bound, (_dev(had), bound)
     hier = res[0][1]

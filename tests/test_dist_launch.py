@@ -1,6 +1,7 @@
 """The torchrun launcher (steps.train_dist): 2 learners train through steps.train; a run whose learners are
 SIGKILLed mid-epoch resumes from the last checkpoint on rerun and ends bit-identical to an uninterrupted run; only
 rank 0 writes final.pt and the done marker, every learner writes its own log and communication summary."""
+
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from helpers import make_toy_ctc_setup, toy_config_yaml, toy_dirs
 from steps.train_dist import torchrun_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,16 +24,32 @@ def test_torchrun_args():
 
 
 def _launch(setup: Path, cfg: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "steps.train_dist", "--num-learners", "2", "--threads-per-learner", "1", "--",
-           "--config", str(cfg), "--set", "train.dist.algo=sync", "--data-dir", str(setup / "data"),
-           "--feats-dir", str(setup / "fbank"), "--lang-dir", str(setup / "lang"), "--exp-dir", str(exp), *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "steps.train_dist",
+        "--num-learners",
+        "2",
+        "--threads-per-learner",
+        "1",
+        "--",
+        "--config",
+        str(cfg),
+        "--set",
+        "train.dist.algo=sync",
+        *toy_dirs(setup),
+        "--exp-dir",
+        str(exp),
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
 
 
 def test_killed_distributed_run_resumes_exactly(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy")
-    cfg = toy_config_yaml(tmp_path / "c.yaml", checkpoint_every=3)   # 5 steps per learner per epoch
+    cfg = toy_config_yaml(tmp_path / "c.yaml", checkpoint_every=3)  # 5 steps per learner per epoch
     ref = _launch(setup, cfg, tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-3000:]
     exp = tmp_path / "res"

@@ -2,14 +2,19 @@
 and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum; also with
 the block exchange overlapped, which a checkpoint completes) and ring (the travelling model), with dropout and
 SpecAugment on (every learner's RNG is checkpointed) and Adam."""
-import pytest
+
 import torch
 
-from asrlib.dist.harness import run_learners, run_toy_scenarios
-from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from asrlib.parallel.harness import run_learners, run_toy_scenarios
+from helpers import make_toy_ctc_setup, toy_config_yaml
 
-ALGOS = {"sync": [], "ma": ["train.dist.period=3"], "bmuf": ["train.dist.period=3"], "ring": [],
-         "bmuf_overlap": ["train.dist.period=3", "train.dist.overlap=true"]}
+ALGOS = {
+    "sync": [],
+    "ma": ["train.dist.period=3"],
+    "bmuf": ["train.dist.period=3"],
+    "ring": [],
+    "bmuf_overlap": ["train.dist.period=3", "train.dist.overlap=true"],
+}
 
 
 def test_resume_is_exact(tmp_path):
@@ -18,18 +23,23 @@ def test_resume_is_exact(tmp_path):
     scenarios = []
     for algo, ov in ALGOS.items():
         common = dict(setup=str(setup), config=str(cfg), overrides=[f"train.dist.algo={algo.split('_')[0]}", *ov])
-        scenarios += [dict(common, exp_dir=str(tmp_path / f"{algo}_ref")),
-                      dict(common, exp_dir=str(tmp_path / f"{algo}_res"), stop_after=4),   # mid-block, mid-epoch
-                      dict(common, exp_dir=str(tmp_path / f"{algo}_res"))]
+        scenarios += [
+            dict(common, exp_dir=str(tmp_path / f"{algo}_ref")),
+            dict(common, exp_dir=str(tmp_path / f"{algo}_res"), stop_after=4),  # mid-block, mid-epoch
+            dict(common, exp_dir=str(tmp_path / f"{algo}_res")),
+        ]
     res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=150)
     for rank in range(2):
         for i, algo in enumerate(ALGOS):
-            ref, stopped, resumed = res[rank][3 * i: 3 * i + 3]
+            ref, stopped, resumed = res[rank][3 * i : 3 * i + 3]
             assert stopped == {"stopped_at": 4}
             assert resumed["summary"]["steps"] == ref["summary"]["steps"] == 10
             for k in ref["params"]:
                 assert torch.equal(ref["params"][k], resumed["params"][k]), (algo, rank, k)
-            dev = lambda r: [m["loss"] for m in r["metrics"] if m["kind"] == "dev"]
+
+            def dev(r):
+                return [m["loss"] for m in r["metrics"] if m["kind"] == "dev"]
+
             assert dev(ref) == dev(resumed), algo
     ck = torch.load(tmp_path / "bmuf_res" / "checkpoints" / "latest.pt", weights_only=False)["algo"]
     assert ck["world_size"] == 2 and len(ck["per_rank"]) == 2

@@ -1,10 +1,11 @@
 """The timing model: the slides' ring formula (linear, then saturating), link fitting, the scaling report CLI."""
+
 import json
 import math
 
 import pytest
 
-from asrlib.dist.timing import LINKS, Link, TimingParams, fit_link, ring_wait, save_params, speedup, step_time
+from asrlib.parallel.timing import LINKS, Link, TimingParams, fit_link, ring_wait, save_params, speedup, step_time
 
 
 def _params(**kw):
@@ -18,7 +19,7 @@ def test_ring_matches_the_slides():
     for n in range(1, 65):
         expected = n * (tc + tm) / (tc + tm + max(n * tt + (n - 1) * tm - tc, 0.0))
         assert speedup("ring", n, p) == pytest.approx(expected)
-        if n * (tt + tm) <= tc + tm:               # the lap fits in one T_calc: linear
+        if n * (tt + tm) <= tc + tm:  # the lap fits in one T_calc: linear
             assert speedup("ring", n, p) == pytest.approx(n)
     # beyond that it saturates near (T_calc + T_merge) / (T_transmit + T_merge)
     assert speedup("ring", 4096, p) == pytest.approx((tc + tm) / (tt + tm), rel=0.01)
@@ -45,11 +46,27 @@ def test_fit_link_recovers_latency_and_bandwidth():
 
 def test_scaling_report_cli(tmp_path):
     from steps.scaling_report import main
+
     save_params(tmp_path / "params.json", _params(cores=2))
     measured = [{"algo": "sync", "n": 1, "step_s": 0.102}, {"algo": "ring", "n": 2, "step_s": 0.11}]
     (tmp_path / "m.json").write_text(json.dumps(measured))
-    assert main(["--params", str(tmp_path / "params.json"), "--measured", str(tmp_path / "m.json"), "--link",
-                 "eth100", "--max-n", "16", "--out-dir", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "--params",
+                str(tmp_path / "params.json"),
+                "--measured",
+                str(tmp_path / "m.json"),
+                "--link",
+                "eth100",
+                "--max-n",
+                "16",
+                "--out-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     out = json.loads((tmp_path / "out" / "scaling.json").read_text())
     assert [n for n, _ in out["speedup"]["sync"]] == [1, 2, 4, 8, 16]
     v = out["validation"][0]
@@ -67,18 +84,20 @@ def test_measured_contention_scales_compute_and_extrapolates(tmp_path):
     assert step_time("ma", 2, p) == pytest.approx(1.1 * (0.1 + 0.002) + (p.allreduce(2) + 1.1 * 0.002) / 4)
     assert _params(cores=2).slowdown(4) == 2.0 and _params(cores=2).slowdown(2) == 1.0
     assert _params(contention={2: 3.0}).slowdown(2) == 1.0
-    from asrlib.dist.timing import load_params
-    save_params(tmp_path / "p.json", p)   # JSON keys are strings: read back as learner counts
+    from asrlib.parallel.timing import load_params
+
+    save_params(tmp_path / "p.json", p)  # JSON keys are strings: read back as learner counts
     assert load_params(tmp_path / "p.json").slowdown(4) == pytest.approx(2.3)
 
 
 def test_timed_allreduce_replaces_the_point_to_point_figures_on_its_link(tmp_path):
-    from asrlib.dist.timing import fit_allreduce, load_params
+    from asrlib.parallel.timing import fit_allreduce, load_params
+
     ar = fit_allreduce([(n, b, 2 * (n - 1) * 1e-3 + 2 * (n - 1) / n * b / 1e8) for n in (2, 4) for b in (1e5, 4e6)])
     assert ar.latency == pytest.approx(1e-3, rel=1e-6) and ar.bandwidth == pytest.approx(1e8, rel=1e-6)
     p = _params(allreduce_link=ar)
-    assert p.allreduce(2) == pytest.approx(2e-3 + 4e6 / 1e8)              # the timed collective, not the link's
+    assert p.allreduce(2) == pytest.approx(2e-3 + 4e6 / 1e8)  # the timed collective, not the link's
     assert _params().allreduce(2) == pytest.approx(2e-4 + 4e6 / 1e9)
-    assert p.allreduce(2, LINKS["nvlink"]) == _params().allreduce(2, LINKS["nvlink"])   # another link: its own
+    assert p.allreduce(2, LINKS["nvlink"]) == _params().allreduce(2, LINKS["nvlink"])  # another link: its own
     save_params(tmp_path / "p.json", p)
     assert load_params(tmp_path / "p.json").allreduce(4) == pytest.approx(p.allreduce(4))

@@ -1,5 +1,6 @@
 """The whole digits recipe end to end on tiny settings: Snakemake trains (stages 1–4), run.sh finishes (5–6) and
 skips what Snakemake already made — one definition per stage, two front-ends."""
+
 import json
 import os
 import shutil
@@ -11,12 +12,17 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("espeak-ng", "flite", "sox")),
-                                reason="espeak-ng, flite and sox are needed (make install puts them there)")
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("espeak-ng", "flite", "sox")),
+    reason="espeak-ng, flite and sox are needed (make install puts them there)",
+)
 
 # Tiny settings: 360/36/36 utterances, a small LSTM, 20 short epochs (a few minutes on 2 cores).
-TINY = {"data": {"size": 0.12, "train_scale": 1.0}, "model": {"num_layers": 2, "hidden_size": 160, "proj_size": 0},
-        "train": {"epochs": 20, "batch_seconds": 10, "lr": 0.003, "warmup_steps": 50, "checkpoint_every": 100}}
+TINY = {
+    "data": {"size": 0.12, "train_scale": 1.0},
+    "model": {"num_layers": 2, "hidden_size": 160, "proj_size": 0},
+    "train": {"epochs": 20, "batch_seconds": 10, "lr": 0.003, "warmup_steps": 50, "checkpoint_every": 100},
+}
 WER_BOUND = 40.0  # %; this tiny run measured 14.2 % test TLG WER (22.8 % dev) on 2 cores; test voices unseen
 
 
@@ -34,8 +40,20 @@ def test_digits_recipe_end_to_end(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    snake = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--cores", "2", "-q",
-             "--config", f"recipe_config={cfg}", f"workdir={work}", f"python={sys.executable}"]
+    snake = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--cores",
+        "2",
+        "-q",
+        "--config",
+        f"recipe_config={cfg}",
+        f"workdir={work}",
+        f"python={sys.executable}",
+    ]
     r = subprocess.run(snake[:5] + ["train"] + snake[5:], cwd=ROOT, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (work / "exp/lstm_ctc/final.pt").is_file()
@@ -48,18 +66,31 @@ def test_digits_recipe_end_to_end(tmp_path):
     assert (work / "data/manifests/digits_cuts_train.jsonl.gz").is_file()
     assert (work / "data/lang/TLG.fst").is_file() and (work / "exp/lstm_ctc/loss.png").is_file()
 
-    run_sh = [str(ROOT / "recipes/digits/run.sh"), "--config", str(cfg), "--data", str(work / "data"),
-              "--exp", str(work / "exp/lstm_ctc"), "--python", sys.executable]
+    run_sh = [
+        str(ROOT / "recipes/digits/run.sh"),
+        "--config",
+        str(cfg),
+        "--data",
+        str(work / "data"),
+        "--exp",
+        str(work / "exp/lstm_ctc"),
+        "--python",
+        sys.executable,
+    ]
     r = subprocess.run(run_sh, cwd=ROOT, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "already trained" in r.stdout  # stage 4 skipped: Snakemake's model is reused
     results = (work / "exp/lstm_ctc/RESULTS.md").read_text()
-    wer = {(s, m): json.loads((work / f"exp/lstm_ctc/decode_{s}_{m}/wer.json").read_text())["wer"]
-           for s in ("dev", "test") for m in ("greedy", "tlg")}
+    wer = {
+        (s, m): json.loads((work / f"exp/lstm_ctc/decode_{s}_{m}/wer.json").read_text())["wer"]
+        for s in ("dev", "test")
+        for m in ("greedy", "tlg")
+    }
     print("tiny recipe WER:", wer)
     assert wer[("test", "tlg")] < WER_BOUND, results
     assert "| test |" in results
     # logprobs are a Kaldi archive readable by the library
     from asrlib.kaldi_io import MatrixReader
+
     lp = MatrixReader(work / "exp/lstm_ctc/logprobs_test/logprobs.scp")
     assert len(lp) == len((work / "data/test/text").read_text().splitlines())

@@ -2,6 +2,7 @@
 peepholes on/off, low-rank bottleneck, CMVN folded; the ``ops``, ``lstm`` and ``hybrid`` recurrences), int8 really
 quantized (Scan body and LSTM nodes included) with chunked int8 equal to whole-utterance int8, fp16, clear
 errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,16 @@ import torch
 
 from asrlib.config import ModelConfig
 from asrlib.export import prune
-from asrlib.export.onnx_model import (OnnxAcousticModel, ScanAcousticModel, export_onnx, ort_session,
-                                      torch_reference, verify_onnx)
+from asrlib.export.onnx_model import (
+    OnnxAcousticModel,
+    ScanAcousticModel,
+    export_onnx,
+    ort_session,
+    torch_reference,
+    verify_onnx,
+)
 from asrlib.export.quantize import convert_fp16_weights, op_report, quantize_int8
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.models.lstm import build_model
 
 FEAT = 24
@@ -21,8 +28,11 @@ FEAT = 24
 
 def _model(peephole: bool, num_layers: int = 2, seed: int = 0):
     torch.manual_seed(seed)
-    m = build_model(FEAT, 9, ModelConfig(num_layers=num_layers, hidden_size=48, proj_size=16, peephole=peephole,
-                                         stack=3, dropout=0.0)).eval()
+    m = build_model(
+        FEAT,
+        9,
+        ModelConfig(num_layers=num_layers, hidden_size=48, proj_size=16, peephole=peephole, stack=3, dropout=0.0),
+    ).eval()
     rng = np.random.default_rng(seed)
     return m, rng.normal(5, 2, FEAT).astype(np.float32), (1 / rng.uniform(0.5, 3, FEAT)).astype(np.float32)
 
@@ -47,8 +57,9 @@ def plain(tmp_path_factory):
 
 def _no_proj_model(peephole: bool, ranks, seed: int):
     torch.manual_seed(seed)
-    m = build_model(FEAT, 9, ModelConfig(num_layers=3, hidden_size=20, proj_size=0, peephole=peephole, stack=3,
-                                         dropout=0.0)).eval()
+    m = build_model(
+        FEAT, 9, ModelConfig(num_layers=3, hidden_size=20, proj_size=0, peephole=peephole, stack=3, dropout=0.0)
+    ).eval()
     prune.low_rank_factorize(m, ranks=ranks)
     rng = np.random.default_rng(seed)
     return m, rng.normal(5, 2, FEAT).astype(np.float32), (1 / rng.uniform(0.5, 3, FEAT)).astype(np.float32)
@@ -64,8 +75,14 @@ def lstm_nodes(tmp_path_factory):
         m, mean, inv = _no_proj_model(peephole, ranks, seed=3)
         core = ScanAcousticModel.from_model(m, mean, inv, recurrence="auto" if rec == "hybrid" else rec)
         assert core.recurrence == rec
-        out[rec] = (m, mean, inv, export_onnx(core, d / f"{rec}.onnx"),
-                    export_onnx(core, d / f"{rec}.str.onnx", streaming=True), core)
+        out[rec] = (
+            m,
+            mean,
+            inv,
+            export_onnx(core, d / f"{rec}.onnx"),
+            export_onnx(core, d / f"{rec}.str.onnx", streaming=True),
+            core,
+        )
     return out
 
 
@@ -80,7 +97,7 @@ def test_lstm_node_recurrences_match_torch(lstm_nodes):
         assert verify_onnx(spath, m, mean, inv, lengths=(33, 150)) <= 1e-4, rec
         assert OnnxAcousticModel(path).meta["recurrence"] == rec
         x = (mean + np.random.default_rng(4).normal(0, 1, (2, 47, FEAT)) / inv).astype(np.float32)
-        with torch.no_grad():   # the module itself (torch ops where the export has LSTM nodes) agrees too
+        with torch.no_grad():  # the module itself (torch ops where the export has LSTM nodes) agrees too
             eager = core(torch.from_numpy(x), torch.tensor([47, 47]))[0].numpy()
         assert np.abs(eager - torch_reference(m, mean, inv, x, np.array([47, 47]))).max() <= 1e-4
     scan_body = lambda rep: [x for x in rep["float_matmuls"] if not x.startswith("main_graph/")]  # noqa: E731
@@ -102,7 +119,7 @@ def test_lstm_nodes_int8_chunked_equals_whole_utterance(lstm_nodes):
         x = (mean + rng.normal(0, 1, (1, 201, FEAT)) / inv).astype(np.float32)
         fp = OnnxAcousticModel(path).log_probs(x[0])
         q8 = OnnxAcousticModel(path.with_suffix(".int8.onnx")).log_probs(x[0])
-        assert 0 < np.abs(q8 - fp).max() < 0.1, rec   # really int8 (not bit-equal), and close
+        assert 0 < np.abs(q8 - fp).max() < 0.1, rec  # really int8 (not bit-equal), and close
         f16 = OnnxAcousticModel(convert_fp16_weights(path, path.with_suffix(".f16.onnx"))).log_probs(x[0])
         assert np.abs(f16 - fp).max() < 1e-2, rec
         pc = quantize_int8(path, path.with_suffix(".pc.onnx"), per_channel=True)
@@ -147,7 +164,7 @@ def test_online_cmn_is_in_both_graphs_and_streams_exactly(tmp_path):
     with pytest.raises(AsrError, match="differs from PyTorch"):
         verify_onnx(off, m, mean, inv, lengths=(40, 301), online_prior=5.0)
     with pytest.raises(AsrError, match="differs from PyTorch"):
-        verify_onnx(off, m, mean, inv, lengths=(40, 301))            # global only: not the same network
+        verify_onnx(off, m, mean, inv, lengths=(40, 301))  # global only: not the same network
     assert OnnxAcousticModel(off).meta["cmvn"] == "folded+online"
     x = (mean + 2.0 + np.random.default_rng(8).normal(0, 1, (201, FEAT)) / inv).astype(np.float32)  # off-mean
     quantize_int8(off, tmp_path / "on.int8.onnx")
@@ -203,7 +220,7 @@ def test_int8_quantizes_every_matmul_including_the_scan_body(peephole_lowrank, p
     assert (pd / "off.int8.onnx").stat().st_size < 0.4 * ppath.stat().st_size
     assert all(not x.startswith("main_graph/") for x in op_report(pd / "off.int8.onnx")["int8_matmuls"])
     meta = OnnxAcousticModel(pd / "off.int8.onnx").session.get_modelmeta().custom_metadata_map
-    assert meta["precision"] == "int8" and meta["recurrence"] == "ops"   # LSTMP: no ONNX LSTM node, the auto pick
+    assert meta["precision"] == "int8" and meta["recurrence"] == "ops"  # LSTMP: no ONNX LSTM node, the auto pick
 
 
 def test_fp16_weights(plain):

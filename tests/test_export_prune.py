@@ -1,5 +1,6 @@
 """Compression: SVD bottlenecks (exact at full rank, fewer parameters at low rank), magnitude pruning whose masks
 survive fine-tuning with the recipe's Trainer, and the compressed model file round trip."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,9 @@ import torch
 
 from asrlib.config import ModelConfig, load_config
 from asrlib.export import prune
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.models.lstm import build_model, count_parameters
-from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from helpers import make_toy_ctc_setup, toy_config_yaml
 
 
 @pytest.mark.parametrize("peephole", [False, True])
@@ -47,8 +48,8 @@ def test_pruning_masks_survive_finetuning_and_file_round_trip(tmp_path):
     assert summary["steps"] > 0 and np.isfinite(summary["final_dev_loss"])
     after = dict(m.named_parameters())
     for name, mask in masks.items():
-        assert (after[name][~mask] == 0).all(), name                      # pruned entries stayed zero
-        assert not torch.equal(after[name][mask], before[name][mask])      # the others were trained
+        assert (after[name][~mask] == 0).all(), name  # pruned entries stayed zero
+        assert not torch.equal(after[name][mask], before[name][mask])  # the others were trained
     assert abs(prune.sparsity_of(m) - 0.6) < 0.01
     prune.save_compressed(tmp_path / "pruned.pt", m, np.zeros(20), np.ones(20), [None], prune.sparsity_of(m))
     back = prune.load_compressed(tmp_path / "pruned.pt")

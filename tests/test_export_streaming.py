@@ -1,5 +1,6 @@
 """The chunked recogniser on a bundle: same log-probs and words as whole-utterance decoding for any chunk size;
 front end equal to the feature stage's; clear errors for bad input."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from asrlib.export.streaming import StreamingRecognizer, compute_fbank, recognize_whole
 from asrlib.features.fbank import Segment, compute_one, FbankOptions
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from mobile_bundle import tone_bundle
 from tone_model import SR, read_texts, utterance_audio
 
@@ -35,11 +36,11 @@ def test_streaming_equals_whole_utterance(bundle):
     correct = 0
     for utt, x in utterance_audio(tm, "test")[:5]:
         whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
-        for chunk in (160 * 7, 4000, 16000 // 10 * 3):     # 70 ms (not a multiple of the stack), 250, 300 ms
+        for chunk in (160 * 7, 4000, 16000 // 10 * 3):  # 70 ms (not a multiple of the stack), 250, 300 ms
             s = rec.new_stream()
             partials = []
             for i in range(0, len(x), chunk):
-                s.accept_waveform(SR, x[i:i + chunk])
+                s.accept_waveform(SR, x[i : i + chunk])
                 partials.append(s.partial())
             words = s.finish()
             assert words == whole_words, (utt, chunk)
@@ -48,7 +49,7 @@ def test_streaming_equals_whole_utterance(bundle):
             assert all(set(p) <= set(refs_vocab) for p in partials)  # partial results are word sequences
             assert len(s.timings) == -(-len(x) // chunk) + 1
         correct += whole_words == refs[utt].split()
-    assert correct >= 3   # the tone model is trained: the bundle really recognises
+    assert correct >= 3  # the tone model is trained: the bundle really recognises
 
 
 def test_bad_input(bundle, tmp_path):
@@ -59,7 +60,7 @@ def test_bad_input(bundle, tmp_path):
         s.accept_waveform(8000, np.zeros(800, np.float32))
     with pytest.raises(AsrError, match="mono"):
         s.accept_waveform(SR, np.zeros((800, 2), np.float32))
-    assert s.finish() == [] and rec.new_stream().finish() == []   # no audio: no words, no crash
+    assert s.finish() == [] and rec.new_stream().finish() == []  # no audio: no words, no crash
     with pytest.raises(AsrError, match="finished"):
         s.accept_waveform(SR, np.zeros(800, np.float32))
     with pytest.raises(AsrError, match="does not exist"):
@@ -74,7 +75,7 @@ def test_online_cmn_model_exports_and_streams_exactly(tmp_path_factory):
     from asrlib.export.prune import load_compressed
 
     tm, out = tone_bundle(tmp_path_factory, cmvn="online")
-    assert load_compressed(out / "pruned.pt").online_prior == 50.0        # the compressed model keeps its normalisation
+    assert load_compressed(out / "pruned.pt").online_prior == 50.0  # the compressed model keeps its normalisation
     sm = StreamingOnnxModel(out / "bundle" / "model.streaming.int8.onnx", 24)
     assert sm.names == ["x", "h", "c", "cmn_sum", "cmn_count"]
     rec = StreamingRecognizer(out / "bundle")
@@ -84,7 +85,7 @@ def test_online_cmn_model_exports_and_streams_exactly(tmp_path_factory):
         whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
         s = rec.new_stream()
         for i in range(0, len(x), 160 * 7):
-            s.accept_waveform(SR, x[i:i + 160 * 7])
+            s.accept_waveform(SR, x[i : i + 160 * 7])
         assert s.finish() == whole_words, utt
         assert np.abs(s.all_logprobs() - whole_lp).max() < 1e-4
         correct += whole_words == refs[utt].split()
@@ -108,4 +109,4 @@ def test_the_bundle_model_is_chosen_on_dev(bundle):
     assert choose_bundle_model(ExportConfig(max_wer_loss=gap), *args)[0] == "pruned"
     assert choose_bundle_model(ExportConfig(max_wer_loss=gap - 0.01), *args)[0] == "int8"
     assert choose_bundle_model(ExportConfig(bundle_model="int8"), *args) == ("int8", {})
-    assert (out / "baseline.streaming.int8.onnx").is_file()      # the uncompressed model streams too
+    assert (out / "baseline.streaming.int8.onnx").is_file()  # the uncompressed model streams too

@@ -1,4 +1,5 @@
 """Fbank extraction into Kaldi archives (vs lhotse), parallel jobs, exclusions, CMVN, step CLIs."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ from lhotse import Fbank, FbankConfig
 
 from asrlib.features.cmvn import Cmvn, accumulate_cmvn_stats, load_cmvn
 from asrlib.features.fbank import compute_fbank
-from asrlib.io_utils import AsrError, read_table, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table, read_table_dict
 from asrlib.kaldi_io import MatrixReader
 
 SR = 16000
@@ -37,8 +39,11 @@ def data_dir(tmp_path):
     nan[5000] = np.nan
     sf.write(d / "wav" / "nan.wav", nan, SR, subtype="FLOAT")
     sf.write(d / "wav" / "rate.wav", _signal(1.0, 3)[:8000], 8000, subtype="PCM_16")
-    rows += [f"missing {d / 'wav' / 'missing.wav'}\n", f"nanutt {d / 'wav' / 'nan.wav'}\n",
-             f"rate8k {d / 'wav' / 'rate.wav'}\n"]
+    rows += [
+        f"missing {d / 'wav' / 'missing.wav'}\n",
+        f"nanutt {d / 'wav' / 'nan.wav'}\n",
+        f"rate8k {d / 'wav' / 'rate.wav'}\n",
+    ]
     (d / "wav.scp").write_text("".join(rows))
     return d
 
@@ -52,7 +57,7 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     res = compute_fbank(data_dir, out1, nj=1, show_progress=False)
     assert (res.num_utts, res.num_excluded) == (5, 3)
     feats = _all_feats(out1)
-    assert list(feats) == [f"good{i}" for i in range(5)]           # feats.scp sorted by utterance id
+    assert list(feats) == [f"good{i}" for i in range(5)]  # feats.scp sorted by utterance id
     lhotse_fbank = Fbank(FbankConfig(num_filters=80))
     frames = read_table_dict(out1 / "utt2num_frames")
     for i, dur in enumerate([1.23, 0.5, 2.0, 0.81, 1.0]):
@@ -67,7 +72,7 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     assert "NaN/Inf" in excluded["nanutt"]
     assert "sample rate 8000" in excluded["rate8k"]
 
-    out2 = tmp_path / "fb2"                                        # two jobs give identical archives' content
+    out2 = tmp_path / "fb2"  # two jobs give identical archives' content
     compute_fbank(data_dir, out2, nj=2, show_progress=False)
     feats2 = _all_feats(out2)
     assert list(feats2) == list(feats)
@@ -75,11 +80,11 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     assert (out2 / "feats.2.scp").is_file()
     assert (out2 / "excluded.txt").read_text() == (out1 / "excluded.txt").read_text()
 
-    mtime = (out2 / "feats.1.ark").stat().st_mtime_ns              # a rerun reuses finished jobs ...
-    (out2 / ".job.2.json").unlink()                                # ... and redoes unfinished ones
+    mtime = (out2 / "feats.1.ark").stat().st_mtime_ns  # a rerun reuses finished jobs ...
+    (out2 / ".job.2.json").unlink()  # ... and redoes unfinished ones
     compute_fbank(data_dir, out2, nj=2, show_progress=False)
     assert (out2 / "feats.1.ark").stat().st_mtime_ns == mtime and (out2 / ".job.2.json").is_file()
-    compute_fbank(data_dir, out2, nj=1, show_progress=False)       # fewer jobs: stale job files removed
+    compute_fbank(data_dir, out2, nj=1, show_progress=False)  # fewer jobs: stale job files removed
     assert not (out2 / "feats.2.ark").exists() and _all_feats(out2).keys() == feats.keys()
 
 
@@ -109,6 +114,7 @@ def test_cmvn_normalises_to_zero_mean_unit_variance(data_dir, tmp_path):
     out = tmp_path / "fb"
     compute_fbank(data_dir, out, nj=1, show_progress=False)
     from steps.compute_cmvn import main as cmvn_main
+
     assert cmvn_main(["--feats", str(out / "feats.scp"), "--out-dir", str(out)]) == 0
     stats = MatrixReader(out / "cmvn.scp", double=True)["global"]
     all_feats = np.concatenate(list(_all_feats(out).values()))
@@ -126,6 +132,7 @@ def test_cmvn_normalises_to_zero_mean_unit_variance(data_dir, tmp_path):
 
 def test_steps_compute_fbank_done_marker(data_dir, tmp_path, capsys):
     from steps.compute_fbank import main
+
     cfg = tmp_path / "config.yaml"
     cfg.write_text("features:\n  num_mel_bins: 40\n  nj: 2\n")
     out = tmp_path / "fb"
@@ -146,8 +153,8 @@ def test_dither_is_seeded_per_utterance(data_dir, tmp_path):
     compute_fbank(data_dir, tmp_path / "c", nj=1, dither=0.0, show_progress=False)
     fa, fb, fc = (_all_feats(tmp_path / d) for d in "abc")
     assert a.num_utts == 5
-    assert all(np.array_equal(fa[k], fb[k]) for k in fa)              # same noise whatever nj is
-    assert not any(np.array_equal(fa[k], fc[k]) for k in fa)          # but dither does change the features
+    assert all(np.array_equal(fa[k], fb[k]) for k in fa)  # same noise whatever nj is
+    assert not any(np.array_equal(fa[k], fc[k]) for k in fa)  # but dither does change the features
 
 
 def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
@@ -156,8 +163,9 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     from asrlib.features.cmvn import compute_speaker_cmvn, open_features
     from asrlib.kaldi_io import write_matrices
     from steps.compute_cmvn import main as cmvn_main
+
     rng = np.random.default_rng(0)
-    fb = tmp_path / "fb"   # speaker b: speaker a's features shifted by a constant (another channel/gain)
+    fb = tmp_path / "fb"  # speaker b: speaker a's features shifted by a constant (another channel/gain)
     base = {f"u{i}": rng.normal(0, 1, (20 + 5 * i, 4)).astype(np.float32) for i in range(4)}
     offset = np.array([3.0, -2.0, 0.5, 7.0], np.float32)
     write_matrices(fb / "feats.ark", [*base.items(), *((f"v{i}", m + offset) for i, m in enumerate(base.values()))])
@@ -169,8 +177,8 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     assert np.array_equal(on_disk["b"], stats["b"]) and read_table(fb / "utt2spk")[0] == ("u0", "a")
     assert np.allclose(stats["b"][0, :-1] - stats["a"][0, :-1], 110 * offset, atol=1e-3)
     raw, normed = open_features(fb / "feats.scp"), open_features(fb / "feats.scp", cmn="speaker")
-    assert np.array_equal(raw["v1"], base["u1"] + offset)                 # raw reader: untouched
-    for i in range(4):                                                    # the channel offset is gone
+    assert np.array_equal(raw["v1"], base["u1"] + offset)  # raw reader: untouched
+    for i in range(4):  # the channel offset is gone
         assert np.allclose(normed[f"u{i}"], normed[f"v{i}"], atol=1e-4) and normed[f"u{i}"].dtype == np.float32
     for spk in "uv":
         assert np.abs(np.concatenate([normed[f"{spk}{i}"] for i in range(4)]).mean(0)).max() < 1e-5
@@ -179,7 +187,7 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     args = ["--feats", str(fb / "feats.scp"), "--utt2spk", str(u2s), "--out-dir", str(fb)]
     assert cmvn_main(args) == 0 and (fb / "cmvn_spk.scp").is_file()
     glob = MatrixReader(fb / "cmvn.scp", double=True)["global"]
-    assert np.abs(glob[0, :-1] / glob[0, -1]).max() < 1e-5                # mean of the normalised features: 0
+    assert np.abs(glob[0, :-1] / glob[0, -1]).max() < 1e-5  # mean of the normalised features: 0
     assert np.array_equal(glob, accumulate_cmvn_stats(fb / "feats.scp", False, cmn="speaker"))
     capsys.readouterr()
     assert cmvn_main(args) == 0 and "skipping" in capsys.readouterr().out
@@ -192,8 +200,13 @@ def test_speaker_cmn_removes_each_speakers_mean(data_dir, tmp_path, capsys):
     with pytest.raises(AsrError, match="no per-speaker CMVN statistics .*compute_cmvn"):
         open_features(fb / "feats.scp", cmn="speaker")
     from asrlib.features.cmvn import check_cmvn_mode
-    assert [check_cmvn_mode(m) for m in ("global", "speaker", "utterance", "online")] == \
-        ["", "speaker", "utterance", "online"]
+
+    assert [check_cmvn_mode(m) for m in ("global", "speaker", "utterance", "online")] == [
+        "",
+        "speaker",
+        "utterance",
+        "online",
+    ]
     with pytest.raises(AsrError, match="features.cmvn must be one of"):
         check_cmvn_mode("sliding")
 
@@ -204,6 +217,7 @@ def test_utterance_cmn(tmp_path, capsys):
     from asrlib.features.cmvn import open_features, utterance_cmn
     from asrlib.kaldi_io import write_matrices
     from steps.compute_cmvn import main as cmvn_main
+
     rng = np.random.default_rng(1)
     x = (rng.normal(0, 1, (30, 4)) + np.array([5.0, -3.0, 0.0, 9.0])).astype(np.float32)
     u = utterance_cmn(x)
@@ -216,12 +230,12 @@ def test_utterance_cmn(tmp_path, capsys):
     args = ["--feats", str(tmp_path / "fb" / "feats.scp"), "--cmn", "utterance", "--out-dir", str(tmp_path / "u")]
     assert cmvn_main(args) == 0
     glob = MatrixReader(tmp_path / "u" / "cmvn.scp", double=True)["global"]
-    assert glob[0, -1] == 42 and np.abs(glob[0, :-1]).max() < 1e-3         # every utterance's mean removed
+    assert glob[0, -1] == 42 and np.abs(glob[0, :-1]).max() < 1e-3  # every utterance's mean removed
     sq = sum((utterance_cmn(m).astype(np.float64) ** 2).sum(0) for m in (x, x[:12] * 2))
     assert np.allclose(glob[1, :-1], sq, rtol=1e-5)
     capsys.readouterr()
     assert cmvn_main(args[:2] + ["--out-dir", str(tmp_path / "u")]) == 0
-    assert "recomputing" in capsys.readouterr().out                      # global only is another mode
+    assert "recomputing" in capsys.readouterr().out  # global only is another mode
 
 
 def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
@@ -229,14 +243,15 @@ def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
     from the training mean (0) with the weight of P frames; chunked == whole; the config checks it."""
     from asrlib.config import load_config
     from asrlib.features.cmvn import Cmvn, online_cmn
+
     rng = np.random.default_rng(2)
     z = (rng.normal(0, 1, (40, 3)) + np.array([2.0, -1.0, 0.5])).astype(np.float32)
     out, (s, n) = online_cmn(z, 10.0)
     t = 17
     assert np.allclose(out[t], z[t] - z[: t + 1].astype(np.float64).sum(0) / (t + 1 + 10.0), atol=1e-6)
     assert n == 40 and np.allclose(s, z.astype(np.float64).sum(0))
-    assert np.allclose(online_cmn(z, 0.0)[0][0], 0.0)                   # no prior: the first frame is its own mean
-    assert np.array_equal(online_cmn(z[:17], 10.0)[0], out[:17])          # causal: later frames change nothing
+    assert np.allclose(online_cmn(z, 0.0)[0][0], 0.0)  # no prior: the first frame is its own mean
+    assert np.array_equal(online_cmn(z[:17], 10.0)[0], out[:17])  # causal: later frames change nothing
     state, parts = None, []
     for a, b in ((0, 5), (5, 6), (6, 40)):
         part, state = online_cmn(z[a:b], 10.0, state)
@@ -248,9 +263,11 @@ def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("features: {cmvn: online, online_prior_frames: 20}\n")
     assert load_config(cfg).features.online_prior_frames == 20.0
-    for bad, why in (("features: {cmvn: sliding}", "features.cmvn must be one of"),
-                     ("features: {cmvn: online}\ntrain: {init: ce}", "GMM-HMM .* has no online CMN"),
-                     ("features: {cmvn: online, online_prior_frames: -1}", "must be >= 0")):
+    for bad, why in (
+        ("features: {cmvn: sliding}", "features.cmvn must be one of"),
+        ("features: {cmvn: online}\ntrain: {init: ce}", "GMM-HMM .* has no online CMN"),
+        ("features: {cmvn: online, online_prior_frames: -1}", "must be >= 0"),
+    ):
         cfg.write_text(bad + "\n")
         with pytest.raises(AsrError, match=why):
             load_config(cfg)

@@ -2,6 +2,7 @@
 
 Also used by tests/test_ce.py (``make_gmm_toy``): the same toy data drives mono -> align -> CE -> CTC(init=ce).
 """
+
 import json
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -9,8 +10,9 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
+from helpers import toy_dirs
 from asrlib.features.cmvn import compute_global_cmvn
-from asrlib.io_utils import read_table, write_table
+from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import read_int_vectors, write_matrices
 from asrlib.lang.lexicon import write_lang_files
 
@@ -19,8 +21,9 @@ LEXICON = {"W1": [["A"]], "W2": [["B", "C"]], "W3": [["C", "D"]], "W4": [["D", "
 OOV_UTT, SHORT_UTT = "bad-oov", "bad-short"
 
 
-def make_gmm_toy(root: Path, num_utts: Dict[str, int] = None, dim: int = 20, seed: int = 0
-                 ) -> Tuple[Path, Dict[str, List[Tuple[str, int, int]]]]:
+def make_gmm_toy(
+    root: Path, num_utts: Dict[str, int] = None, dim: int = 20, seed: int = 0
+) -> Tuple[Path, Dict[str, List[Tuple[str, int, int]]]]:
     """Features made of noisy per-phone prototypes (+ a silence prototype), in real file formats.
 
     Writes ``root/{data,fbank}/<set>``, ``root/lang`` (lexicon, tokens, words). The train set also gets two bad
@@ -68,13 +71,23 @@ def make_gmm_toy(root: Path, num_utts: Dict[str, int] = None, dim: int = 20, see
 
 def gmm_toy_config(path: Path, **sections) -> Path:
     import yaml
+
     # fbank: the toy's piecewise-constant "speech" has no dynamics, and its jumps make delta features misleading
-    cfg = {"gmm": {"num_iters": 8, "max_iter_inc": 6, "total_gauss": 40, "feature_type": "fbank"},
-           "model": {"num_layers": 1, "hidden_size": 24, "proj_size": 12, "peephole": True, "stack": 3,
-                     "dropout": 0.0},
-           "train": {"epochs": 3, "batch_seconds": 3.0, "lr": 0.01, "warmup_steps": 2, "checkpoint_every": 50,
-                     "log_every": 5, "num_threads": 1, "spec_augment": False},
-           "ce": {"epochs": 3, "lr": 0.01}}
+    cfg = {
+        "gmm": {"num_iters": 8, "max_iter_inc": 6, "total_gauss": 40, "feature_type": "fbank"},
+        "model": {"num_layers": 1, "hidden_size": 24, "proj_size": 12, "peephole": True, "stack": 3, "dropout": 0.0},
+        "train": {
+            "epochs": 3,
+            "batch_seconds": 3.0,
+            "lr": 0.01,
+            "warmup_steps": 2,
+            "checkpoint_every": 50,
+            "log_every": 5,
+            "num_threads": 1,
+            "spec_augment": False,
+        },
+        "ce": {"epochs": 3, "lr": 0.01},
+    }
     for k, v in sections.items():
         cfg.setdefault(k, {}).update(v)
     path.write_text(yaml.safe_dump(cfg))
@@ -83,11 +96,29 @@ def gmm_toy_config(path: Path, **sections) -> Path:
 
 def run_mono_and_align(root: Path, cfg: Path, sets=("train", "dev")) -> Tuple[Path, Path]:
     from steps import align, train_mono
-    common = ["--config", str(cfg), "--data-dir", str(root / "data"), "--feats-dir", str(root / "fbank"),
-              "--lang-dir", str(root / "lang")]
+
+    common = [
+        "--config",
+        str(cfg),
+        *toy_dirs(root),
+    ]
     assert train_mono.main(common + ["--exp-dir", str(root / "exp" / "mono")]) == 0
-    assert align.main(common + ["--model", str(root / "exp" / "mono" / "final.mdl"), "--out-dir",
-                                str(root / "exp" / "ali"), "--sets", *sets, "--num-plot", "2"]) == 0
+    assert (
+        align.main(
+            common
+            + [
+                "--model",
+                str(root / "exp" / "mono" / "final.mdl"),
+                "--out-dir",
+                str(root / "exp" / "ali"),
+                "--sets",
+                *sets,
+                "--num-plot",
+                "2",
+            ]
+        )
+        == 0
+    )
     return root / "exp" / "mono", root / "exp" / "ali"
 
 
@@ -114,9 +145,11 @@ def test_training_raises_likelihood_and_writes_model_files(toy):
 def test_model_round_trips_and_features_match(toy):
     from asrlib.gmm.model import load_gmm, save_gmm
     from asrlib.kaldi_io import MatrixReader
+
     root, _, mono, _ = toy
     m = load_gmm(mono / "final.mdl")
     from asrlib.features.cmvn import load_cmvn
+
     raw = MatrixReader(root / "fbank" / "dev" / "feats.scp")["spk0-dev-0000"]
     x = m.features(raw)
     assert np.allclose(x, load_cmvn(root / "fbank" / "train" / "cmvn.scp").apply(raw))  # the training features
@@ -129,6 +162,7 @@ def test_model_round_trips_and_features_match(toy):
 
 def test_mfcc_from_fbank_and_deltas():
     from asrlib.gmm.feats import GmmFeatureMaker, dct_matrix, deltas
+
     m = dct_matrix(20, 20, lifter=0)
     assert np.allclose(m.T @ m, np.eye(20), atol=1e-5)  # orthonormal DCT-II (Kaldi's, before liftering)
     ramp = np.arange(30, dtype=np.float32)[:, None] * np.array([[2.0, -1.0]], dtype=np.float32)
@@ -187,7 +221,8 @@ def test_finished_stages_are_skipped(toy, capsys):
 
 def test_missing_model_is_a_clear_error(tmp_path):
     from asrlib.gmm.model import load_gmm
-    from asrlib.io_utils import AsrError
+    from asrlib.errors import AsrError
+
     with pytest.raises(AsrError, match="steps.train_mono"):
         load_gmm(tmp_path / "final.mdl")
     (tmp_path / "final.mdl").write_bytes(b"not a model")
@@ -197,10 +232,26 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 def _decode_gmm(root: Path, mono: Path, out: str) -> Dict[str, str]:
     from steps import decode_gmm
-    assert decode_gmm.main(["--config", str(root / "c.yaml"), "--model", str(mono / "final.mdl"), "--lang-dir",
-                            str(root / "lang"), "--feats", str(root / "fbank" / "dev" / "feats.scp"),
-                            "--graph-dir", str(root / "exp" / out / "graph"), "--out-dir",
-                            str(root / "exp" / out / "decode")]) == 0
+
+    assert (
+        decode_gmm.main(
+            [
+                "--config",
+                str(root / "c.yaml"),
+                "--model",
+                str(mono / "final.mdl"),
+                "--lang-dir",
+                str(root / "lang"),
+                "--feats",
+                str(root / "fbank" / "dev" / "feats.scp"),
+                "--graph-dir",
+                str(root / "exp" / out / "graph"),
+                "--out-dir",
+                str(root / "exp" / out / "decode"),
+            ]
+        )
+        == 0
+    )
     return dict(read_table(root / "exp" / out / "decode" / "hyp.txt"))
 
 
@@ -210,8 +261,11 @@ def _check_hyps(root: Path, hyps: Dict[str, str]) -> None:
     cannot be told from a single word."""
     ref = dict(read_table(root / "data" / "dev" / "text"))
     assert set(hyps) == set(ref)
-    clear = [u for u, r in ref.items()
-             if all(LEXICON[a][0][-1] != LEXICON[b][0][0] for a, b in zip(r.split(), r.split()[1:]))]
+    clear = [
+        u
+        for u, r in ref.items()
+        if all(LEXICON[a][0][-1] != LEXICON[b][0][0] for a, b in zip(r.split(), r.split()[1:]))
+    ]
     assert len(clear) >= 8
     assert {u: hyps[u] for u in clear} == {u: ref[u] for u in clear}
 
@@ -231,11 +285,16 @@ def test_gmm_decoding_with_a_word_loop_and_an_ngram(toy, capsys):
     assert (root / "exp" / "loop" / "graph" / "HCLG.fst").is_file()
     assert (root / "exp" / "loop" / "decode" / "no_final.txt").read_text() == ""
     capsys.readouterr()
-    _decode_gmm(root, mono, "loop")                         # finished: skipped
+    _decode_gmm(root, mono, "loop")  # finished: skipped
     assert "complete; skipping" in capsys.readouterr().out
     # a bigram G has back-off arcs reading #0: L needs its #0:#0 loop, else H∘C∘L∘G loses every backed-off path
-    build_arpa([root / "data" / "train" / "text"], root / "lang" / "lm.arpa", 2, words=root / "lang" / "words.txt",
-               has_utt_ids=True)
+    build_arpa(
+        [root / "data" / "train" / "text"],
+        root / "lang" / "lm.arpa",
+        2,
+        words=root / "lang" / "words.txt",
+        has_utt_ids=True,
+    )
     G = make_arpa_fst(root / "lang" / "lm.arpa", root / "lang" / "words.txt", 2)
     assert any(arc.ilabel == words["#0"] for s in range(G.num_states) for arc in _arcs(G, s))
     write_fst(G, root / "lang" / "G.fst")
@@ -244,6 +303,7 @@ def test_gmm_decoding_with_a_word_loop_and_an_ngram(toy, capsys):
 
 def _arcs(fst, state):
     from asrlib.kaldi_imports import kaldifst
+
     return list(kaldifst.ArcIterator(fst, state))
 
 
@@ -260,8 +320,9 @@ def test_speaker_cmn_through_gmm_training_alignment_and_decoding(tmp_path):
     shift = {f"spk{i}": np.random.default_rng(i).normal(0, 4, 20).astype(np.float32) for i in range(3)}
     for s in ("train", "dev"):
         fb = root / "fbank" / s
-        feats = [(u, m + shift[u.split("-")[0]] if u.startswith("spk") else m)
-                 for u, m in MatrixReader(fb / "feats.scp")]
+        feats = [
+            (u, m + shift[u.split("-")[0]] if u.startswith("spk") else m) for u, m in MatrixReader(fb / "feats.scp")
+        ]
         write_matrices(fb / "feats.ark", feats)
         write_table(root / "data" / s / "utt2spk", [(u, u.split("-")[0]) for u, _ in feats])
         compute_speaker_cmvn(fb / "feats.scp", root / "data" / s / "utt2spk", show_progress=False)

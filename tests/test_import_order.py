@@ -1,4 +1,5 @@
 """The Kaldi extension modules are imported in one place (asrlib.kaldi_imports), in the order that cannot hang."""
+
 import ast
 import subprocess
 import sys
@@ -12,8 +13,14 @@ OWNED = ("kaldi_hmm_gmm", "kaldifst", "kaldi_decoder", "kaldilm")
 
 def _run(code: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (a hang shows up as TimeoutExpired, not as a stuck test run)."""
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _direct_imports(path: Path) -> list:
@@ -30,8 +37,9 @@ def _direct_imports(path: Path) -> list:
 
 
 def _tracked_sources() -> list:
-    out = subprocess.run(["git", "ls-files", "asrlib", "steps", "local", "bench"], cwd=ROOT, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        ["git", "ls-files", "asrlib", "steps", "local", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     if out.returncode != 0:
         pytest.skip("not a git checkout")
     return [ROOT / p for p in out.stdout.split() if p.endswith(".py")]
@@ -39,13 +47,15 @@ def _tracked_sources() -> list:
 
 def test_owned_list_matches_module():
     from asrlib import kaldi_imports
+
     assert tuple(kaldi_imports.OWNED_MODULES) == OWNED
 
 
 def test_only_kaldi_imports_imports_the_kaldi_packages():
     offenders = [hit for p in _tracked_sources() if p.name != "kaldi_imports.py" for hit in _direct_imports(p)]
-    assert not offenders, ("import these through asrlib.kaldi_imports (kaldi_hmm_gmm must come first): "
-                           + "; ".join(offenders))
+    assert not offenders, "import these through asrlib.kaldi_imports (kaldi_hmm_gmm must come first): " + "; ".join(
+        offenders
+    )
 
 
 def test_scanner_sees_a_direct_import(tmp_path):
@@ -61,10 +71,12 @@ def test_scanner_sees_a_direct_import(tmp_path):
 
 def test_every_order_through_asrlib_finishes():
     # the decode and graph modules first (they used to import kaldifst / kaldi_decoder directly), then the GMM code
-    code = ("import asrlib.decode.search, asrlib.lang.graphs, asrlib.gmm.model\n"
-            "import kaldilm, sys\n"  # after kaldi_hmm_gmm kaldilm is harmless
-            "assert list(sys.modules).index('kaldi_hmm_gmm') < list(sys.modules).index('kaldifst')\n"
-            "print('ok')")
+    code = (
+        "import asrlib.decode.search, asrlib.lang.graphs, asrlib.gmm.model\n"
+        "import kaldilm, sys\n"  # after kaldi_hmm_gmm kaldilm is harmless
+        "assert list(sys.modules).index('kaldi_hmm_gmm') < list(sys.modules).index('kaldifst')\n"
+        "print('ok')"
+    )
     r = _run(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 

@@ -1,4 +1,5 @@
 """Isolated-word decoding by total CTC probability (asrlib.decode.isolated, steps.decode --method isolated)."""
+
 import itertools
 from pathlib import Path
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 
 from asrlib.decode.isolated import IsolatedWordScorer
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from asrlib.kaldi_io import write_matrices
 from asrlib.lang.lexicon import read_lexicon, read_tokens
 from steps import decode, prepare_lang
@@ -21,8 +23,13 @@ def make_lang(tmp_path: Path, grammar: str = "one_word", words=None) -> Path:
     text.write_text("".join(f"u{i} {w.lower()}\n" for i, w in enumerate(DIGITS)))
     lang = tmp_path / f"lang_{grammar}"
     sets = [f"lang.grammar={grammar}"] + ([f"lang.grammar_words=[{', '.join(words)}]"] if words else [])
-    assert prepare_lang.main(["--config", str(ROOT / "recipes/digits/config.yaml"), "--text", str(text),
-                              "--lang-dir", str(lang)] + [x for s in sets for x in ("--set", s)]) == 0
+    assert (
+        prepare_lang.main(
+            ["--config", str(ROOT / "recipes/digits/config.yaml"), "--text", str(text), "--lang-dir", str(lang)]
+            + [x for s in sets for x in ("--set", s)]
+        )
+        == 0
+    )
     return lang
 
 
@@ -56,7 +63,7 @@ def test_scores_are_the_sum_over_all_alignments_and_pronunciations(ten):
     got = dict(zip(scorer.words, scorer.scores(lp)))
     for w in ("ZERO", "TWO", "EIGHT", "SEVEN"):
         assert got[w] == pytest.approx(brute_force(lp, lex[w], tokens), abs=1e-4), w
-    assert dict(zip(scorer.words, scorer.scores(lp[:4])))["SEVEN"] == -np.inf   # 5 phones do not fit in 4 frames
+    assert dict(zip(scorer.words, scorer.scores(lp[:4])))["SEVEN"] == -np.inf  # 5 phones do not fit in 4 frames
 
 
 def test_models_are_combined_by_adding_their_scores(ten):
@@ -69,7 +76,7 @@ def test_models_are_combined_by_adding_their_scores(ten):
     words, post = scorer.decode([six])
     assert words == ["SIX"] and np.exp(post.max()) > 0.99
     assert scorer.decode([six, six, eight])[0] == ["SIX"] and scorer.decode([six, eight, eight])[0] == ["EIGHT"]
-    assert scorer.decode([six[:1]]) == ([], pytest.approx(np.full(10, -np.inf)))   # one frame: no word fits
+    assert scorer.decode([six[:1]]) == ([], pytest.approx(np.full(10, -np.inf)))  # one frame: no word fits
 
 
 def test_only_a_one_word_lang_dir(tmp_path, ten):
@@ -77,6 +84,7 @@ def test_only_a_one_word_lang_dir(tmp_path, ten):
     refused."""
     from asrlib.lang.graphs import build_tlg
     from asrlib.lang.lexicon import build_lexicon, write_lang_files
+
     plain = tmp_path / "plain"
     write_lang_files(plain, build_lexicon(DIGITS))
     build_tlg(plain, grammar="one_word")
@@ -102,19 +110,75 @@ def test_steps_decode_isolated_with_several_models(tmp_path, ten):
         archives.append(tmp_path / name / "lp.scp")
     cfg = str(ROOT / "recipes/digits/config.yaml")
     out = tmp_path / "dec"
-    assert decode.main(["--config", cfg, "--method", "isolated", "--lang-dir", str(ten), "--out-dir", str(out),
-                        "--logprobs", *map(str, archives[:3])]) == 0
-    assert read_table_dict(out / "hyp.txt") == {"a": "THREE", "b": "NINE"}     # two models outvote the third
+    assert (
+        decode.main(
+            [
+                "--config",
+                cfg,
+                "--method",
+                "isolated",
+                "--lang-dir",
+                str(ten),
+                "--out-dir",
+                str(out),
+                "--logprobs",
+                *map(str, archives[:3]),
+            ]
+        )
+        == 0
+    )
+    assert read_table_dict(out / "hyp.txt") == {"a": "THREE", "b": "NINE"}  # two models outvote the third
     post = read_table_dict(out / "posteriors.txt")
     assert post["b"].split()[0] == "NINE" and float(post["b"].split()[1]) > 0.99
     assert (out / "no_final.txt").read_text() == ""
-    write_matrices(tmp_path / "m2" / "lp.ark", wrong.items())        # a model's log-posteriors rewritten: searched again
-    assert decode.main(["--config", cfg, "--method", "isolated", "--lang-dir", str(ten), "--out-dir", str(out),
-                        "--logprobs", *map(str, archives[:3])]) == 0
+    write_matrices(tmp_path / "m2" / "lp.ark", wrong.items())  # a model's log-posteriors rewritten: searched again
+    assert (
+        decode.main(
+            [
+                "--config",
+                cfg,
+                "--method",
+                "isolated",
+                "--lang-dir",
+                str(ten),
+                "--out-dir",
+                str(out),
+                "--logprobs",
+                *map(str, archives[:3]),
+            ]
+        )
+        == 0
+    )
     assert read_table_dict(out / "hyp.txt") == {"a": "FIVE", "b": "NINE"}
     with pytest.raises(AsrError, match="hold different utterances"):
-        decode.main(["--config", cfg, "--method", "isolated", "--lang-dir", str(ten), "--out-dir",
-                     str(tmp_path / "d2"), "--logprobs", str(archives[0]), str(archives[3])])
+        decode.main(
+            [
+                "--config",
+                cfg,
+                "--method",
+                "isolated",
+                "--lang-dir",
+                str(ten),
+                "--out-dir",
+                str(tmp_path / "d2"),
+                "--logprobs",
+                str(archives[0]),
+                str(archives[3]),
+            ]
+        )
     with pytest.raises(AsrError, match="need --method isolated"):
-        decode.main(["--config", cfg, "--method", "tlg", "--lang-dir", str(ten), "--out-dir",
-                     str(tmp_path / "d3"), "--logprobs", str(archives[0]), str(archives[1])])
+        decode.main(
+            [
+                "--config",
+                cfg,
+                "--method",
+                "tlg",
+                "--lang-dir",
+                str(ten),
+                "--out-dir",
+                str(tmp_path / "d3"),
+                "--logprobs",
+                str(archives[0]),
+                str(archives[1]),
+            ]
+        )

@@ -1,5 +1,6 @@
 """Kaldi data dirs in and out: pipes/archives materialised, segments kept, bad dirs refused or repaired, and a
 round trip import -> features -> export (validate_data_dir.sh checks) -> import that changes nothing."""
+
 import shutil
 from pathlib import Path
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrlib.io_utils import AsrError, read_table
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table
 from local.kaldi_import import check_kaldi_dir, export_kaldi_dir, import_kaldi_dir, wav_entry_kind
 
 SR = 8000
@@ -43,8 +45,13 @@ def kaldi_dir(tmp_path):
     sox = shutil.which("sox")
     r3 = f"sox {audio / 'r3.wav'} -t wav - |" if sox else f"cat {audio / 'r3.wav'} |"
     _write(d, "wav.scp", [f"r1 {audio / 'r1.wav'}", f"r2 cat {audio / 'r2.wav'} |", f"r3 {r3}", f"r4 {r4_entry}"])
-    segs = [("a-1", "r1", 0.0, 0.6), ("a-2", "r1", 0.6, 1.2), ("a-3", "r2", 0.1, 1.1), ("b-1", "r3", 0.0, 1.0),
-            ("b-2", "r4", 0.2, 1.2)]
+    segs = [
+        ("a-1", "r1", 0.0, 0.6),
+        ("a-2", "r1", 0.6, 1.2),
+        ("a-3", "r2", 0.1, 1.1),
+        ("b-1", "r3", 0.0, 1.0),
+        ("b-2", "r4", 0.2, 1.2),
+    ]
     _write(d, "segments", [f"{u} {r} {s:.2f} {e:.2f}" for u, r, s, e in segs])
     _write(d, "text", [f"{u} ONE TWO" for u, *_ in segs])
     _write(d, "utt2spk", [f"{u} {u[0]}" for u, *_ in segs])
@@ -94,13 +101,13 @@ def test_round_trip_with_features(kaldi_dir, tmp_path):
     assert check_kaldi_dir(out) == []
     feats = dict(read_table(out / "feats.scp"))
     assert all(Path(v.rsplit(":", 1)[0]).is_absolute() for v in feats.values())
-    assert read_matrix(feats["b-2"]).shape[1] == 23         # Kaldi-readable matrices at absolute paths
+    assert read_matrix(feats["b-2"]).shape[1] == 23  # Kaldi-readable matrices at absolute paths
     assert [k for k, _ in read_table(out / "cmvn.scp")] == ["a", "b"]
     dur = dict(read_table(out / "utt2dur"))
     assert float(dur["a-3"]) == pytest.approx(1.0)
     again = tmp_path / "again" / "train"
     rep = import_kaldi_dir(out, again)
-    assert rep.num_materialised == 0                          # the export holds plain files only
+    assert rep.num_materialised == 0  # the export holds plain files only
     for name in ("wav.scp", "segments", "text", "utt2spk", "spk2utt"):
         assert read_table(again / name) == read_table(ours / name), name
     assert dict(read_table(again / "feats.scp")) == feats
@@ -119,9 +126,10 @@ def test_unsorted_dir_is_refused_then_fixed(kaldi_dir, tmp_path):
 
 def test_inconsistent_dir_lists_exclusions(kaldi_dir, tmp_path):
     src, _ = kaldi_dir
-    (src / "text").write_text("".join(ln + "\n" for ln in (src / "text").read_text().splitlines()
-                                      if not ln.startswith("a-2")))          # a-2 has no transcript
-    (src / "spk2utt").write_text("a a-1 a-2 a-3 b-1\nb b-2\n")              # b-1 under the wrong speaker
+    (src / "text").write_text(
+        "".join(ln + "\n" for ln in (src / "text").read_text().splitlines() if not ln.startswith("a-2"))
+    )  # a-2 has no transcript
+    (src / "spk2utt").write_text("a a-1 a-2 a-3 b-1\nb b-2\n")  # b-1 under the wrong speaker
     with pytest.raises(AsrError, match="inconsistent"):
         import_kaldi_dir(src, tmp_path / "x")
     rep = import_kaldi_dir(src, tmp_path / "x", fix=True)

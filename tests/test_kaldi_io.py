@@ -1,19 +1,27 @@
 """Kaldi archive helpers: bit-exact round trips, scp order, atomic writes."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from asrlib.io_utils import AsrError
-from asrlib.kaldi_io import (MatrixReader, read_int_vectors, read_matrix, read_scp, write_double_matrices,
-                             write_int_vectors, write_matrices)
+from asrlib.errors import AsrError
+from asrlib.kaldi_io import (
+    MatrixReader,
+    read_int_vectors,
+    read_matrix,
+    read_scp,
+    write_double_matrices,
+    write_int_vectors,
+    write_matrices,
+)
 
 
 def _mats(rng, n=5, dim=7, dtype=np.float32):
     out = []
     for i in range(n):
         m = (rng.standard_normal((3 + 4 * i, dim)) * 10.0 ** rng.integers(-20, 20)).astype(dtype)
-        out.append((f"utt{(7 * i) % n}", m))      # keys deliberately not in sorted order
+        out.append((f"utt{(7 * i) % n}", m))  # keys deliberately not in sorted order
     out[0][1][0, :3] = [np.finfo(dtype).max, np.finfo(dtype).tiny, -0.0]
     return out
 
@@ -25,11 +33,11 @@ def test_float_matrices_round_trip_bit_exact(tmp_path):
     scp = tmp_path / "feats.1.scp"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["feats.1.ark", "feats.1.scp"]  # no temp files
     rx = read_scp(scp)
-    assert list(rx) == [k for k, _ in items]                       # scp keeps writing order
-    assert all(v.startswith(f"{ark}:") for v in rx.values())       # entries point at the final ark
+    assert list(rx) == [k for k, _ in items]  # scp keeps writing order
+    assert all(v.startswith(f"{ark}:") for v in rx.values())  # entries point at the final ark
     reader = MatrixReader(scp)
-    assert [k for k, _ in reader] == [k for k, _ in items]         # iteration in scp order
-    for key, m in items:                                           # random access, bit exact
+    assert [k for k, _ in reader] == [k for k, _ in items]  # iteration in scp order
+    for key, m in items:  # random access, bit exact
         got = reader[key]
         assert got.dtype == np.float32 and got.shape == m.shape and got.tobytes() == m.tobytes()
         assert read_matrix(reader.rxfilename(key)).tobytes() == m.tobytes()
@@ -55,7 +63,7 @@ def test_int_vectors_round_trip(tmp_path):
     for k, v in items:
         assert got[k].dtype == np.int32 and got[k].tolist() == list(np.asarray(v, dtype=np.int64))
     with pytest.raises(ValueError):
-        write_int_vectors(tmp_path / "bad.ark", [("x", [2 ** 31])])
+        write_int_vectors(tmp_path / "bad.ark", [("x", [2**31])])
     assert not list(tmp_path.glob("bad*")) and not list(tmp_path.glob(".tmp*"))
 
 
@@ -69,14 +77,14 @@ def test_killed_writer_leaves_no_final_files_and_keeps_old_ones(tmp_path):
 
     with pytest.raises(RuntimeError, match="simulated"):
         write_matrices(ark, failing(3))
-    assert list(tmp_path.iterdir()) == []                          # neither final nor temp files
+    assert list(tmp_path.iterdir()) == []  # neither final nor temp files
     write_matrices(ark, [("old", np.zeros((2, 3), np.float32))])
     before = (ark.read_bytes(), scp.read_bytes())
     with pytest.raises(RuntimeError, match="simulated"):
         write_matrices(ark, failing(2))
-    assert (ark.read_bytes(), scp.read_bytes()) == before          # the previous complete table is intact
+    assert (ark.read_bytes(), scp.read_bytes()) == before  # the previous complete table is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["feats.ark", "feats.scp"]
-    with pytest.raises(TypeError):                                 # wrong dtype is refused, nothing left behind
+    with pytest.raises(TypeError):  # wrong dtype is refused, nothing left behind
         write_matrices(tmp_path / "x.ark", [("a", np.zeros((2, 2), np.float64))])
     assert not (tmp_path / "x.ark").exists() and not (tmp_path / "x.scp").exists()
 

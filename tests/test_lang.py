@@ -1,10 +1,11 @@
 """Lexicon, symbol tables and the T/L/G/TLG graphs of the lang stage."""
+
 from pathlib import Path
 
 import kaldifst
 import pytest
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.lang.graphs import add_disambig, build_tlg, make_ctc_topo
 from asrlib.lang.lexicon import build_lexicon, read_tokens, read_words, write_lang_files
 from steps.prepare_lang import main as prepare_lang_main
@@ -40,8 +41,13 @@ def test_lang_files(tmp_path):
 
 
 def test_disambig_homophones_and_prefixes():
-    lex = {"TWO": [["T", "UW"]], "TOO": [["T", "UW"]], "TO": [["T", "UW"], ["T", "AH"]],
-           "TEA": [["T", "IY"]], "TEAK": [["T", "IY", "K"]]}
+    lex = {
+        "TWO": [["T", "UW"]],
+        "TOO": [["T", "UW"]],
+        "TO": [["T", "UW"], ["T", "AH"]],
+        "TEA": [["T", "IY"]],
+        "TEAK": [["T", "IY", "K"]],
+    }
     entries, max_k = add_disambig(lex)
     marks = {(w, " ".join(p)): k for w, p, k in entries}
     assert sorted(marks[(w, "T UW")] for w in ("TWO", "TOO", "TO")) == [1, 2, 3]  # homophones
@@ -78,13 +84,27 @@ def test_arpa_grammar_and_prepare_lang_cli(tmp_path):
     text = tmp_path / "text"
     text.write_text("u1 one two\nu2 oh nine\n")
     arpa = tmp_path / "lm.arpa"
-    arpa.write_text("\\data\\\nngram 1=6\nngram 2=3\n\n\\1-grams:\n-0.6 </s>\n-99 <s> -0.3\n-0.6 ONE -0.2\n"
-                    "-0.6 TWO -0.2\n-0.8 OH -0.2\n-0.8 NINE -0.2\n\n\\2-grams:\n-0.1 <s> ONE\n-0.1 ONE TWO\n"
-                    "-0.1 TWO </s>\n\n\\end\\\n")
+    arpa.write_text(
+        "\\data\\\nngram 1=6\nngram 2=3\n\n\\1-grams:\n-0.6 </s>\n-99 <s> -0.3\n-0.6 ONE -0.2\n"
+        "-0.6 TWO -0.2\n-0.8 OH -0.2\n-0.8 NINE -0.2\n\n\\2-grams:\n-0.1 <s> ONE\n-0.1 ONE TWO\n"
+        "-0.1 TWO </s>\n\n\\end\\\n"
+    )
     cfg = ROOT / "recipes/digits/config.yaml"
     lang = tmp_path / "lang"
-    args = ["--text", str(text), "--lang-dir", str(lang), "--config", str(cfg),
-            "--set", "lang.grammar=arpa", "--set", f"lang.arpa={arpa}", "--set", "lang.ngram_order=2"]
+    args = [
+        "--text",
+        str(text),
+        "--lang-dir",
+        str(lang),
+        "--config",
+        str(cfg),
+        "--set",
+        "lang.grammar=arpa",
+        "--set",
+        f"lang.arpa={arpa}",
+        "--set",
+        "lang.ngram_order=2",
+    ]
     assert prepare_lang_main(args) == 0
     assert (lang / ".done").is_file() and (lang / "TLG.fst").is_file()
     G = kaldifst.StdVectorFst.read(str(lang / "G.fst"))

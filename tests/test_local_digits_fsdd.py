@@ -1,5 +1,6 @@
 """digits+FSDD mixing: lhotse CutSet.mux with weights gives the expected synthetic share, repeats get their own ids,
 dev/test stay FSDD-only; the rotation report gets the synthetic-voices column."""
+
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 import soundfile as sf
 
 from asrlib.data.corpus import write_tables
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from local.digits_fsdd import mix_train
 
 
@@ -28,12 +30,12 @@ def test_mix_weights_set_the_synthetic_share(tmp_path, weights, share):
     fsdd = _dir(tmp_path, "fsdd", "alice", 300, "SEVEN")
     synth = _dir(tmp_path, "synth", "espeak_en_m1", 40, "OH ONE")
     counts = mix_train(fsdd, synth, tmp_path / "mix", weights, 8000, seed=3)
-    assert counts["fsdd"] == 300                                      # every FSDD utterance, once
+    assert counts["fsdd"] == 300  # every FSDD utterance, once
     total = counts["fsdd"] + counts["synthetic"]
     assert counts["synthetic"] / total == pytest.approx(share, abs=0.06)
     text = read_table_dict(tmp_path / "mix" / "text")
     assert len(text) == total
-    if share >= 0.5:   # 300 synthetic draws from 40 utterances: repeats, each with its own id and the same audio
+    if share >= 0.5:  # 300 synthetic draws from 40 utterances: repeats, each with its own id and the same audio
         wav = read_table_dict(tmp_path / "mix" / "wav.scp")
         assert wav["espeak_en_m1-000_repeat1"] == wav["espeak_en_m1-000"]
         assert read_table_dict(tmp_path / "mix" / "utt2spk")["espeak_en_m1-000_repeat1"] == "espeak_en_m1"
@@ -58,8 +60,9 @@ def test_real_fsdd_with_synthetic_digits(tmp_path):
     from local.digits_fsdd import prepare_digits_fsdd
     from local.fsdd import WORDS
 
-    data = DataConfig(corpus="digits_fsdd", size=0.02, sample_rate=8000, mix_weights=[0.75, 0.25],
-                      level_db=-25.0, min_duration=0.1)
+    data = DataConfig(
+        corpus="digits_fsdd", size=0.02, sample_rate=8000, mix_weights=[0.75, 0.25], level_db=-25.0, min_duration=0.1
+    )
     out = tmp_path / "data"
     folds = prepare_digits_fsdd(REAL, out, data, nj=2)
     assert sorted(folds) == ["loso_george", "loso_jackson", "loso_lucas", "loso_nicolas", "loso_yweweler", "split04"]
@@ -72,7 +75,7 @@ def test_real_fsdd_with_synthetic_digits(tmp_path):
         u2s = read_table_dict(d / "train" / "utt2spk")
         n_fsdd = len(read_table_dict(Path(fsdd_folds[fold]) / "train" / "text"))
         n_real = sum(1 for u in u2s if not u.startswith(("espeak", "flite")))
-        assert n_real == n_fsdd, fold                       # every FSDD training utterance, once
+        assert n_real == n_fsdd, fold  # every FSDD training utterance, once
         assert (len(u2s) - n_real) / len(u2s) == pytest.approx(0.25, abs=0.05), fold
         test_spk = {s.split("-")[-1] for s in read_table_dict(d / "test" / "utt2spk").values()}
         dev_spk = {s.split("-")[-1] for s in read_table_dict(d / "dev" / "utt2spk").values()}

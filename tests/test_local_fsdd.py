@@ -1,5 +1,6 @@
 """FSDD preparation: leave-one-speaker-out folds (dev = next speaker), the dataset's own 0-4 split, malformed and
 unreadable files listed, speed perturbation only in train, per-speaker report — on fixtures and the real data."""
+
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 import soundfile as sf
 
 from asrlib.data.validate import clean_data_dir
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from local.fsdd import WORDS, folds, prepare_fsdd, rotation_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +23,12 @@ def _fixture(d: Path, indices=range(12)) -> Path:
     for spk in SPEAKERS:
         for digit in range(10):
             for i in indices:
-                sf.write(str(d / f"{digit}_{spk}_{i}.wav"), (rng.standard_normal(1600) * 2000).astype(np.int16),
-                         8000, subtype="PCM_16")
+                sf.write(
+                    str(d / f"{digit}_{spk}_{i}.wav"),
+                    (rng.standard_normal(1600) * 2000).astype(np.int16),
+                    8000,
+                    subtype="PCM_16",
+                )
     return d
 
 
@@ -32,8 +38,11 @@ def _spk(d: Path) -> set:
 
 def test_folds_rotate_dev_to_the_next_speaker():
     f = folds(["carol", "alice", "bob"])
-    assert f == {"loso_alice": (["carol"], "bob", "alice"), "loso_bob": (["alice"], "carol", "bob"),
-                 "loso_carol": (["bob"], "alice", "carol")}
+    assert f == {
+        "loso_alice": (["carol"], "bob", "alice"),
+        "loso_bob": (["alice"], "carol", "bob"),
+        "loso_carol": (["bob"], "alice", "carol"),
+    }
     with pytest.raises(AsrError, match="at least 3 speakers"):
         folds(["alice", "bob"])
 
@@ -119,14 +128,14 @@ def test_real_fsdd(tmp_path):
 def test_level_normalisation(tmp_path):
     corpus = _fixture(tmp_path / "recordings", indices=[0])
     x, sr = sf.read(str(corpus / "3_carol_0.wav"), dtype="int16")
-    sf.write(str(corpus / "3_carol_0.wav"), (x // 16).astype(np.int16), sr)      # 24 dB quieter
+    sf.write(str(corpus / "3_carol_0.wav"), (x // 16).astype(np.int16), sr)  # 24 dB quieter
     out = tmp_path / "data"
     prepare_fsdd(corpus, out, sample_rate=8000, level_db=-25.0)
     wav = read_table_dict(out / "all" / "wav.scp")
     assert Path(wav["carol-3_carol_0"]).parent == out / "wav_level"
     for utt in ("carol-3_carol_0", "alice-3_alice_0"):
         y, _ = sf.read(wav[utt])
-        assert 20 * np.log10(np.sqrt(np.mean(y ** 2))) == pytest.approx(-25.0, abs=0.1)
+        assert 20 * np.log10(np.sqrt(np.mean(y**2))) == pytest.approx(-25.0, abs=0.1)
     with pytest.raises(AsrError, match="level_db"):
         prepare_fsdd(corpus, tmp_path / "d2", sample_rate=8000, level_db=3.0)
 

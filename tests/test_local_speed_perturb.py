@@ -1,5 +1,6 @@
 """Speed perturbation of a data dir: Kaldi ids, lengths and pitch scale by the factor, segments follow, reruns
 reuse the audio, and the result passes the data-dir checks."""
+
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 import soundfile as sf
 
 from asrlib.data.speed_perturb import speed_perturb_data_dir
-from asrlib.io_utils import AsrError, read_table
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table
 from local.kaldi_import import check_kaldi_dir
 
 SR = 8000
@@ -44,11 +46,11 @@ def test_three_way_perturbation(tmp_path):
     assert dict(read_table(tmp_path / "sp" / "utt2spk"))["sp0.9-spk-r1"] == "sp0.9-spk"
     assert sf.info(wav["sp0.9-spk-r1"]).frames == pytest.approx(SR / 0.9, abs=2)
     assert sf.info(wav["sp1.1-spk-r1"]).frames == pytest.approx(SR / 1.1, abs=2)
-    assert _peak_hz(wav["sp0.9-spk-r1"]) == pytest.approx(450, abs=3)      # pitch moves with speed (sox speed)
+    assert _peak_hz(wav["sp0.9-spk-r1"]) == pytest.approx(450, abs=3)  # pitch moves with speed (sox speed)
     assert _peak_hz(wav["sp1.1-spk-r1"]) == pytest.approx(550, abs=3)
     assert check_kaldi_dir(tmp_path / "sp") == []
     mtime = Path(wav["sp0.9-spk-r1"]).stat().st_mtime_ns
-    speed_perturb_data_dir(src, tmp_path / "sp", [0.9, 1.0, 1.1], tmp_path / "wav_sp")   # rerun: audio reused
+    speed_perturb_data_dir(src, tmp_path / "sp", [0.9, 1.0, 1.1], tmp_path / "wav_sp")  # rerun: audio reused
     assert Path(wav["sp0.9-spk-r1"]).stat().st_mtime_ns == mtime
 
 

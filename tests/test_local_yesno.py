@@ -1,5 +1,6 @@
 """yesno data preparation (lhotse's prepare_yesno underneath): 30/30 split, YES/NO words, Kaldi dirs that pass
 validation, malformed file names listed, incomplete corpora refused — on a generated fixture and on the real data."""
+
 import itertools
 from pathlib import Path
 
@@ -8,7 +9,8 @@ import pytest
 import soundfile as sf
 
 from asrlib.data.validate import clean_data_dir
-from asrlib.io_utils import AsrError, read_table, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table, read_table_dict
 from local.yesno import prepare_yesno
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,22 +28,22 @@ def _fixture(d: Path, n: int = 60) -> Path:
 
 def test_fixture_split_and_tables(tmp_path):
     corpus = _fixture(tmp_path / "waves_yesno")
-    sf.write(str(corpus / "README.wav"), np.zeros(10, np.int16), 8000)      # not a yesno name
+    sf.write(str(corpus / "README.wav"), np.zeros(10, np.int16), 8000)  # not a yesno name
     out = tmp_path / "data"
     m = prepare_yesno(corpus, out)
     assert {s: len(p["supervisions"]) for s, p in m.items()} == {"train": 30, "test": 30}
     text = read_table_dict(out / "train" / "text")
-    assert text["0_0_0_0_0_0_1_0"] == "NO NO NO NO NO NO YES NO"   # even positions train (lhotse)
-    assert read_table(out / "dev" / "text") == read_table(out / "train" / "text")   # no dev split: train again
+    assert text["0_0_0_0_0_0_1_0"] == "NO NO NO NO NO NO YES NO"  # even positions train (lhotse)
+    assert read_table(out / "dev" / "text") == read_table(out / "train" / "text")  # no dev split: train again
     assert not set(text) & set(read_table_dict(out / "test" / "text"))
     assert set(read_table_dict(out / "test" / "utt2spk").values()) == {"global"}
     assert read_table_dict(out / "excluded.txt")["README.wav"].startswith("malformed-name")
     wav = read_table_dict(out / "train" / "wav.scp")
-    assert all(Path(p).parent == corpus.resolve() for p in wav.values())     # real files, not temporary links
+    assert all(Path(p).parent == corpus.resolve() for p in wav.values())  # real files, not temporary links
     assert (out / "manifests" / "yesno_supervisions_test.jsonl.gz").is_file()
     rep = clean_data_dir(out / "test", {"YES", "NO"}, expected_sample_rate=8000)
     assert rep.num_kept == 30 and not rep.excluded
-    prepare_yesno(corpus, out)   # done marker: a rerun is a no-op
+    prepare_yesno(corpus, out)  # done marker: a rerun is a no-op
 
 
 def test_incomplete_corpus_is_refused(tmp_path):
@@ -52,6 +54,7 @@ def test_incomplete_corpus_is_refused(tmp_path):
 
 def test_cli_without_corpus_says_what_to_set(tmp_path, capsys):
     from local.yesno import main
+
     with pytest.raises(SystemExit) as e:
         main(["--out-dir", str(tmp_path / "data"), "--corpus-dir", str(tmp_path / "nowhere")])
     assert e.value.code == 2
@@ -77,10 +80,10 @@ def test_kaldi_split_is_the_sorted_halves(tmp_path):
     assert sorted(s.recording_id for s in m["train"]["supervisions"]) == names[:30]
     assert sorted(read_table_dict(out / "test" / "text")) == names[30:]
     assert read_table_dict(out / "test" / "text")[names[30]] == " ".join(
-        "YES" if b == "1" else "NO" for b in names[30].split("_"))          # each recording keeps its own words
+        "YES" if b == "1" else "NO" for b in names[30].split("_")
+    )  # each recording keeps its own words
     prepare_yesno(corpus, tmp_path / "lhotse", split="lhotse")
     lhotse_test = set(read_table_dict(tmp_path / "lhotse" / "test" / "text"))
-    assert len(lhotse_test & set(names[30:])) == 15                       # the two test sets share half
+    assert len(lhotse_test & set(names[30:])) == 15  # the two test sets share half
     with pytest.raises(AsrError, match="data.split for yesno must be one of kaldi, lhotse"):
         prepare_yesno(corpus, tmp_path / "bad", split="odd")
-

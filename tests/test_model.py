@@ -1,4 +1,5 @@
 """The LSTM(P) layer: equal to torch.nn.LSTM without peepholes, correct gradients with peepholes/projection."""
+
 import torch
 
 from asrlib.config import ModelConfig
@@ -38,10 +39,10 @@ def test_peephole_changes_output_and_gradients_check():
 
     # gradcheck via functional_call keeps autograd through the parameters
     from torch.func import functional_call
+
     names = ["w_ci", "w_cf", "w_co", "weight_hr"]
     inputs = tuple(p.detach().clone().requires_grad_(True) for p in params)
-    assert torch.autograd.gradcheck(
-        lambda *ps: functional_call(layer, dict(zip(names, ps)), (x.detach(),))[0], inputs)
+    assert torch.autograd.gradcheck(lambda *ps: functional_call(layer, dict(zip(names, ps)), (x.detach(),))[0], inputs)
     with torch.no_grad():
         layer.w_co.add_(1.0)
     assert not torch.allclose(layer(x.detach())[0], functional_call(layer, dict(zip(names, inputs)), (x.detach(),))[0])
@@ -102,7 +103,7 @@ def test_forward_only_fused_layer_on_the_padded_batch_equals_packing():
         assert torch.allclose(y, ref, atol=1e-6)
         assert float(y[1, 7:].abs().sum()) == 0.0 and float(y[2, 3:].abs().sum()) == 0.0
         w = torch.randn_like(y)
-        g, = torch.autograd.grad((y * w).sum(), x)
-        g_ref, = torch.autograd.grad((ref * w).sum(), x)
+        (g,) = torch.autograd.grad((y * w).sum(), x)
+        (g_ref,) = torch.autograd.grad((ref * w).sum(), x)
         assert torch.allclose(g, g_ref, atol=1e-6)
-        assert float(g[2, 3:].abs().sum()) == 0.0   # the padding gets no gradient
+        assert float(g[2, 3:].abs().sum()) == 0.0  # the padding gets no gradient

@@ -1,6 +1,7 @@
 """Word n-gram estimation (asrlib/lang/ngram.py, steps.train_lm): interpolated modified Kneser-Ney written as ARPA,
 checked through the ARPA file itself (parsed here, probabilities looked up with back-off), by hand, by kaldilm
 building a TLG from it, and through steps.prepare_lang's lang.lm_text."""
+
 import logging
 import math
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from asrlib.config import load_config, lm_texts
 from asrlib.decode.search import TlgDecoder
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.lang.graphs import build_tlg
 from asrlib.lang.lexicon import build_lexicon, read_tokens, write_lang_files
 from asrlib.lang.ngram import UNK, build_arpa, estimate_lm, kn_discounts
@@ -35,14 +36,14 @@ def read_arpa(path: Path) -> Tuple[int, Dict[Ngram, Tuple[float, float]]]:
         elif line == "\\end\\":
             section = "end"
         elif line.startswith("\\") and line.endswith("-grams:"):
-            order = int(line[1:line.index("-")])
+            order = int(line[1 : line.index("-")])
             section = "ngrams"
         elif section == "data":
             k, n = line.split()[1].split("=")
             declared[int(k)] = int(n)
         elif section == "ngrams":
             parts = line.split()
-            words = tuple(parts[1:1 + order])
+            words = tuple(parts[1 : 1 + order])
             assert len(words) == order, line
             bow = float(parts[1 + order]) if len(parts) > 1 + order else 0.0
             table[words] = (float(parts[0]), bow)
@@ -73,21 +74,32 @@ def assert_normalised(arpa: Path) -> int:
 
 
 # ---------------------------------------------------------------- (a) normalisation through the ARPA file
-TINY = ["one two three", "one two", "two three one two three four", "four four four", "three one", "one two three",
-        "five six one two", "six six two"]
+TINY = [
+    "one two three",
+    "one two",
+    "two three one two three four",
+    "four four four",
+    "three one",
+    "one two three",
+    "five six one two",
+    "six six two",
+]
 
 
 @pytest.mark.parametrize("order", [1, 2, 3, 4])
 def test_every_history_sums_to_one(tmp_path, order):
     text = tmp_path / "text"
     text.write_text("\n".join(TINY) + "\n")
-    words = tmp_path / "words.txt"   # a Kaldi words.txt: SEVEN is never used, FIVE SIX are OOV
-    words.write_text("".join(f"{w} {i}\n" for i, w in enumerate(
-        ["<eps>", "four", "one", "seven", "three", "two", "#0", "<s>", "</s>"])))
+    words = tmp_path / "words.txt"  # a Kaldi words.txt: SEVEN is never used, FIVE SIX are OOV
+    words.write_text(
+        "".join(
+            f"{w} {i}\n" for i, w in enumerate(["<eps>", "four", "one", "seven", "three", "two", "#0", "<s>", "</s>"])
+        )
+    )
     arpa = tmp_path / "lm.arpa"
     info = build_arpa([text], arpa, order, words=words)
     assert info["oov_tokens"] == 4 and info["oov_types"] == 2
-    assert assert_normalised(arpa) >= (1 if order == 1 else 8)   # histories checked: (), <s>, each unigram, ...
+    assert assert_normalised(arpa) >= (1 if order == 1 else 8)  # histories checked: (), <s>, each unigram, ...
     _, table = read_arpa(arpa)
     assert ("seven",) in table and (UNK,) in table and ("five",) not in table
     assert table[("<s>",)][0] == -99
@@ -112,8 +124,8 @@ def test_discount_formula_and_out_of_range_fallback():
     assert kn_discounts([1, 2, 2, 3, 4, 9]) == pytest.approx((0.2, 1.7, 2.2))
     # n1..n4 = 1, 2, 0, 0: D2 = 2 - 0 = 2 is not below 2 and n3 = 0 -> both fall back to Y = 0.2
     assert kn_discounts([1, 2, 2]) == pytest.approx((0.2, 0.2, 0.2))
-    assert kn_discounts([3, 3, 7]) == (0.5, 0.5, 0.5)     # no singletons
-    assert kn_discounts([1, 1, 5]) == (0.5, 0.5, 0.5)     # no doubletons
+    assert kn_discounts([3, 3, 7]) == (0.5, 0.5, 0.5)  # no singletons
+    assert kn_discounts([1, 1, 5]) == (0.5, 0.5, 0.5)  # no doubletons
 
 
 # ---------------------------------------------------------------- (b) a value computed by hand
@@ -138,7 +150,7 @@ def test_bigram_probabilities_by_hand(tmp_path):
     arpa = tmp_path / "lm.arpa"
     build_arpa([text], arpa, 2)
     _, table = read_arpa(arpa)
-    tol = dict(abs=2e-6)   # 6 decimals of log10 in the file
+    tol = dict(abs=2e-6)  # 6 decimals of log10 in the file
     assert arpa_prob(table, (), "A") == pytest.approx(0.40, **tol)
     assert arpa_prob(table, (), "</s>") == pytest.approx(0.20, **tol)
     assert arpa_prob(table, ("A",), "C") == pytest.approx(0.67, **tol)
@@ -152,7 +164,7 @@ def test_bigram_probabilities_by_hand(tmp_path):
 # ---------------------------------------------------------------- (c) kaldilm and a TLG from lm_text
 def test_tlg_from_lm_text_decodes(tmp_path):
     write_lang_files(tmp_path, build_lexicon(DIGITS))
-    text = tmp_path / "lm_text"   # Kaldi text, lower case: upper-cased like the lexicon; "ten" is OOV -> <unk>
+    text = tmp_path / "lm_text"  # Kaldi text, lower case: upper-cased like the lexicon; "ten" is OOV -> <unk>
     text.write_text("u1 one two oh\nu2 one two three\nu3 nine ten\nu4 eight two\nu5 one two oh oh\n")
     build_tlg(tmp_path, grammar="arpa", lm_text=[text], lm_text_has_utt_ids=True, ngram_order=3)
     arpa = tmp_path / "lm_3gram.arpa"
@@ -162,7 +174,7 @@ def test_tlg_from_lm_text_decodes(tmp_path):
     lp = peaky(word_frames(tmp_path, ["ONE", "TWO", "OH"]), len(read_tokens(tmp_path / "tokens.txt")))
     assert TlgDecoder(tmp_path).decode(lp) == ["ONE", "TWO", "OH"]
     lp = peaky(word_frames(tmp_path, ["SEVEN", "FIVE"]), len(read_tokens(tmp_path / "tokens.txt")))
-    assert TlgDecoder(tmp_path).decode(lp) == ["SEVEN", "FIVE"]   # words the text never uses: back-off to uniform
+    assert TlgDecoder(tmp_path).decode(lp) == ["SEVEN", "FIVE"]  # words the text never uses: back-off to uniform
 
 
 def test_prepare_lang_estimates_from_lm_text(tmp_path):
@@ -170,9 +182,22 @@ def test_prepare_lang_estimates_from_lm_text(tmp_path):
     (data / "train").mkdir(parents=True)
     (data / "train" / "text").write_text("u1 one two\nu2 oh nine\nu3 one two nine\n")
     cfg = ROOT / "recipes/digits/config.yaml"
-    args = ["--text", str(data / "train/text"), "--lang-dir", str(data / "lang"), "--config", str(cfg),
-            "--set", "lang.grammar=arpa", "--set", "lang.lm_text=train/text",   # relative: a file of the data dir
-            "--set", "lang.lm_text_has_utt_ids=true", "--set", "lang.ngram_order=2"]
+    args = [
+        "--text",
+        str(data / "train/text"),
+        "--lang-dir",
+        str(data / "lang"),
+        "--config",
+        str(cfg),
+        "--set",
+        "lang.grammar=arpa",
+        "--set",
+        "lang.lm_text=train/text",  # relative: a file of the data dir
+        "--set",
+        "lang.lm_text_has_utt_ids=true",
+        "--set",
+        "lang.ngram_order=2",
+    ]
     assert prepare_lang_main(args) == 0
     assert (data / "lang" / "TLG.fst").is_file()
     order, table = read_arpa(data / "lang" / "lm_2gram.arpa")
@@ -188,7 +213,7 @@ def test_lm_text_config(tmp_path):
     conf.write_text("lang:\n  grammar: arpa\n  lm_text: [train/text, /abs/lm.txt]\n")
     lang = load_config(conf).lang
     assert lm_texts(lang, "data") == [Path("data/train/text"), Path("/abs/lm.txt")]
-    assert lm_texts(load_config(conf, ["lang.arpa=/x.arpa"]).lang, "data") == []   # a given ARPA wins
+    assert lm_texts(load_config(conf, ["lang.arpa=/x.arpa"]).lang, "data") == []  # a given ARPA wins
     assert lm_texts(load_config(conf, ["lang.lm_text=t.txt"]).lang, "d") == [Path("d/t.txt")]
     with pytest.raises(AsrError, match="lang.lm_text: wrong type"):
         load_config(conf, ["lang.lm_text=3"])
@@ -220,11 +245,11 @@ def test_empty_text_and_bad_order_are_clear_errors(tmp_path):
 def test_oov_report_and_train_lm_step(tmp_path, capsys):
     text = tmp_path / "text"
     text.write_text("u1 a b zz\nu2 a yy zz\nu3 b a\n")
-    words = tmp_path / "vocab.txt"   # a plain word list works too
+    words = tmp_path / "vocab.txt"  # a plain word list works too
     words.write_text("a\nb\n")
     out = tmp_path / "lm" / "lm.arpa"
     args = ["--text", str(text), "--has-utt-ids", "--order", "2", "--words", str(words), "--out", str(out)]
-    assert train_lm_main(args) == 0     # its log goes to stderr (and lm/log/)
+    assert train_lm_main(args) == 0  # its log goes to stderr (and lm/log/)
     err = capsys.readouterr().err
     assert "3 OOV token(s) (2 distinct word(s))" in err and "zz (2), yy (1)" in err
     assert "3 sentence(s), 8 word token(s), 3 OOV token(s)" in err and "1-grams 5, 2-grams 9" in err
@@ -232,12 +257,15 @@ def test_oov_report_and_train_lm_step(tmp_path, capsys):
     assert ("a", UNK) in table and (UNK, "</s>") in table and ("zz",) not in table
     assert_normalised(out)
     mtime = out.stat().st_mtime_ns
-    assert train_lm_main(args) == 0 and out.stat().st_mtime_ns == mtime    # complete: skipped
+    assert train_lm_main(args) == 0 and out.stat().st_mtime_ns == mtime  # complete: skipped
     text.write_text("u1 a b\n")
-    assert train_lm_main(args) == 0 and out.stat().st_mtime_ns != mtime    # the text changed: redone
+    assert train_lm_main(args) == 0 and out.stat().st_mtime_ns != mtime  # the text changed: redone
     cfg = tmp_path / "c.yaml"
     cfg.write_text("lang:\n  ngram_order: 1\n  lm_text_has_utt_ids: true\n")
     assert train_lm_main(["--config", str(cfg), "--text", str(text), "--out", str(tmp_path / "u.arpa")]) == 0
     order, table = read_arpa(tmp_path / "u.arpa")
-    assert order == 1 and ("u1",) not in table and math.isclose(sum(10 ** p for g, (p, _) in table.items()
-                                                                     if g != ("<s>",)), 1.0, abs_tol=1e-5)
+    assert (
+        order == 1
+        and ("u1",) not in table
+        and math.isclose(sum(10**p for g, (p, _) in table.items() if g != ("<s>",)), 1.0, abs_tol=1e-5)
+    )

@@ -1,5 +1,6 @@
 """On-the-fly noise augmentation in the log-mel domain: the SNR it promises, untouched padding, prob 0/1, exact
 resume of a killed run that uses it, and a clear error when the config's mel bins do not match the features."""
+
 import math
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from asrlib.features.cmvn import Cmvn
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.train.noise_aug import NoiseAugment
 
 D = 6
@@ -18,25 +19,25 @@ def _identity_cmvn() -> Cmvn:
 
 
 def test_noise_is_added_at_the_drawn_snr_and_padding_is_left_alone():
-    bank = torch.full((1, 50, D), -2.0)                   # flat noise: energy D * e^-2 per frame
+    bank = torch.full((1, 50, D), -2.0)  # flat noise: energy D * e^-2 per frame
     aug = NoiseAugment(_identity_cmvn(), 16000, D, prob=1.0, snr_min=10.0, snr_max=10.0, bank=bank)
     speech = torch.full((2, 30, D), 1.5)
-    speech[1, 20:] = 0.0                                  # padding of the shorter utterance
+    speech[1, 20:] = 0.0  # padding of the shorter utterance
     lens = torch.tensor([30, 20])
     out = aug(speech, lens)
     # mel energies add: the mixture's energy is speech energy x (1 + 10^(-snr/10))
     ratio = out[0].exp().sum(1) / speech[0].exp().sum(1)
-    assert torch.allclose(ratio, torch.full((30,), 1 + 10 ** -1.0), rtol=1e-5)
+    assert torch.allclose(ratio, torch.full((30,), 1 + 10**-1.0), rtol=1e-5)
     assert torch.equal(out[1, 20:], torch.zeros(10, D))
     assert torch.all(out[1, :20] > speech[1, :20])
-    assert torch.equal(speech[0], torch.full((30, D), 1.5))    # the input is not modified
+    assert torch.equal(speech[0], torch.full((30, D), 1.5))  # the input is not modified
 
 
 def test_gain_follows_active_speech_not_silence():
     bank = torch.zeros((1, 40, D))
     aug = NoiseAugment(_identity_cmvn(), 16000, D, prob=1.0, snr_min=0.0, snr_max=0.0, bank=bank)
-    x = torch.full((1, 40, D), -20.0)                     # silence...
-    x[0, 20:] = 2.0                                       # ...then speech: 0 dB relative to the speech half
+    x = torch.full((1, 40, D), -20.0)  # silence...
+    x[0, 20:] = 2.0  # ...then speech: 0 dB relative to the speech half
     out = aug(x, torch.tensor([40]))
     assert math.isclose(float(out[0, 30].exp().sum() / x[0, 30].exp().sum()), 2.0, rel_tol=1e-5)
 

@@ -1,23 +1,27 @@
 """LibriSpeech recipe on a generated corpus in the real layout (flac + trans.txt per chapter): data preparation
 (lhotse prepare_librispeech underneath) with bad chapters listed, then run.sh stages 1-4 with a tiny model — one
 short training run over the same generic stages the full recipe uses, with an ARPA grammar."""
-import os
-import subprocess
-import sys
+
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+from helpers import run_recipe
 
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from local.librispeech import check_subset, prepare_librispeech
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["HELLO WORLD", "ONE TWO THREE", "THE CAT SAT", "GOOD MORNING", "YES OR NO", "OPEN THE DOOR"]
-LAYOUT = {"train-clean-100": {"19": ["198"], "26": ["495"]}, "dev-clean": {"84": ["121123"]},
-          "test-clean": {"121": ["121726"]}, "test-other": {"1688": ["142285"]}}
+LAYOUT = {
+    "train-clean-100": {"19": ["198"], "26": ["495"]},
+    "dev-clean": {"84": ["121123"]},
+    "test-clean": {"121": ["121726"]},
+    "test-other": {"1688": ["142285"]},
+}
 
 
 def make_librispeech(root: Path, utts_per_chapter: int = 4) -> Path:
@@ -45,8 +49,10 @@ def make_librispeech(root: Path, utts_per_chapter: int = 4) -> Path:
 def test_bad_chapters_are_listed(tmp_path):
     corpus = make_librispeech(tmp_path)
     trans = corpus / "train-clean-100/19/198/19-198.trans.txt"
-    trans.write_text("".join(ln + "\n" for ln in trans.read_text().splitlines() if "0002" not in ln)
-                     + "19-198-0009 A LINE WITHOUT AUDIO\n")
+    trans.write_text(
+        "".join(ln + "\n" for ln in trans.read_text().splitlines() if "0002" not in ln)
+        + "19-198-0009 A LINE WITHOUT AUDIO\n"
+    )
     (corpus / "train-clean-100/26/495/26-495.trans.txt").unlink()
     probs = dict(check_subset(corpus / "train-clean-100"))
     assert probs["19-198-0002"].startswith("missing-transcript:")
@@ -86,10 +92,19 @@ def test_tiny_training_step_through_run_sh(tmp_path):
     cfg["train"]["dist"] = {"algo": "local"}
     conf = tmp_path / "tiny.yaml"
     conf.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([str(ROOT / "recipes/librispeech/run.sh"), "--config", str(conf), "--stop-stage", "4",
-                        "--nj", "1", "--data", str(tmp_path / "data"), "--exp", str(tmp_path / "exp"),
-                        "--python", sys.executable], capture_output=True, text=True, env=env)
+    r = run_recipe(
+        "librispeech",
+        "--config",
+        conf,
+        "--stop-stage",
+        "4",
+        "--nj",
+        "1",
+        "--data",
+        tmp_path / "data",
+        "--exp",
+        tmp_path / "exp",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     for s in ("train", "dev", "test", "test_other"):
         assert (tmp_path / "data/fbank" / s / "feats.scp").is_file()

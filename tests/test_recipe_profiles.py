@@ -1,5 +1,6 @@
 """The Snakemake profiles (profiles/local, profiles/slurm) validated by snakemake's own dry run: every recipe's DAG
 builds, the training rule gets the recipe config's cluster resources and launches torchrun the right way."""
+
 import importlib.util
 import subprocess
 import sys
@@ -13,9 +14,25 @@ RECIPES = ["yesno", "fsdd", "librispeech", "switchboard", "digits_fsdd"]
 
 
 def _dry_run(profile: str, config: Path, work: Path) -> str:
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--profile", str(ROOT / "profiles" / profile),
-                        "--snakefile", str(ROOT / "Snakefile"), "--config", f"recipe_config={config}",
-                        f"workdir={work}"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--profile",
+            str(ROOT / "profiles" / profile),
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--config",
+            f"recipe_config={config}",
+            f"workdir={work}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return r.stdout + r.stderr
 
@@ -28,28 +45,30 @@ def test_local_profile_every_recipe(recipe, tmp_path):
     out = _dry_run("local", config, tmp_path)
     assert f"-m local.{yaml.safe_load(config.read_text())['data']['corpus']} " in out
     assert "steps.train" in out and "This was a dry-run" in out
-    if yaml.safe_load(config.read_text()).get("features", {}).get("cmvn") == "speaker":   # per-speaker CMN rules
+    if yaml.safe_load(config.read_text()).get("features", {}).get("cmvn") == "speaker":  # per-speaker CMN rules
         assert "--utt2spk data/train/utt2spk" in out and "--utt2spk data/test/utt2spk" in out
         assert "data/fbank/test --speaker-only" in out
 
 
-@pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
-                    reason="snakemake-executor-plugin-slurm is not installed (pip install -r requirements.txt)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
+    reason="snakemake-executor-plugin-slurm is not installed (pip install -r requirements.txt)",
+)
 def test_slurm_profile_multi_node_training(tmp_path):
     cfg = yaml.safe_load((ROOT / "recipes/librispeech/config.yaml").read_text())
     cfg["cluster"].update(nodes=2, learners_per_node=4, gpus_per_node=4, partition="gpu", train_mem_mb=64000)
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     out = _dry_run("slurm", conf, tmp_path / "w")
-    train = out[out.index("rule train_model:"):]
+    train = out[out.index("rule train_model:") :]
     train = train[: train.index("\n\n")]
     assert "nodes=2" in train and "mem_mb=64000" in train and "slurm_partition=gpu" in train
     assert "--gres=gpu:4" in train and "cpus_per_task=32" in train
     assert "srun --nodes=$SLURM_NNODES --ntasks-per-node=1" in train
     assert "steps.train_dist --nnodes $SLURM_NNODES --num-learners 4" in train and "--rdzv-endpoint" in train
     assert "--max-restarts 0" in train
-    fbank = out[out.index("rule fbank:"):]
-    assert "mem_mb=4000" in fbank[: fbank.index("\n\n")]            # default-resources of the profile
+    fbank = out[out.index("rule fbank_train:") :]
+    assert "mem_mb=4000" in fbank[: fbank.index("\n\n")]  # default-resources of the profile
 
 
 def test_single_node_learners_use_torchrun_standalone(tmp_path):
@@ -68,7 +87,7 @@ def test_set_grammars_reach_tlg_and_gmm_decoding(tmp_path):
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     out = _dry_run("local", conf, tmp_path / "w")
-    assert "--eval-set test --text data/train/text --lang-dir data/lang_one_word" in out   # rule lang_set
+    assert "--eval-set test --text data/train/text --lang-dir data/lang_one_word" in out  # rule lang_set
     gmm = [line for line in out.splitlines() if "-m steps.decode_gmm" in line]
     assert gmm and all("--lang-dir data/lang_one_word" in line and "/graph_one_word " in line for line in gmm), gmm
     tlg = [line for line in out.splitlines() if "-m steps.decode " in line and "--method tlg" in line]
@@ -87,7 +106,9 @@ def test_set_words_give_the_set_a_lang_dir_of_its_own(tmp_path):
     out = _dry_run("local", conf, tmp_path / "w")
     assert "--eval-set test --text data/train/text --lang-dir data/lang_test" in out
     assert "--eval-set dev --text data/train/text --lang-dir data/lang_words_8" in out
-    tlg = {s: [ln for ln in out.splitlines() if "--method tlg" in ln and f"logprobs_{s}/" in ln] for s in ("dev", "test")}
+    tlg = {
+        s: [ln for ln in out.splitlines() if "--method tlg" in ln and f"logprobs_{s}/" in ln] for s in ("dev", "test")
+    }
     assert tlg["test"] and all("--lang-dir data/lang_test " in ln for ln in tlg["test"]), tlg
     assert tlg["dev"] and all("--lang-dir data/lang_words_8 " in ln for ln in tlg["dev"]), tlg
 

@@ -1,23 +1,31 @@
 """Switchboard recipe on a generated corpus in the LDC layout (2-channel SPHERE + MS98 transcripts, eval2000 audio and
 references): lhotse prepare_switchboard/prepare_eval2000 underneath, conversation sides as speakers, normalised
 transcripts, conversations without both transcript sides listed, then run.sh stages 1-4 with a tiny model."""
+
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+from helpers import run_recipe
 
-from asrlib.io_utils import AsrError, read_table, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table, read_table_dict
 from local.switchboard import normalize_text, prepare_switchboard
 
 ROOT = Path(__file__).resolve().parents[1]
-LINES = ["hello there", "[laughter] yes i think so", "uh-huh [noise]", "th[e]- the weather is nice",
-         "[laughter-yes] right", "[silence]", "okay {um} good", "[noise] [laughter]"]
+LINES = [
+    "hello there",
+    "[laughter] yes i think so",
+    "uh-huh [noise]",
+    "th[e]- the weather is nice",
+    "[laughter-yes] right",
+    "[silence]",
+    "okay {um} good",
+    "[noise] [laughter]",
+]
 
 
 def _sph(path: Path, seconds: float, seed: int) -> None:
@@ -34,7 +42,7 @@ def make_switchboard(root: Path) -> Path:
     trans = corpus / "LDC97S62" / "swb_ms98_transcriptions"
     for k, conv in enumerate(("2001", "2005", "2010", "2020")):
         _sph(corpus / "LDC97S62" / "swb1" / f"sw0{conv}.sph", 8.0, k)
-        for side in ("A", "B") if conv != "2020" else ("A",):      # sw2020 lacks its B transcript
+        for side in ("A", "B") if conv != "2020" else ("A",):  # sw2020 lacks its B transcript
             rows, t = [], 0.0
             for i, words in enumerate(LINES):
                 rows.append(f"sw{conv}{side}-ms98-a-{i:04d} {t:.6f} {t + 0.9:.6f} {words}")
@@ -46,8 +54,10 @@ def make_switchboard(root: Path) -> Path:
         _sph(corpus / "LDC2002S09" / "hub5e_00" / "english" / f"{rec}.sph", 6.0, 10 + k)
         ref = corpus / "LDC2002T43" / "reference" / "english" / f"{rec}.txt"
         ref.parent.mkdir(parents=True, exist_ok=True)
-        ref.write_text("#Language: eng\n#File id: 4156\n\n1.00 2.00 A: HELLO THERE\n2.50 3.50 B: (( YES )) RIGHT\n"
-                       "4.00 5.00 A: %HESITATION OKAY GOOD\n")
+        ref.write_text(
+            "#Language: eng\n#File id: 4156\n\n1.00 2.00 A: HELLO THERE\n2.50 3.50 B: (( YES )) RIGHT\n"
+            "4.00 5.00 A: %HESITATION OKAY GOOD\n"
+        )
     return corpus
 
 
@@ -63,18 +73,18 @@ def test_prepare_sides_segments_and_exclusions(tmp_path):
     corpus = make_switchboard(tmp_path)
     out = tmp_path / "data"
     counts = prepare_switchboard(corpus, out, ["swb1", "eval2000"])
-    assert counts == {"train": 24, "dev": 12, "test": 6, "test_swb": 3, "test_ch": 3}   # 6 worded segments/side
+    assert counts == {"train": 24, "dev": 12, "test": 6, "test_swb": 3, "test_ch": 3}  # 6 worded segments/side
     utt2spk = read_table_dict(out / "train" / "utt2spk")
-    assert set(utt2spk.values()) == {"sw02005-A", "sw02005-B", "sw02010-A", "sw02010-B"}   # sw02001 is dev
+    assert set(utt2spk.values()) == {"sw02005-A", "sw02005-B", "sw02010-A", "sw02010-B"}  # sw02001 is dev
     assert read_table_dict(out / "train" / "text")["sw02005-B_000095-000185"] == "YES I THINK SO"
     seg = read_table_dict(out / "train" / "segments")["sw02005-B_000095-000185"].split()
     assert seg[0] == "sw02005-B" and float(seg[1]) == pytest.approx(0.95)
     wav = read_table_dict(out / "train" / "wav.scp")
     a, b = sf.read(wav["sw02005-A"])[0], sf.read(wav["sw02005-B"])[0]
-    assert a.ndim == b.ndim == 1 and not np.allclose(a, b)          # one mono file per conversation side
+    assert a.ndim == b.ndim == 1 and not np.allclose(a, b)  # one mono file per conversation side
     excl = read_table_dict(out / "train" / "excluded.txt")
     assert excl["sw02020"].startswith("missing-transcript")
-    assert any(v.startswith("no-words") for v in excl.values())      # the [silence]-only segment is listed
+    assert any(v.startswith("no-words") for v in excl.values())  # the [silence]-only segment is listed
     assert read_table_dict(out / "test" / "text")["en_4156-B_000250-000350"] == "YES RIGHT"
     with pytest.raises(AsrError, match="must contain swb1"):
         prepare_switchboard(corpus, tmp_path / "d2", ["eval2000"])
@@ -83,21 +93,30 @@ def test_prepare_sides_segments_and_exclusions(tmp_path):
 def test_tiny_training_step_through_run_sh(tmp_path):
     corpus = make_switchboard(tmp_path)
     cfg = yaml.safe_load((ROOT / "recipes/switchboard/config.yaml").read_text())
-    cfg["data"].update(corpus_dir=str(corpus))   # the recipe's speed perturbation and lang section as they are:
-    cfg["features"]["nj"] = 1                    # the 3-gram is estimated from data/train_nosp/text
+    cfg["data"].update(corpus_dir=str(corpus))  # the recipe's speed perturbation and lang section as they are:
+    cfg["features"]["nj"] = 1  # the 3-gram is estimated from data/train_nosp/text
     cfg["model"].update(num_layers=1, hidden_size=32, proj_size=16, bidirectional=True)
     cfg["train"].update(epochs=1, batch_seconds=4, warmup_steps=2, checkpoint_every=10, num_threads=1)
     cfg["train"]["dist"] = {"algo": "local"}
     conf = tmp_path / "tiny.yaml"
     conf.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([str(ROOT / "recipes/switchboard/run.sh"), "--config", str(conf), "--stop-stage", "4",
-                        "--nj", "1", "--data", str(tmp_path / "data"), "--exp", str(tmp_path / "exp"),
-                        "--python", sys.executable], capture_output=True, text=True, env=env)
+    r = run_recipe(
+        "switchboard",
+        "--config",
+        conf,
+        "--stop-stage",
+        "4",
+        "--nj",
+        "1",
+        "--data",
+        tmp_path / "data",
+        "--exp",
+        tmp_path / "exp",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(read_table(tmp_path / "data/fbank/test/feats.scp")) == 6
-    assert len(read_table(tmp_path / "data/train/text")) == 3 * 24              # speed-perturbed x 3
+    assert len(read_table(tmp_path / "data/train/text")) == 3 * 24  # speed-perturbed x 3
     info = json.loads((tmp_path / "data/lang/.lm_3gram.arpa.done").read_text())
-    assert info["sentences"] == 24 and info["oov_tokens"] == 0 and info["ngrams"][2] > 0   # the unperturbed text
+    assert info["sentences"] == 24 and info["oov_tokens"] == 0 and info["ngrams"][2] > 0  # the unperturbed text
     assert "ngram 3=" in (tmp_path / "data/lang/lm_3gram.arpa").read_text()
     assert (tmp_path / "exp/final.pt").is_file()

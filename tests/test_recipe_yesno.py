@@ -1,23 +1,25 @@
 """yesno end to end on the real corpus with a tiny model: run.sh stages 1-6 (lhotse data prep, validation, fbank,
 lang, BLSTM-CTC training, greedy + TLG decoding, scoring), then Snakemake finds every stage done."""
+
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "data" / "yesno" / "waves_yesno"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real yesno data not found at {REAL} (../shared/data)")
 
 # Tiny: no speed perturbation, a 1-layer BLSTM, 12 epochs of 2-recording batches (about 1 min on 2 idle cores).
-TINY = {"data": {"speed_perturb": [], "corpus_dir": str(REAL)},
-        "model": {"num_layers": 1, "hidden_size": 48, "dropout": 0.0},
-        "train": {"epochs": 12, "lr": 0.006, "warmup_steps": 20, "spec_augment": False, "checkpoint_every": 1000}}
-WER_BOUND = 30.0   # %; the full recipe reaches 0.00 % (known length; 0.42 % through the word loop), this tiny run 6.25 % (measured)
+TINY = {
+    "data": {"speed_perturb": [], "corpus_dir": str(REAL)},
+    "model": {"num_layers": 1, "hidden_size": 48, "dropout": 0.0},
+    "train": {"epochs": 12, "lr": 0.006, "warmup_steps": 20, "spec_augment": False, "checkpoint_every": 1000},
+}
+# %; the full recipe reaches 0.00 % (known length; 0.42 % through the word loop), this tiny run 6.25 % (measured)
+WER_BOUND = 30.0
 
 
 def test_yesno_recipe_end_to_end(tmp_path):
@@ -26,10 +28,8 @@ def test_yesno_recipe_end_to_end(tmp_path):
         cfg[section].update(vals)
     conf = tmp_path / "tiny.yaml"
     conf.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     data, exp = tmp_path / "data", tmp_path / "exp"
-    r = subprocess.run([str(ROOT / "recipes/yesno/run.sh"), "--config", str(conf), "--data", str(data), "--exp",
-                        str(exp), "--python", sys.executable], capture_output=True, text=True, env=env)
+    r = run_recipe("yesno", "--config", conf, "--data", data, "--exp", exp)
     assert r.returncode == 0, r.stderr[-3000:]
     wer = json.loads((exp / "decode_test_tlg" / "wer.json").read_text())
     print("tiny yesno test WER:", wer["wer"])
@@ -40,5 +40,5 @@ def test_yesno_recipe_end_to_end(tmp_path):
     hyps = [ln.split()[1:] for ln in (exp / "decode_test_tlg" / "hyp.txt").read_text().splitlines()]
     assert len(hyps) == 30 and all(len(h) == 8 for h in hyps), hyps
     assert "| test |" in (exp / "RESULTS.md").read_text()
-    assert not (exp / "decode_dev_tlg").exists()            # dev = training recordings: not decoded
-    assert "stage 7 (mobile export) skipped" in r.stdout and not (exp / "mobile").exists()   # a BLSTM: no bundle
+    assert not (exp / "decode_dev_tlg").exists()  # dev = training recordings: not decoded
+    assert "stage 7 (mobile export) skipped" in r.stdout and not (exp / "mobile").exists()  # a BLSTM: no bundle

@@ -5,6 +5,7 @@ Most tests use a tiny LSTM-CTC trained in a few seconds on a tone task (tests/to
 pure tone), through the real feature, lang, train and decode code. Tests on the digits recipe's model run only when
 recipes/digits/exp/lstm_ctc has finished training and decoding.
 """
+
 import json
 import shutil
 from pathlib import Path
@@ -14,9 +15,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from asrlib.io_utils import AsrError, read_table_dict
-from asrlib.recognizer import (Recognizer, _match_edit, align_words, fbank_stream, resample_stream,
-                               token_runs)
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
+from asrlib.app.recognizer import Recognizer, _match_edit, align_words, fbank_stream, resample_stream, token_runs
 from tone_model import SR, read_texts, synth_utterance, tone_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def test_streamed_resampling_equals_one_shot(orig):
     rng = np.random.default_rng(1)
     x = rng.normal(0, 0.1, orig * 3 + 137).astype(np.float32)
     whole = Resample(orig, SR)(torch.from_numpy(x)).numpy()
-    blocks = [x[i:i + 5003] for i in range(0, len(x), 5003)]   # odd block sizes, unrelated to the period
+    blocks = [x[i : i + 5003] for i in range(0, len(x), 5003)]  # odd block sizes, unrelated to the period
     streamed = np.concatenate(list(resample_stream(iter(blocks), orig, SR, block_hint=orig // 3)))
     assert streamed.shape == whole.shape
     np.testing.assert_allclose(streamed, whole, atol=1e-6)
@@ -55,7 +56,7 @@ def test_chunked_fbank_equals_whole_utterance_fbank(n):
     fb = FbankExtractor(FbankOptions(num_mel_bins=24)).fbank
     x = np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32)
     whole = np.asarray(fb.extract(x, SR))
-    blocks = [x[i:i + 997] for i in range(0, n, 997)]
+    blocks = [x[i : i + 997] for i in range(0, n, 997)]
     chunked = np.concatenate(list(fbank_stream(iter(blocks), lambda s: np.asarray(fb.extract(s, SR)), 7)))
     assert chunked.shape == whole.shape == ((n + 80) // 160, 24)
     np.testing.assert_allclose(chunked, whole, atol=1e-5)
@@ -88,13 +89,13 @@ def test_chunked_log_probs_equal_one_pass(tm, tmp_path):
     save_model(exp / "final.pt", model.eval(), np.zeros(24), np.full(24, 0.2), info={"lang_dir": str(tm.lang)})
     rec2 = Recognizer.from_dir(exp, chunk_seconds=0.37)
     lp = rec2.log_probs(x, SR)
-    assert lp.shape == (len(x) // 160 // 3, 5)   # (N + 80) // 160 fbank frames, 3 per output frame
+    assert lp.shape == (len(x) // 160 // 3, 5)  # (N + 80) // 160 fbank frames, 3 per output frame
     np.testing.assert_allclose(lp, _whole_log_probs(exp / "final.pt", x, 24), atol=2e-5)
 
 
 def test_bidirectional_model_runs_in_overlapping_windows(tm, tmp_path):
     from asrlib.config import ModelConfig
-    from asrlib.model_dir import _WholeRecordingStream
+    from asrlib.app.model_dir import _WholeRecordingStream
     from asrlib.models.lstm import build_model
     from asrlib.models.saved import load_model, save_model
 
@@ -104,14 +105,14 @@ def test_bidirectional_model_runs_in_overlapping_windows(tm, tmp_path):
     x = np.random.default_rng(0).normal(0, 0.1, 3 * SR).astype(np.float32)
     rec = Recognizer.from_dir(tmp_path / "bi", chunk_seconds=0.5)
     whole = _whole_log_probs(tmp_path / "bi" / "final.pt", x, 24)
-    np.testing.assert_allclose(rec.log_probs(x, SR), whole, atol=2e-5)   # short: one pass, exact
+    np.testing.assert_allclose(rec.log_probs(x, SR), whole, atol=2e-5)  # short: one pass, exact
     feats = rec._fbank(x)
     stream = _WholeRecordingStream(load_model(tmp_path / "bi" / "final.pt"), window=20, context=8)
     for i in range(0, len(feats), 50):
-        assert stream.accept(feats[i:i + 50]).shape[0] == 0
+        assert stream.accept(feats[i : i + 50]).shape[0] == 0
     windowed = stream.finish()
-    assert windowed.shape == whole.shape and np.isfinite(windowed).all()   # approximate at window edges
-    assert not np.allclose(windowed, whole, atol=1e-3)                     # (really windowed)
+    assert windowed.shape == whole.shape and np.isfinite(windowed).all()  # approximate at window edges
+    assert not np.allclose(windowed, whole, atol=1e-3)  # (really windowed)
 
 
 # ------------------------------------------------------------------------------------------------ decoding
@@ -122,22 +123,65 @@ def test_same_words_as_the_decode_stage(tm, tmp_path, method):
     from steps import compute_logprobs, decode
 
     lp_dir, dec_dir = tmp_path / "lp", tmp_path / "dec"
-    assert compute_logprobs.main(["--model", str(tm.exp / "final.pt"), "--feats", str(tm.fbank / "test" / "feats.scp"),
-                                  "--out-dir", str(lp_dir), "--num-threads", "1"]) == 0
+    assert (
+        compute_logprobs.main(
+            [
+                "--model",
+                str(tm.exp / "final.pt"),
+                "--feats",
+                str(tm.fbank / "test" / "feats.scp"),
+                "--out-dir",
+                str(lp_dir),
+                "--num-threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     cfg = tmp_path / "c.yaml"
     cfg.write_text("decode: {beam: 12.0}\n")
-    assert decode.main(["--config", str(cfg), "--method", method, "--logprobs", str(lp_dir / "logprobs.scp"),
-                        "--lang-dir", str(tm.lang), "--out-dir", str(dec_dir)]) == 0
+    assert (
+        decode.main(
+            [
+                "--config",
+                str(cfg),
+                "--method",
+                method,
+                "--logprobs",
+                str(lp_dir / "logprobs.scp"),
+                "--lang-dir",
+                str(tm.lang),
+                "--out-dir",
+                str(dec_dir),
+            ]
+        )
+        == 0
+    )
     stage = read_texts(dec_dir / "hyp.txt")
     rec = Recognizer.from_dir(tm.exp, method=method)
     ours = {utt: rec.transcribe_file(path).text for utt, path in read_table_dict(tm.data / "test" / "wav.scp").items()}
     assert ours == stage
     assert ours == read_texts(tm.data / "test" / "text")
     # the command line gives the same words too (keys of a wav.scp input are its utterance ids)
-    from asrlib.cli_asr import main as asr_main
+    from asrlib.app.cli_asr import main as asr_main
 
-    assert asr_main(["transcribe", str(tm.exp), str(tm.data / "test" / "wav.scp"), "--method", method, "-q",
-                     "--beam", "12", "-o", str(tmp_path / "asr.txt")]) == 0
+    assert (
+        asr_main(
+            [
+                "transcribe",
+                str(tm.exp),
+                str(tm.data / "test" / "wav.scp"),
+                "--method",
+                method,
+                "-q",
+                "--beam",
+                "12",
+                "-o",
+                str(tmp_path / "asr.txt"),
+            ]
+        )
+        == 0
+    )
     assert read_texts(tmp_path / "asr.txt") == stage
 
 
@@ -216,7 +260,7 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
 
 
 def test_cli_writes_segments_and_subtitles(tm, tmp_path):
-    from asrlib.cli_asr import main as asr_main
+    from asrlib.app.cli_asr import main as asr_main
 
     rng = np.random.default_rng(2)
     for k in range(2):
@@ -226,19 +270,37 @@ def test_cli_writes_segments_and_subtitles(tm, tmp_path):
             parts += [x, np.zeros(SR, np.float32)]
         sf.write(tmp_path / f"rec{k}.wav", np.concatenate(parts), SR)
     one = tmp_path / "rec0.wav"
-    assert asr_main(["transcribe", str(tm.exp), str(one), "--format", "jsonl", "-q", "-o",
-                     str(tmp_path / "out.jsonl")]) == 0
+    assert (
+        asr_main(["transcribe", str(tm.exp), str(one), "--format", "jsonl", "-q", "-o", str(tmp_path / "out.jsonl")])
+        == 0
+    )
     row = json.loads((tmp_path / "out.jsonl").read_text())
     assert [s["text"] for s in row["segments"]] == ["W1 W2"] * 3
-    assert asr_main(["transcribe", str(tm.exp), str(one), "--format", "srt", "-q", "-o",
-                     str(tmp_path / "one.srt")]) == 0
+    assert (
+        asr_main(["transcribe", str(tm.exp), str(one), "--format", "srt", "-q", "-o", str(tmp_path / "one.srt")]) == 0
+    )
     srt = (tmp_path / "one.srt").read_text()
     assert srt.count(" --> ") == 3 and srt.startswith("1\n00:00:0")
     with pytest.raises(AsrError, match="-o DIR"):
-        asr_main(["transcribe", str(tm.exp), str(tmp_path / "rec0.wav"), str(tmp_path / "rec1.wav"),
-                  "--format", "vtt", "-q"])
-    assert asr_main(["transcribe", str(tm.exp), str(tmp_path / "rec0.wav"), str(tmp_path / "rec1.wav"),
-                     "--format", "vtt", "-q", "-o", str(tmp_path / "subs")]) == 0
+        asr_main(
+            ["transcribe", str(tm.exp), str(tmp_path / "rec0.wav"), str(tmp_path / "rec1.wav"), "--format", "vtt", "-q"]
+        )
+    assert (
+        asr_main(
+            [
+                "transcribe",
+                str(tm.exp),
+                str(tmp_path / "rec0.wav"),
+                str(tmp_path / "rec1.wav"),
+                "--format",
+                "vtt",
+                "-q",
+                "-o",
+                str(tmp_path / "subs"),
+            ]
+        )
+        == 0
+    )
     for k in range(2):
         assert (tmp_path / "subs" / f"rec{k}.vtt").read_text().startswith("WEBVTT\n\n00:00:")
 
@@ -270,8 +332,13 @@ def test_bad_audio_is_a_clear_error(rec, tmp_path):
     (tmp_path / "junk.wav").write_bytes(b"this is not audio" * 10)
     sf.write(str(tmp_path / "nosamples.wav"), np.zeros(0, np.float32), SR)
     sf.write(str(tmp_path / "tiny.wav"), np.zeros(100, np.float32), SR)
-    cases = {"empty.wav": "empty file", "junk.wav": "cannot read audio", "nosamples.wav": "no audio samples",
-             "tiny.wav": "too short", "missing.wav": "no such file"}
+    cases = {
+        "empty.wav": "empty file",
+        "junk.wav": "cannot read audio",
+        "nosamples.wav": "no audio samples",
+        "tiny.wav": "too short",
+        "missing.wav": "no such file",
+    }
     for name, msg in cases.items():
         with pytest.raises(AsrError, match=msg) as e:
             rec.transcribe_file(tmp_path / name)
@@ -290,11 +357,11 @@ def test_bad_audio_is_a_clear_error(rec, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ model dirs
 def test_model_dir_problems_are_clear_errors(tm, tmp_path):
-    from asrlib.model_dir import open_model_dir, package_model
+    from asrlib.app.model_dir import open_model_dir, package_model
 
     pkg = package_model(tm.exp, tm.lang, tmp_path / "pkg")
     moved = tmp_path / "elsewhere" / "model"
-    shutil.move(str(pkg), str(moved))                      # self-contained: works after a move
+    shutil.move(str(pkg), str(moved))  # self-contained: works after a move
     assert Recognizer.from_dir(moved).transcribe(synth_utterance(["W3"], np.random.default_rng(0))[0], SR).text == "W3"
     with pytest.raises(AsrError, match="already exists"):
         package_model(tm.exp, tm.lang, moved)
@@ -345,13 +412,13 @@ def test_experiment_dir_decodes_with_its_decode_stage_settings(tm, tmp_path):
     stages older than final.pt do not count."""
     import os
 
-    from asrlib.model_dir import open_model_dir
+    from asrlib.app.model_dir import open_model_dir
 
     exp = tmp_path / "exp"
     exp.mkdir()
     shutil.copy(tm.exp / "final.pt", exp / "final.pt")
     (exp / "lang").symlink_to(tm.lang)
-    assert open_model_dir(exp).decode_config().acoustic_scale == 1.0      # no decode stage: defaults
+    assert open_model_dir(exp).decode_config().acoustic_scale == 1.0  # no decode stage: defaults
 
     def stage(name, **fp):
         d = exp / name
@@ -361,17 +428,18 @@ def test_experiment_dir_decodes_with_its_decode_stage_settings(tm, tmp_path):
 
     old = stage("decode_dev_tlg", method="tlg", beam=7.0, acoustic_scale=3.0, blank_penalty=2.0, max_active=100)
     t = (exp / "final.pt").stat().st_mtime
-    os.utime(old, (t - 60, t - 60))                                        # decoded before this model existed
+    os.utime(old, (t - 60, t - 60))  # decoded before this model existed
     assert open_model_dir(exp).decode_config().acoustic_scale == 1.0
-    new = stage("decode_test_tlg", method="tlg", beam=9.0, acoustic_scale=2.5, blank_penalty=0.7, max_active=500,
-                num_threads=1)
+    new = stage(
+        "decode_test_tlg", method="tlg", beam=9.0, acoustic_scale=2.5, blank_penalty=0.7, max_active=500, num_threads=1
+    )
     stage("decode_test_greedy", method="greedy", beam=1.0, acoustic_scale=9.0, blank_penalty=0.0, max_active=1)
     os.utime(exp / "decode_test_greedy" / ".decode.done", (t + 120, t + 120))
     md = open_model_dir(exp)
     c = md.decode_config()
     assert (c.beam, c.acoustic_scale, c.blank_penalty, c.max_active) == (9.0, 2.5, 0.7, 500)
     assert md.meta["decode_source"] == str(new)
-    assert Recognizer.from_dir(exp, acoustic_scale=1.5).decode_config.acoustic_scale == 1.5   # an override wins
+    assert Recognizer.from_dir(exp, acoustic_scale=1.5).decode_config.acoustic_scale == 1.5  # an override wins
 
 
 # ------------------------------------------------------------------------------------------------ alignment
@@ -380,8 +448,7 @@ def test_alignment_of_words_to_emitted_tokens():
     assert token_runs([0, 1, 1, 0, 1, 2, 2, 0, 3]) == [(1, 1, 2), (1, 4, 4), (2, 5, 6), (3, 8, 8)]
     # exact: pronunciation variants chosen by the tokens
     assert align_words(["A", "X", "B"], prons, [(1, 0, 0), (3, 2, 2), (2, 4, 4)]) == [(0, 1), (1, 2), (2, 3)]
-    assert align_words(["A", "X", "B"], prons, [(1, 0, 0), (3, 2, 2), (4, 3, 3), (2, 5, 5)]) == [(0, 1), (1, 3),
-                                                                                              (3, 4)]
+    assert align_words(["A", "X", "B"], prons, [(1, 0, 0), (3, 2, 2), (4, 3, 3), (2, 5, 5)]) == [(0, 1), (1, 3), (3, 4)]
     # with edits (greedy phones that the lexicon match had to repair)
     assert _match_edit(["A", "B"], prons, [7, 1, 9, 9, 2, 8]) == [(1, 2), (4, 5)]
     assert _match_edit(["A", "X", "B"], prons, [1, 2]) == [(0, 1), None, (1, 2)]
@@ -394,15 +461,17 @@ def test_greedy_long_recordings_are_split_at_blanks(tm):
     pieces = rec._greedy_segments(toks)
     assert pieces[0][0] == 0 and pieces[-1][1] == len(toks)
     assert all(b - a <= 10 for a, b in pieces) and all(p[1] == q[0] for p, q in zip(pieces, pieces[1:]))
-    assert pieces[0] == (0, 4)   # the middle of the longest blank run in the first 10 frames
+    assert pieces[0] == (0, 4)  # the middle of the longest blank run in the first 10 frames
 
 
 # ------------------------------------------------------------------------------------------------ digits recipe
 def _digits_ready(method: str) -> Path:
     hyp = DIGITS_EXP / f"decode_test_{method}" / "hyp.txt"
     if not (DIGITS_EXP / ".train.done").is_file() or not hyp.is_file():
-        pytest.skip("the digits recipe has not been trained and decoded (run `make run`); "
-                    f"needs {DIGITS_EXP}/.train.done and {hyp}")
+        pytest.skip(
+            "the digits recipe has not been trained and decoded (run `make run`); "
+            f"needs {DIGITS_EXP}/.train.done and {hyp}"
+        )
     if hyp.stat().st_mtime < (DIGITS_EXP / "final.pt").stat().st_mtime:
         pytest.skip(f"{hyp} is older than final.pt (decode stage not rerun after training)")
     return hyp
@@ -452,7 +521,7 @@ def test_digits_model_60s_recordings_vs_pieces():
         if total >= 60:
             groups.append([])
             total = 0.0
-    groups = [g for g in groups if sum(len(x) for _, x in g) >= 60 * sr]    # a short remainder is left out
+    groups = [g for g in groups if sum(len(x) for _, x in g) >= 60 * sr]  # a short remainder is left out
     ref, hyp_pieces, hyp_long, hyp_one = {}, {}, {}, {}
     for i, group in enumerate(groups):
         lps, words = [], []
@@ -488,13 +557,27 @@ def test_utterance_cmn_model_through_compute_logprobs_and_the_recognizer(tm, tmp
     torch.manual_seed(0)
     model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3))
     exp = tmp_path / "utt"
-    save_model(exp / "final.pt", model.eval(), np.zeros(24), np.ones(24),
-               info={"lang_dir": str(tm.lang), "cmvn": "utterance"})
+    save_model(
+        exp / "final.pt", model.eval(), np.zeros(24), np.ones(24), info={"lang_dir": str(tm.lang), "cmvn": "utterance"}
+    )
     rng = np.random.default_rng(0)
     raw = {k: (rng.normal(0, 1, (60, 24)) + rng.normal(0, 3, 24)).astype(np.float32) for k in ("a", "b")}
     write_matrices(tmp_path / "fb" / "feats.ark", sorted(raw.items()))
-    assert compute_logprobs(["--model", str(exp / "final.pt"), "--feats", str(tmp_path / "fb" / "feats.scp"),
-                             "--out-dir", str(tmp_path / "lp"), "--num-threads", "1"]) == 0
+    assert (
+        compute_logprobs(
+            [
+                "--model",
+                str(exp / "final.pt"),
+                "--feats",
+                str(tmp_path / "fb" / "feats.scp"),
+                "--out-dir",
+                str(tmp_path / "lp"),
+                "--num-threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     saved = load_model(exp / "final.pt")
     assert saved.cmn == "utterance"
     out = MatrixReader(tmp_path / "lp" / "logprobs.scp")
@@ -523,15 +606,33 @@ def test_online_cmn_model_streams_in_the_recognizer_as_in_compute_logprobs(tm, t
     torch.manual_seed(0)
     model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3))
     exp = tmp_path / "online"
-    save_model(exp / "final.pt", model.eval(), np.full(24, 1.0), np.full(24, 0.5),
-               info={"lang_dir": str(tm.lang), "cmvn": "online", "online_prior_frames": 40.0})
+    save_model(
+        exp / "final.pt",
+        model.eval(),
+        np.full(24, 1.0),
+        np.full(24, 0.5),
+        info={"lang_dir": str(tm.lang), "cmvn": "online", "online_prior_frames": 40.0},
+    )
     saved = load_model(exp / "final.pt")
     assert (saved.cmn, saved.online_prior) == ("online", 40.0)
     rng = np.random.default_rng(0)
     raw = {k: (rng.normal(0, 1, (60, 24)) + rng.normal(0, 3, 24)).astype(np.float32) for k in ("a", "b")}
     write_matrices(tmp_path / "fb" / "feats.ark", sorted(raw.items()))
-    assert compute_logprobs(["--model", str(exp / "final.pt"), "--feats", str(tmp_path / "fb" / "feats.scp"),
-                             "--out-dir", str(tmp_path / "lp"), "--num-threads", "1"]) == 0
+    assert (
+        compute_logprobs(
+            [
+                "--model",
+                str(exp / "final.pt"),
+                "--feats",
+                str(tmp_path / "fb" / "feats.scp"),
+                "--out-dir",
+                str(tmp_path / "lp"),
+                "--num-threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = MatrixReader(tmp_path / "lp" / "logprobs.scp")
     for k, x in raw.items():
         z = online_cmn((x - 1.0) * 0.5, 40.0)[0]
@@ -539,9 +640,9 @@ def test_online_cmn_model_streams_in_the_recognizer_as_in_compute_logprobs(tm, t
             ref = saved.model(torch.from_numpy(z)[None], torch.tensor([60]))[0][0].numpy()
         np.testing.assert_allclose(out[k], ref, atol=1e-5)
     audio = np.random.default_rng(1).normal(0, 0.1, 2 * SR).astype(np.float32) + 0.05
-    rec = Recognizer.from_dir(exp, chunk_seconds=0.3)     # the unidirectional stream, chunk by chunk
+    rec = Recognizer.from_dir(exp, chunk_seconds=0.3)  # the unidirectional stream, chunk by chunk
     whole = saved.log_probs(rec._fbank(audio))
     np.testing.assert_allclose(rec.log_probs(audio, SR), whole, atol=2e-5)
-    with torch.no_grad():   # and the running mean really is applied: global CMVN alone gives other log-probs
+    with torch.no_grad():  # and the running mean really is applied: global CMVN alone gives other log-probs
         plain = saved.model(torch.from_numpy((rec._fbank(audio) - 1.0) * 0.5)[None], torch.tensor([200]))[0][0]
     assert not np.allclose(whole, plain.numpy()[: len(whole)], atol=1e-3)

@@ -1,21 +1,24 @@
 """WER scoring: counts on hand-made examples, missing hypotheses, reports and RESULTS.md."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.score import format_per_utt, score
 
 REF = {"u1": "one two three four", "u2": "five six seven", "u3": "eight nine", "u4": "zero oh"}
 
 
 def test_counts_sub_ins_del():
-    hyp = {"u1": "one too three four five",     # 1 sub, 1 ins
-           "u2": "five seven",                  # 1 del
-           "u3": "eight nine",                  # correct
-           "u4": ""}                            # present but empty: 2 del
+    hyp = {
+        "u1": "one too three four five",  # 1 sub, 1 ins
+        "u2": "five seven",  # 1 del
+        "u3": "eight nine",  # correct
+        "u4": "",
+    }  # present but empty: 2 del
     r = score(REF, hyp)
     assert (r.num_words, r.subs, r.ins, r.dels, r.errors) == (11, 1, 1, 3, 5)
     assert r.wer == pytest.approx(100 * 5 / 11)
@@ -30,7 +33,7 @@ def test_counts_sub_ins_del():
     lines = {ln.split()[1]: ln for ln in text.splitlines() if ln.startswith("u1 ")}
     assert lines["ref"].split()[2:] == ["one", "two", "three", "four", "***"]
     assert lines["op"].split()[2:] == ["C", "S", "C", "C", "I"]
-    assert lines["ref"].index("four") == lines["hyp"].index("four")   # columns aligned
+    assert lines["ref"].index("four") == lines["hyp"].index("four")  # columns aligned
 
 
 def test_perfect_and_missing_hypotheses():
@@ -47,12 +50,15 @@ def test_perfect_and_missing_hypotheses():
 def test_score_and_results_steps(tmp_path, capsys):
     from steps.make_results import main as results_main
     from steps.score import main as score_main
+
     ref = tmp_path / "data" / "test" / "text"
     ref.parent.mkdir(parents=True)
     ref.write_text("".join(f"{k} {v}\n" for k, v in REF.items()))
     exp = tmp_path / "exp"
-    for method, hyp in (("greedy", {"u1": "one two three", "u2": "five six seven", "u3": "eight nine"}),
-                        ("tlg_1best", dict(REF))):
+    for method, hyp in (
+        ("greedy", {"u1": "one two three", "u2": "five six seven", "u3": "eight nine"}),
+        ("tlg_1best", dict(REF)),
+    ):
         d = exp / f"decode_test_{method}"
         d.mkdir(parents=True)
         (d / "hyp.txt").write_text("".join(f"{k} {v}\n" for k, v in hyp.items()))

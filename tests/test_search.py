@@ -1,11 +1,12 @@
 """Greedy CTC and TLG search on synthetic, peaky log-probabilities over the digits lang."""
+
 from typing import List, Sequence
 
 import numpy as np
 import pytest
 
 from asrlib.decode.search import GreedyWordDecoder, TlgDecoder, greedy_ctc
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.lang.graphs import build_tlg
 from asrlib.lang.lexicon import build_lexicon, read_lexicon, read_tokens, write_lang_files
 
@@ -43,8 +44,16 @@ def test_greedy_ctc_collapses_and_drops_blank():
     assert greedy_ctc(np.zeros((0, 6), np.float32)) == []
 
 
-@pytest.mark.parametrize("words", [["ONE", "TWO", "OH"], ["TWO", "TWO"], ["OH", "OH"], ["EIGHT", "TWO"],
-                                   ["ZERO", "SEVEN", "NINE", "THREE", "FOUR", "FIVE", "SIX"]])
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["ONE", "TWO", "OH"],
+        ["TWO", "TWO"],
+        ["OH", "OH"],
+        ["EIGHT", "TWO"],
+        ["ZERO", "SEVEN", "NINE", "THREE", "FOUR", "FIVE", "SIX"],
+    ],
+)
 def test_tlg_and_greedy_decode_peaky_input(lang, words):
     lp = peaky(word_frames(lang, words), len(read_tokens(lang / "tokens.txt")))
     assert TlgDecoder(lang).decode(lp) == words
@@ -92,7 +101,7 @@ def _ambiguous_eight_or_two(lang) -> np.ndarray:
     amb = np.full((2, len(tokens)), OFF, np.float32)
     amb[0, [tokens["EY"], tokens["T"]]] = np.log(0.5)
     amb[1, [tokens["T"], tokens["UW"]]] = np.log(0.5)
-    return np.concatenate([lp[:len(frames)], amb, lp[len(frames):]])
+    return np.concatenate([lp[: len(frames)], amb, lp[len(frames) :]])
 
 
 @pytest.mark.parametrize("favoured", ["TWO", "EIGHT"])
@@ -101,9 +110,11 @@ def test_arpa_bigram_resolves_acoustic_ties(tmp_path, favoured):
     write_lang_files(tmp_path, build_lexicon(DIGITS))
     arpa = tmp_path / "lm.arpa"
     unigrams = "".join(f"-1.5 {w} -0.3\n" for w in DIGITS)
-    arpa.write_text(f"\\data\\\nngram 1={len(DIGITS) + 2}\nngram 2=4\n\n\\1-grams:\n-1.0 </s>\n-99 <s> -0.3\n"
-                    f"{unigrams}\n\\2-grams:\n-0.1 <s> ONE\n-0.05 ONE {favoured}\n-0.1 {favoured} </s>\n"
-                    f"-0.1 {other} </s>\n\n\\end\\\n")
+    arpa.write_text(
+        f"\\data\\\nngram 1={len(DIGITS) + 2}\nngram 2=4\n\n\\1-grams:\n-1.0 </s>\n-99 <s> -0.3\n"
+        f"{unigrams}\n\\2-grams:\n-0.1 <s> ONE\n-0.05 ONE {favoured}\n-0.1 {favoured} </s>\n"
+        f"-0.1 {other} </s>\n\n\\end\\\n"
+    )
     build_tlg(tmp_path, grammar="arpa", arpa=arpa, ngram_order=2)
     assert TlgDecoder(tmp_path).decode(_ambiguous_eight_or_two(tmp_path)) == ["ONE", favoured]
     lp = peaky(word_frames(tmp_path, ["ONE", "TWO", "OH"]), len(read_tokens(tmp_path / "tokens.txt")))
@@ -129,7 +140,7 @@ def test_one_word_grammar_gives_exactly_one_word(tmp_path, lang):
     assert dec.decode(peaky(word_frames(tmp_path, ["SEVEN"]), n)) == ["SEVEN"]
     assert len(dec.decode(peaky(word_frames(tmp_path, ["FOUR", "NINE"]), n))) == 1
     blank = peaky([0] * 12, n)
-    blank[:, 1:] = -3.0                                         # the words are possible, only less likely
+    blank[:, 1:] = -3.0  # the words are possible, only less likely
     assert len(dec.decode(blank)) == 1
     assert TlgDecoder(lang).decode(peaky(word_frames(lang, ["FOUR", "NINE"]), n)) == ["FOUR", "NINE"]  # the loop
     assert TlgDecoder(lang).decode(blank) == []
@@ -151,19 +162,20 @@ def test_known_length_grammar_gives_exactly_n_words(tmp_path, lang):
         build_tlg(tmp_path, grammar="words_0")
 
 
-TEN = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"]   # DIGITS less OH
+TEN = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"]  # DIGITS less OH
 
 
 @pytest.mark.parametrize("grammar", ["one_word", "digit_loop"])
 def test_grammar_words_keep_g_inside_a_closed_vocabulary(tmp_path, lang, grammar):
     """lang.grammar_words (decode.set_words): G emits only those words while L keeps the whole lexicon: a clear OH
-    comes out as one of the ten digits (one_word) or as none or some of them (the loop); the ten are recognised as before; a word the lexicon lacks is named."""
+    comes out as one of the ten digits (one_word) or as none or some of them (the loop); the ten are recognised as
+    before; a word the lexicon lacks is named."""
     write_lang_files(tmp_path, build_lexicon(DIGITS))
     build_tlg(tmp_path, grammar=grammar, grammar_words=TEN)
     n = len(read_tokens(tmp_path / "tokens.txt"))
     dec = TlgDecoder(tmp_path)
     oh = dec.decode(peaky(word_frames(tmp_path, ["OH"]), n))
-    assert set(oh) <= set(TEN) and (grammar != "one_word" or len(oh) == 1)   # the loop may emit none
+    assert set(oh) <= set(TEN) and (grammar != "one_word" or len(oh) == 1)  # the loop may emit none
     assert TlgDecoder(lang).decode(peaky(word_frames(lang, ["OH"]), n)) == ["OH"]
     for w in TEN:
         assert dec.decode(peaky(word_frames(tmp_path, [w]), n)) == [w]
@@ -186,9 +198,8 @@ def test_retry_beam_reaches_the_final_state_a_narrow_beam_misses(tmp_path):
     retry = TlgDecoder(tmp_path, retry_beam=40.0)
     words = retry.decode(two)
     assert len(words) == 4 and retry.reached_final and retry.retries == 1
-    assert retry.decode(peaky(word_frames(tmp_path, ["FOUR", "NINE", "OH", "TWO"]), n)) == ["FOUR", "NINE", "OH",
-                                                                                            "TWO"]
-    assert retry.retries == 1                                   # a search that reaches a final state is not retried
+    assert retry.decode(peaky(word_frames(tmp_path, ["FOUR", "NINE", "OH", "TWO"]), n)) == ["FOUR", "NINE", "OH", "TWO"]
+    assert retry.retries == 1  # a search that reaches a final state is not retried
     build_tlg(tmp_path, grammar="words_5")
     far = two.copy()
     far[far == OFF] = -15.0

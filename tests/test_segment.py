@@ -1,12 +1,13 @@
-"""Segmentation of long recordings (asrlib/decode/segment.py) and subtitles (asrlib/subtitles.py): where cuts go,
+"""Segmentation of long recordings (asrlib/decode/segment.py) and subtitles (asrlib/app/subtitles.py): where cuts go,
 what is kept, bounded buffers; energy flags on real silence and tones."""
+
 import numpy as np
 import pytest
 
 from asrlib.config import DecodeConfig, check_segment_settings
 from asrlib.decode.segment import energy_nonspeech, plan_segments, runs_of, to_output_frames
-from asrlib.io_utils import AsrError
-from asrlib.subtitles import cues, subtitles, timestamp, wrap
+from asrlib.errors import AsrError
+from asrlib.app.subtitles import cues, subtitles, timestamp, wrap
 
 
 def flags(spec: str) -> np.ndarray:
@@ -57,25 +58,26 @@ def test_buffer_that_goes_on_keeps_its_open_end():
 
 
 def test_full_buffer_without_pause_is_cut_at_its_longest_non_speech_run():
-    f = flags("ssss.sssss..sssssss")   # runs shorter than min_silence; buffer reached max_len
+    f = flags("ssss.sssss..sssssss")  # runs shorter than min_silence; buffer reached max_len
     segs, keep = plan_segments(f, final=False, min_silence=5, pad=2, max_len=len(f))
-    assert segs == [(0, 11)] and keep == 11      # middle of the 2-frame run at 10..12
+    assert segs == [(0, 11)] and keep == 11  # middle of the 2-frame run at 10..12
     segs, keep = plan_segments(flags("s" * 30), final=False, min_silence=5, pad=2, max_len=20)
-    assert segs == [(0, 20)] and keep == 20      # no non-speech at all: cut at the limit
+    assert segs == [(0, 20)] and keep == 20  # no non-speech at all: cut at the limit
 
 
 def test_every_frame_is_decoded_once_or_skipped_as_silence():
     rng = np.random.default_rng(3)
     for _ in range(200):
         f = rng.random(int(rng.integers(1, 300))) < rng.uniform(0.2, 0.9)
-        segs, keep = plan_segments(f, final=True, min_silence=int(rng.integers(1, 10)), pad=int(rng.integers(0, 8)),
-                                   max_len=1000)
+        segs, keep = plan_segments(
+            f, final=True, min_silence=int(rng.integers(1, 10)), pad=int(rng.integers(0, 8)), max_len=1000
+        )
         covered = np.zeros(len(f), int)
         for a, b in segs:
             assert 0 <= a < b <= len(f)
             covered[a:b] += 1
-        assert covered.max(initial=0) <= 1                 # no frame twice
-        assert covered[~f].all()                           # every speech frame in a segment
+        assert covered.max(initial=0) <= 1  # no frame twice
+        assert covered[~f].all()  # every speech frame in a segment
         assert [a for a, _ in segs] == sorted(a for a, _ in segs)
 
 
@@ -98,8 +100,13 @@ def test_energy_flags_find_silence_between_tones():
 
 def test_segment_settings_are_checked():
     check_segment_settings(DecodeConfig(), "cfg")
-    for bad in [dict(segment="vad"), dict(segment_min_silence=0), dict(segment_pad=-1),
-                dict(segment_max_seconds=1.0, segment_min_silence=0.6), dict(segment_threshold_db=0)]:
+    for bad in [
+        dict(segment="vad"),
+        dict(segment_min_silence=0),
+        dict(segment_pad=-1),
+        dict(segment_max_seconds=1.0, segment_min_silence=0.6),
+        dict(segment_threshold_db=0),
+    ]:
         with pytest.raises(AsrError, match="cfg: decode.segment"):
             check_segment_settings(DecodeConfig(**bad), "cfg")
 
@@ -123,12 +130,16 @@ def test_timestamps_and_wrapping():
 
 
 def test_srt_and_vtt_cues_follow_segments_and_split_long_ones():
-    res = _result([(0.5, 2.0, [("HELLO", 0.6, 1.0), ("WORLD", 1.1, 1.8)]),
-                   (10.0, 30.0, [(f"W{i}", 10.5 + i, 11.0 + i) for i in range(15)])])
+    res = _result(
+        [
+            (0.5, 2.0, [("HELLO", 0.6, 1.0), ("WORLD", 1.1, 1.8)]),
+            (10.0, 30.0, [(f"W{i}", 10.5 + i, 11.0 + i) for i in range(15)]),
+        ]
+    )
     c = cues(res)
     assert c[0] == (0.5, 2.0, "HELLO WORLD")
     long_cues = c[1:]
-    assert len(long_cues) >= 3                                    # 15 s of words: split at <= 7 s
+    assert len(long_cues) >= 3  # 15 s of words: split at <= 7 s
     assert long_cues[0][0] == 10.0 and long_cues[-1][1] == 30.0
     assert " ".join(t for _, _, t in long_cues) == " ".join(f"W{i}" for i in range(15))
     for (s0, e0, _), (s1, _, _) in zip(long_cues, long_cues[1:]):

@@ -1,5 +1,6 @@
 """The bundle runs in sherpa-onnx (the on-device engine) with its CTC FST decoder and gives the same words as our
 decoder; a broken bundle, a model of the wrong input dimension and audio at the wrong rate give clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,8 @@ import pytest
 
 from asrlib.export.bundle import SherpaRecognizer, check_bundle, read_wav
 from asrlib.export.streaming import recognize_whole
-from asrlib.io_utils import AsrError, read_table
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table
 from mobile_bundle import tone_bundle
 from tone_model import SR, read_texts, utterance_audio
 
@@ -35,8 +37,10 @@ def test_sherpa_onnx_gives_our_hypotheses_on_the_tone_bundle(bundle):
     assert sum(h == refs[u].split() for (u, _), h in zip(utts, theirs)) >= len(utts) // 2
 
 
-@pytest.mark.skipif(not (DIGITS_BUNDLE / "bundle.json").is_file(),
-                    reason="digits recipe not exported here (run recipes/digits/run.sh --stage 7)")
+@pytest.mark.skipif(
+    not (DIGITS_BUNDLE / "bundle.json").is_file(),
+    reason="digits recipe not exported here (run recipes/digits/run.sh --stage 7)",
+)
 def test_sherpa_onnx_gives_our_hypotheses_on_the_digits_bundle():
     sh = SherpaRecognizer(DIGITS_BUNDLE)
     wavs = read_table(DIGITS / "data" / "test" / "wav.scp")[:40]
@@ -60,11 +64,11 @@ def test_bad_input_gives_clear_errors(bundle, tmp_path):
     b = _copy(out, tmp_path)
     (b / "TLG.fst").unlink()
     with pytest.raises(AsrError, match="incomplete: missing TLG.fst"):
-        SherpaRecognizer(b)        # checked before sherpa-onnx, which would exit the process
+        SherpaRecognizer(b)  # checked before sherpa-onnx, which would exit the process
     shutil.rmtree(b)
     b = _copy(out, tmp_path)
     info = json.loads((b / "bundle.json").read_text())
-    info["feat_dim"] = 80          # a front end that does not fit the model
+    info["feat_dim"] = 80  # a front end that does not fit the model
     (b / "bundle.json").write_text(json.dumps(info))
     with pytest.raises(AsrError, match="expects 24-dim input features.*80-dim"):
         check_bundle(b)
@@ -78,6 +82,7 @@ def test_bad_input_gives_clear_errors(bundle, tmp_path):
     with pytest.raises(AsrError, match="sample rate 8000 Hz"):
         sh.recognize(np.zeros(8000, np.float32), 8000)
     import soundfile as sf
+
     sf.write(str(tmp_path / "a8k.wav"), np.zeros(8000, np.float32), 8000)
     with pytest.raises(AsrError, match="a8k.wav: sample rate 8000 Hz"):
         read_wav(tmp_path / "a8k.wav", 16000)
@@ -92,11 +97,25 @@ def test_recognize_mobile_cli_both_engines_agree(bundle, tmp_path):
     outs = {}
     for engine in ("streaming", "sherpa"):
         outs[engine] = tmp_path / f"{engine}.txt"
-        assert recognize_mobile.main(["--bundle", str(out / "bundle"), "--engine", engine, "--wav-scp",
-                                      str(tm.data / "test" / "wav.scp"), "-o", str(outs[engine])]) == 0
+        assert (
+            recognize_mobile.main(
+                [
+                    "--bundle",
+                    str(out / "bundle"),
+                    "--engine",
+                    engine,
+                    "--wav-scp",
+                    str(tm.data / "test" / "wav.scp"),
+                    "-o",
+                    str(outs[engine]),
+                ]
+            )
+            == 0
+        )
     text = outs["streaming"].read_text()
     assert text == outs["sherpa"].read_text() and len(text.splitlines()) == len(utterance_audio(tm, "test"))
     import soundfile as sf
+
     sf.write(str(tmp_path / "x8k.wav"), np.zeros(4000, np.float32), 8000)
     with pytest.raises(AsrError, match="x8k.wav: sample rate 8000 Hz"):
         recognize_mobile.main(["--bundle", str(out / "bundle"), str(tmp_path / "x8k.wav")])

@@ -1,4 +1,5 @@
 """Unsupervised speaker adaptation (asrlib.train.speaker_adapt, steps.adapt_speaker)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,8 @@ import torch
 
 from asrlib.config import AdaptConfig, ModelConfig
 from asrlib.decode.isolated import IsolatedWordScorer
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 from asrlib.kaldi_io import MatrixReader, write_matrices
 from asrlib.lang.lexicon import read_lexicon_ids, read_tokens
 from asrlib.models.lstm import build_model
@@ -50,8 +52,9 @@ def test_the_transform_undoes_a_speakers_distortion(ten):
 
     assert accuracy(clean) == 1.0 and accuracy(speaker) == 0.0
     lex = read_lexicon_ids(ten)
-    targets = [best_pronunciations(torch.from_numpy(saved.log_probs_of_inputs(x)), [w], lex)
-               for x, w in zip(speaker, words)]
+    targets = [
+        best_pronunciations(torch.from_numpy(saved.log_probs_of_inputs(x)), [w], lex) for x, w in zip(speaker, words)
+    ]
     res = adapt_speaker(saved, speaker, targets, AdaptConfig(epochs=30, lr=0.05))
     assert res.transform.shape == (n, n + 1) and res.utterances == 30
     assert res.loss_after < 0.1 * res.loss_before
@@ -85,10 +88,27 @@ def _tiny_setup(tmp_path, lang):
 
 
 def _run(tmp_path, lang, out, *extra):
-    return adapt_step.main(["--config", str(ROOT / "recipes/digits/config.yaml"), "--model", str(tmp_path / "final.pt"),
-                            "--feats", str(tmp_path / "feats.scp"), "--utt2spk", str(tmp_path / "utt2spk"),
-                            "--hyp", str(tmp_path / "hyp.txt"), "--lang-dir", str(lang), "--out-dir", str(out),
-                            "--num-threads", "1", *extra])
+    return adapt_step.main(
+        [
+            "--config",
+            str(ROOT / "recipes/digits/config.yaml"),
+            "--model",
+            str(tmp_path / "final.pt"),
+            "--feats",
+            str(tmp_path / "feats.scp"),
+            "--utt2spk",
+            str(tmp_path / "utt2spk"),
+            "--hyp",
+            str(tmp_path / "hyp.txt"),
+            "--lang-dir",
+            str(lang),
+            "--out-dir",
+            str(out),
+            "--num-threads",
+            "1",
+            *extra,
+        ]
+    )
 
 
 def test_step_writes_transforms_adapted_logprobs_and_exclusions(tmp_path, ten):
@@ -102,14 +122,16 @@ def test_step_writes_transforms_adapted_logprobs_and_exclusions(tmp_path, ten):
     assert not np.allclose(trans["a"], np.hstack([np.eye(6), np.zeros((6, 1))]))
     assert read_table_dict(out / "excluded.txt") == {"b-u2": "empty first-pass hypothesis"}
     import json
+
     info = json.loads((out / ".done").read_text())
     assert info["speakers"]["b"]["utterances"] == 2 and info["excluded"] == 1
     assert all(s["loss_after"] < s["loss_before"] for s in info["speakers"].values())
     saved = load_model(tmp_path / "final.pt")
     lp = MatrixReader(out / "logprobs.scp")
     assert sorted(lp.keys()) == sorted(utts)
-    np.testing.assert_allclose(lp["b-u2"], saved.log_probs_of_inputs(apply_transform(trans["b"], utts["b-u2"])),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        lp["b-u2"], saved.log_probs_of_inputs(apply_transform(trans["b"], utts["b-u2"])), atol=1e-5
+    )
     ident = tmp_path / "sa0"
     assert _run(tmp_path, ten, ident, "--set", "adapt.epochs=0") == 0
     np.testing.assert_allclose(MatrixReader(ident / "logprobs.scp")["a-u0"], saved.log_probs(utts["a-u0"]), atol=1e-5)

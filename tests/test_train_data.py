@@ -1,13 +1,14 @@
 """Training-data helpers: CTC feasibility, batching, augmentation; utterances too long for the memory budget or with
 more tokens than the network has output frames are excluded, listed with the reason and counted in the log."""
+
 import logging
 
 import torch
 
 from asrlib.config import ModelConfig
-from asrlib.io_utils import read_table, write_table
+from asrlib.io.tables import read_table, write_table
 from asrlib.models.lstm import build_model
-from asrlib.testing import make_toy_ctc_setup
+from helpers import make_toy_ctc_setup
 from asrlib.train.data import CtcDataset, Utterance, ctc_min_frames, freq_warp, make_batches, spec_augment
 
 
@@ -54,8 +55,9 @@ def _alternating(n: int) -> str:
 
 def _ctc_loss(num_frames: int, token_ids) -> torch.Tensor:
     lp = torch.randn(num_frames, 1, 5).log_softmax(-1)
-    return torch.nn.functional.ctc_loss(lp, torch.tensor([list(token_ids)]), torch.tensor([num_frames]),
-                                        torch.tensor([len(token_ids)]), reduction="sum")
+    return torch.nn.functional.ctc_loss(
+        lp, torch.tensor([list(token_ids)]), torch.tensor([num_frames]), torch.tensor([len(token_ids)]), reduction="sum"
+    )
 
 
 def test_too_long_and_ctc_infeasible_utterances_are_excluded_listed_and_counted(tmp_path, caplog):
@@ -69,18 +71,26 @@ def test_too_long_and_ctc_infeasible_utterances_are_excluded_listed_and_counted(
     model = build_model(20, 5, ModelConfig(num_layers=1, hidden_size=8, proj_size=0, stack=stack))
     out_frames = {u: int(model.output_lengths(torch.tensor(frames[u]))) for u in (shortest, short2)}
     text = dict(read_table(text_path))
-    text[shortest] = _alternating(out_frames[shortest] + 1)   # one token more than the network outputs frames
-    text[short2] = _alternating(out_frames[short2])           # exactly as many: still feasible, must be kept
+    text[shortest] = _alternating(out_frames[shortest] + 1)  # one token more than the network outputs frames
+    text[short2] = _alternating(out_frames[short2])  # exactly as many: still feasible, must be kept
     write_table(text_path, text.items())
     excluded = tmp_path / "excluded.txt"
     with caplog.at_level(logging.WARNING, logger="asrlib.train.data"):
-        ds = CtcDataset(feats, text_path, setup / "lang", setup / "fbank" / "train" / "cmvn.scp", stack,
-                        excluded_path=excluded, max_frames=frames[longest] - 1)   # the memory budget
+        ds = CtcDataset(
+            feats,
+            text_path,
+            setup / "lang",
+            setup / "fbank" / "train" / "cmvn.scp",
+            stack,
+            excluded_path=excluded,
+            max_frames=frames[longest] - 1,
+        )  # the memory budget
     reasons = dict(read_table(excluded))
     assert sorted(reasons) == sorted([shortest, longest])
     assert reasons[longest] == f"too long: {frames[longest]} frames > max {frames[longest] - 1} (memory budget)"
-    assert reasons[shortest].startswith(f"CTC infeasible: {out_frames[shortest] + 1} tokens need more than the "
-                                        f"{out_frames[shortest]} output frames")
+    assert reasons[shortest].startswith(
+        f"CTC infeasible: {out_frames[shortest] + 1} tokens need more than the {out_frames[shortest]} output frames"
+    )
     assert sorted(u.utt for u in ds.utts) == sorted(set(frames) - {shortest, longest})
     assert any(f"excluded 2 of 6 utterances of {text_path}" in r.getMessage() for r in caplog.records)
     # the kept boundary case really is feasible for CTC on the network's output; one token more is not
@@ -93,8 +103,14 @@ def test_no_exclusions_writes_an_empty_list_and_logs_nothing(tmp_path, caplog):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 4})
     excluded = tmp_path / "excluded.txt"
     with caplog.at_level(logging.WARNING, logger="asrlib.train.data"):
-        ds = CtcDataset(setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text", setup / "lang",
-                        setup / "fbank" / "train" / "cmvn.scp", 3, excluded_path=excluded)
+        ds = CtcDataset(
+            setup / "fbank" / "train" / "feats.scp",
+            setup / "data" / "train" / "text",
+            setup / "lang",
+            setup / "fbank" / "train" / "cmvn.scp",
+            3,
+            excluded_path=excluded,
+        )
     assert len(ds.utts) == 4 and excluded.is_file() and excluded.read_text() == ""
     assert not [r for r in caplog.records if "excluded" in r.getMessage()]
 
@@ -103,8 +119,13 @@ def test_keep_random_subset_is_seeded_and_all_when_not_smaller(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
 
     def ds():
-        return CtcDataset(setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text", setup / "lang",
-                          setup / "fbank" / "train" / "cmvn.scp", 3)
+        return CtcDataset(
+            setup / "fbank" / "train" / "feats.scp",
+            setup / "data" / "train" / "text",
+            setup / "lang",
+            setup / "fbank" / "train" / "cmvn.scp",
+            3,
+        )
 
     full = [u.utt for u in ds().utts]
     subsets = []
@@ -113,9 +134,9 @@ def test_keep_random_subset_is_seeded_and_all_when_not_smaller(tmp_path):
         d.keep_random(3, seed)
         assert len(d.utts) == 3 and set(d.by_id) == {u.utt for u in d.utts} <= set(full)
         subsets.append([u.utt for u in d.utts])
-    assert subsets[0] == subsets[1]                      # the same seed, the same utterances
-    assert any(_subset(ds, 3, s) != subsets[0] for s in range(2, 12))   # other seeds, other utterances
-    for n in (0, 8, 20):                                 # 0 = all; not smaller than the set = all
+    assert subsets[0] == subsets[1]  # the same seed, the same utterances
+    assert any(_subset(ds, 3, s) != subsets[0] for s in range(2, 12))  # other seeds, other utterances
+    for n in (0, 8, 20):  # 0 = all; not smaller than the set = all
         d = ds()
         d.keep_random(n, 1)
         assert [u.utt for u in d.utts] == full
@@ -129,21 +150,24 @@ def _subset(make, n, seed):
 
 def test_preload_keeps_the_same_normalised_features_and_reads_no_archive_after(tmp_path):
     import numpy as np
+
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
     fb = setup / "fbank" / "train"
 
     def dataset():
-        return CtcDataset(fb / "feats.scp", setup / "data" / "train" / "text", setup / "lang", fb / "cmvn.scp", 3,
-                          online_prior=50.0)
+        return CtcDataset(
+            fb / "feats.scp", setup / "data" / "train" / "text", setup / "lang", fb / "cmvn.scp", 3, online_prior=50.0
+        )
 
     ref, ds = dataset(), dataset()
     mb = ds.total_frames() * 20 * 4 / 2**20
-    assert not ds.preload(mb / 2) and not ds.preload(0)            # too big for the budget / switched off: streamed
+    assert not ds.preload(mb / 2) and not ds.preload(0)  # too big for the budget / switched off: streamed
     assert ds.preload(mb * 2)
 
     class NoReads:
         def __getitem__(self, key):
             raise AssertionError(f"archive read for {key} after preload")
+
     ds.reader = NoReads()
     for u in ref.utts:
         assert np.array_equal(ds.features(u.utt), ref.features(u.utt))

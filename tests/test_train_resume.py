@@ -1,5 +1,6 @@
 """Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run
 (also with on-the-fly noise and frequency warping, whose draws come from the checkpointed RNG)."""
+
 import os
 import subprocess
 import sys
@@ -8,16 +9,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrlib.testing import make_toy_ctc_setup, toy_config_yaml
+from helpers import make_toy_ctc_setup, toy_config_yaml, toy_dirs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _train(setup: Path, cfg: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "steps.train", "--config", str(cfg), "--data-dir", str(setup / "data"),
-           "--feats-dir", str(setup / "fbank"), "--lang-dir", str(setup / "lang"), "--exp-dir", str(exp), *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "steps.train",
+        "--config",
+        str(cfg),
+        *toy_dirs(setup),
+        "--exp-dir",
+        str(exp),
+        *extra,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def _params(path: Path):
@@ -55,6 +64,7 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
     r = _train(setup, cfg, tmp_path / "exp")
     assert r.returncode == 0, r.stderr
     import json
+
     m = json.loads((tmp_path / "exp" / "metrics.json").read_text())
     dev = [x["loss"] for x in m if x["kind"] == "dev"]
     # untrained, a 5-token CTC model scores about log(5) = 1.6 per frame
@@ -71,18 +81,20 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
 
 def test_link_checkpoint_replaces_only_its_own_path(tmp_path):
     from asrlib.train.checkpoint import link_checkpoint, load_checkpoint, save_checkpoint
+
     save_checkpoint(tmp_path / "epoch-1.pt", {"step": 1})
     link_checkpoint(tmp_path / "epoch-1.pt", tmp_path / "latest.pt")
     assert load_checkpoint(tmp_path / "latest.pt") == {"step": 1}
-    save_checkpoint(tmp_path / "latest.pt", {"step": 2})       # a mid-epoch save after the link
+    save_checkpoint(tmp_path / "latest.pt", {"step": 2})  # a mid-epoch save after the link
     assert load_checkpoint(tmp_path / "epoch-1.pt") == {"step": 1}
     assert load_checkpoint(tmp_path / "latest.pt") == {"step": 2}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-1.pt", "latest.pt"]   # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-1.pt", "latest.pt"]  # no temporary left
 
 
 @pytest.mark.parametrize("scale", [0.01, 100.0], ids=["within", "clipped"])
 def test_clip_gradients_equals_torch_bit_for_bit(scale):
     from asrlib.train.trainer import clip_gradients
+
     torch.manual_seed(0)
     a, b = torch.nn.LSTM(8, 16, 2), torch.nn.LSTM(8, 16, 2)
     b.load_state_dict(a.state_dict())
@@ -99,7 +111,7 @@ def test_a_marker_from_before_a_new_setting_stays_complete_at_its_default(tmp_pa
     fingerprint) still matches the same config with both at their defaults (no retraining after an upgrade); a
     non-default value for a missing setting, or a changed existing one, does not match."""
     from asrlib.config import RecipeConfig, load_config
-    from asrlib.io_utils import is_done, mark_done
+    from asrlib.io.stage import is_done, mark_done
     from asrlib.train.trainer import train_fingerprint
 
     root = Path(__file__).resolve().parents[1]
@@ -109,10 +121,10 @@ def test_a_marker_from_before_a_new_setting_stays_complete_at_its_default(tmp_pa
     marker = tmp_path / ".train.done"
     mark_done(marker, {}, fingerprint=old)
     defaults = train_fingerprint(RecipeConfig())
-    assert not is_done(marker, fingerprint=train_fingerprint(cfg))          # the strict comparison alone
+    assert not is_done(marker, fingerprint=train_fingerprint(cfg))  # the strict comparison alone
     assert is_done(marker, fingerprint=train_fingerprint(cfg), defaults=defaults)
     now = train_fingerprint(cfg)
-    now["train"].pop("init")   # either side may lack a default (steps.train left train.init out until 2026-11-24)
+    now["train"].pop("init")  # either side may lack a default (steps.train left train.init out until 2026-11-24)
     assert is_done(marker, fingerprint=now, defaults=defaults)
     for change in ("train.noise_prob=0.5", "train.dist.overlap=true", "train.epochs=3"):
         changed = load_config(root / "recipes/digits/config.yaml", [change])

@@ -1,6 +1,7 @@
 """`asr transcribe` and the Recognizer API on a mobile bundle (int8 ONNX, the same files sherpa-onnx runs): the
 same words as the bundle's own streaming recogniser (steps.recognize_mobile), word times inside the audio, any
 sample rate and channel count, and clear errors for a bundle that cannot be used."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrlib.cli_asr import main
-from asrlib.io_utils import AsrError
-from asrlib.model_dir import open_model_dir
-from asrlib.recognizer import Recognizer
+from asrlib.app.cli_asr import main
+from asrlib.errors import AsrError
+from asrlib.app.model_dir import open_model_dir
+from asrlib.app.recognizer import Recognizer
 from mobile_bundle import tone_bundle
 from tone_model import SR, read_texts, synth_utterance
 
@@ -32,15 +33,19 @@ def test_transcribe_bundle_equals_the_bundles_streaming_recogniser(bundle, capsy
 
     tm, out = bundle
     scp = tm.data / "test" / "wav.scp"
-    assert recognize_mobile.main(["--bundle", str(out / "bundle"), "--wav-scp", str(scp),
-                                  "-o", str(tmp_path / "mobile.txt")]) == 0
+    assert (
+        recognize_mobile.main(
+            ["--bundle", str(out / "bundle"), "--wav-scp", str(scp), "-o", str(tmp_path / "mobile.txt")]
+        )
+        == 0
+    )
     capsys.readouterr()
     rc = main(["transcribe", str(out / "bundle"), str(scp), "-q", "-o", str(tmp_path / "asr.txt")])
     assert rc == 0
     ours, mobile = _texts((tmp_path / "asr.txt").read_text()), _texts((tmp_path / "mobile.txt").read_text())
     assert ours == mobile
     refs = read_texts(tm.data / "test" / "text")
-    assert sum(ours[u] == refs[u] for u in refs) >= len(refs) // 2   # a real model, not an empty comparison
+    assert sum(ours[u] == refs[u] for u in refs) >= len(refs) // 2  # a real model, not an empty comparison
 
     rc = main(["transcribe", str(out / "bundle"), str(scp), "-q", "--format", "jsonl"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -64,7 +69,7 @@ def test_bundle_takes_any_rate_and_channels_and_info_describes_it(bundle, capsys
     y = Resample(SR, 44100)(torch.from_numpy(x)).numpy()
     sf.write(str(tmp_path / "st.wav"), np.stack([y, y], axis=1), 44100)
     assert sf.info(str(tmp_path / "st.wav")).channels == 2
-    assert rec.transcribe_file(tmp_path / "st.wav").text == mono   # band-limited upsampling keeps the content
+    assert rec.transcribe_file(tmp_path / "st.wav").text == mono  # band-limited upsampling keeps the content
 
     assert main(["info", str(out / "bundle"), "--json", "--verify"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -1,4 +1,5 @@
 """Data-directory validation and cleaning: each kind of bad input is caught and named."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,8 @@ import soundfile as sf
 from asrlib.data.audio_check import check_audio
 from asrlib.data.kaldi_dir import read_data_dir, validate_data_dir, write_data_dir
 from asrlib.data.validate import clean_data_dir, load_vocabulary
-from asrlib.io_utils import AsrError, read_table_dict
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table_dict
 
 SR = 16000
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +37,8 @@ def good_wav(path: Path, seconds: float = 0.6) -> Path:
 def _corrupt_header(p: Path):
     good_wav(p)
     b = bytearray(p.read_bytes())
-    b[22:24] = struct.pack("<H", 0)        # fmt chunk: 0 channels
-    b[24:28] = struct.pack("<I", 0)        # fmt chunk: sample rate 0
+    b[22:24] = struct.pack("<H", 0)  # fmt chunk: 0 channels
+    b[24:28] = struct.pack("<I", 0)  # fmt chunk: sample rate 0
     p.write_bytes(bytes(b))
 
 
@@ -92,8 +94,12 @@ def make_dir(root: Path, n: int = 4, spk: str = "spk1") -> Path:
     d = root / "data"
     (root / "wav").mkdir(parents=True, exist_ok=True)
     utts = [f"{spk}-{i:03d}" for i in range(n)]
-    write_data_dir(d, {u: str(good_wav(root / "wav" / f"{u}.wav")) for u in utts}, {u: "ONE TWO" for u in utts},
-                   {u: spk for u in utts})
+    write_data_dir(
+        d,
+        {u: str(good_wav(root / "wav" / f"{u}.wav")) for u in utts},
+        {u: "ONE TWO" for u in utts},
+        {u: spk for u in utts},
+    )
     return d
 
 
@@ -127,10 +133,10 @@ def test_clean_excludes_each_bad_audio_kind(tmp_path, capsys):
 def test_clean_excludes_transcript_problems(tmp_path):
     d = make_dir(tmp_path, n=6)
     lines = (d / "text").read_bytes().splitlines()
-    lines[1] = b"spk1-001"                                  # empty transcript
-    lines[2] = b"spk1-002 ONE ZWEI DREI"                    # OOV
-    lines[3] = b"spk1-003 ONE \xff\xfe TWO"                 # not UTF-8
-    del lines[4]                                            # spk1-004: missing transcript
+    lines[1] = b"spk1-001"  # empty transcript
+    lines[2] = b"spk1-002 ONE ZWEI DREI"  # OOV
+    lines[3] = b"spk1-003 ONE \xff\xfe TWO"  # not UTF-8
+    del lines[4]  # spk1-004: missing transcript
     (d / "text").write_bytes(b"\n".join(lines) + b"\n")
     report = clean_data_dir(d, {"ONE", "TWO"}, SR)
     ex = excluded(d)
@@ -142,13 +148,16 @@ def test_clean_excludes_transcript_problems(tmp_path):
     assert report.counts == {"empty-transcript": 1, "missing-transcript": 1, "non-utf8-transcript": 1, "oov": 1}
 
 
-@pytest.mark.parametrize("breakage, file, reason", [
-    ("duplicate", "utt2spk", "duplicate-id"),
-    ("unsorted", "wav.scp", None),
-    ("spk2utt", "spk2utt", None),
-    ("no-utt2spk", "utt2spk", "missing-in-utt2spk"),
-    ("no-wav", "wav.scp", "missing-in-wav.scp"),
-])
+@pytest.mark.parametrize(
+    "breakage, file, reason",
+    [
+        ("duplicate", "utt2spk", "duplicate-id"),
+        ("unsorted", "wav.scp", None),
+        ("spk2utt", "spk2utt", None),
+        ("no-utt2spk", "utt2spk", "missing-in-utt2spk"),
+        ("no-wav", "wav.scp", "missing-in-wav.scp"),
+    ],
+)
 def test_structural_problems_need_fix(tmp_path, breakage, file, reason):
     d = make_dir(tmp_path, n=4)
     path = d / file
@@ -179,8 +188,9 @@ def test_structural_problems_need_fix(tmp_path, breakage, file, reason):
 def test_speaker_order_mismatch_is_not_fixable(tmp_path):
     d = make_dir(tmp_path, n=2)
     utts = read_data_dir(d).utterances
-    write_data_dir(d, {u: read_data_dir(d).wav[u] for u in utts}, {u: "ONE" for u in utts},
-                   {utts[0]: "zz", utts[1]: "aa"})
+    write_data_dir(
+        d, {u: read_data_dir(d).wav[u] for u in utts}, {u: "ONE" for u in utts}, {utts[0]: "zz", utts[1]: "aa"}
+    )
     with pytest.raises(AsrError, match="start with its speaker id"):
         clean_data_dir(d, None, SR, fix=True)
 
@@ -197,13 +207,13 @@ def test_clean_is_idempotent_and_notices_changes(tmp_path):
     d = make_dir(tmp_path, n=3)
     assert not clean_data_dir(d, None, SR).skipped
     assert clean_data_dir(d, None, SR).skipped
-    assert not clean_data_dir(d, {"ONE", "TWO"}, SR).skipped         # other settings: checked again
+    assert not clean_data_dir(d, {"ONE", "TWO"}, SR).skipped  # other settings: checked again
     (d / "text").write_text("spk1-000 ONE\nspk1-001 FOO\nspk1-002 TWO\n")
     report = clean_data_dir(d, {"ONE", "TWO"}, SR)
     assert not report.skipped and report.num_kept == 2
     (d / "text").write_text("spk1-000 ONE\nspk1-002 BAR\n")
     clean_data_dir(d, {"ONE", "TWO"}, SR)
-    assert set(excluded(d)) == {"spk1-001", "spk1-002"}              # earlier exclusions kept in excluded.txt
+    assert set(excluded(d)) == {"spk1-001", "spk1-002"}  # earlier exclusions kept in excluded.txt
 
 
 def test_load_vocabulary(tmp_path):
@@ -235,6 +245,7 @@ def test_permission_error_is_reported_as_unreadable(tmp_path, monkeypatch):
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
+
     p = good_wav(tmp_path / "ok.wav")
     monkeypatch.setattr(audio_check, "open", denied, raising=False)
     assert check_audio(p, SR).startswith("unreadable: permission denied")

@@ -1,10 +1,11 @@
-"""A tiny *audio* task for recognizer tests: "phones" are pure tones, words are the toy lexicon of asrlib.testing.
+"""A tiny *audio* task for recognizer tests: "phones" are pure tones, words are the toy lexicon of tests/helpers.py.
 
 :func:`tone_model` writes 16 kHz WAVs (Kaldi data dirs train/dev/test), computes fbank and CMVN with the real
 feature stage, builds words.txt and TLG.fst with the real lang code, trains a small LSTM-CTC with ``steps.train``
 (a few seconds on one core) and returns the paths. The result is cached under pytest's base temp dir, so the
 test files of one session train once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,8 @@ import numpy as np
 import soundfile as sf
 import yaml
 
-from asrlib.testing import LEXICON, PHONES
-from asrlib.io_utils import write_table
+from helpers import LEXICON, PHONES
+from asrlib.io.tables import write_table
 
 SR = 16000
 TONES = {"A": 450.0, "B": 800.0, "C": 1400.0, "D": 2500.0}
@@ -29,14 +30,15 @@ NUM_MEL_BINS = 24
 @dataclass
 class ToneModel:
     root: Path
-    exp: Path          # holds final.pt (trained), info["lang_dir"] = root/lang
+    exp: Path  # holds final.pt (trained), info["lang_dir"] = root/lang
     lang: Path
-    data: Path         # data/{train,dev,test}/{wav.scp,text}
-    fbank: Path        # fbank/{train,dev,test}/feats.scp
+    data: Path  # data/{train,dev,test}/{wav.scp,text}
+    fbank: Path  # fbank/{train,dev,test}/feats.scp
 
 
-def synth_utterance(words: List[str], rng: np.random.Generator, sr: int = SR
-                    ) -> Tuple[np.ndarray, List[Tuple[str, float, float]]]:
+def synth_utterance(
+    words: List[str], rng: np.random.Generator, sr: int = SR
+) -> Tuple[np.ndarray, List[Tuple[str, float, float]]]:
     """Silence, then each word's phones as tone bursts (gaps between words), then silence; light noise.
 
     Returns the samples and each word's true ``(word, start, end)`` in seconds."""
@@ -75,8 +77,14 @@ def _write_set(root: Path, name: str, n: int, rng: np.random.Generator, max_word
     write_table(root / "data" / name / "text", text)
 
 
-def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: int = 12, seed: int = 0,
-                     max_words: int = 8, cmvn: str = "global") -> ToneModel:
+def build_tone_model(
+    root: Path,
+    sizes: Dict[str, int] | None = None,
+    epochs: int = 12,
+    seed: int = 0,
+    max_words: int = 8,
+    cmvn: str = "global",
+) -> ToneModel:
     from asrlib.features.cmvn import compute_global_cmvn
     from asrlib.features.fbank import compute_fbank
     from asrlib.lang.graphs import build_tlg
@@ -88,27 +96,58 @@ def build_tone_model(root: Path, sizes: Dict[str, int] | None = None, epochs: in
     rng = np.random.default_rng(seed)
     for name, n in sizes.items():
         _write_set(root, name, n, rng, max_words if name == "train" else 4)
-        compute_fbank(root / "data" / name, root / "fbank" / name, nj=1, num_mel_bins=NUM_MEL_BINS,
-                      show_progress=False)
+        compute_fbank(root / "data" / name, root / "fbank" / name, nj=1, num_mel_bins=NUM_MEL_BINS, show_progress=False)
     compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", show_progress=False)
     lang = root / "lang"
     write_lang_files(lang, {w: [list(p)] for w, p in LEXICON.items()})
     build_tlg(lang)
     assert sorted(PHONES) == sorted(TONES)
     cfg = root / "config.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "features": {"num_mel_bins": NUM_MEL_BINS, "cmvn": cmvn},
-        "model": {"num_layers": 1, "hidden_size": 32, "proj_size": 16, "stack": 3, "dropout": 0.0,
-                  "peephole": False},
-        "train": {"epochs": epochs, "batch_seconds": 8.0, "lr": 0.02, "warmup_steps": 5, "checkpoint_every": 1000,
-                  "log_every": 1000, "num_threads": 1, "spec_augment": False, "seed": seed}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "features": {"num_mel_bins": NUM_MEL_BINS, "cmvn": cmvn},
+                "model": {
+                    "num_layers": 1,
+                    "hidden_size": 32,
+                    "proj_size": 16,
+                    "stack": 3,
+                    "dropout": 0.0,
+                    "peephole": False,
+                },
+                "train": {
+                    "epochs": epochs,
+                    "batch_seconds": 8.0,
+                    "lr": 0.02,
+                    "warmup_steps": 5,
+                    "checkpoint_every": 1000,
+                    "log_every": 1000,
+                    "num_threads": 1,
+                    "spec_augment": False,
+                    "seed": seed,
+                },
+            }
+        )
+    )
     exp = root / "exp"
     root_logger = logging.getLogger()
     before = list(root_logger.handlers)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = train.main(["--config", str(cfg), "--data-dir", str(root / "data"), "--feats-dir",
-                             str(root / "fbank"), "--lang-dir", str(lang), "--exp-dir", str(exp)])
+            rc = train.main(
+                [
+                    "--config",
+                    str(cfg),
+                    "--data-dir",
+                    str(root / "data"),
+                    "--feats-dir",
+                    str(root / "fbank"),
+                    "--lang-dir",
+                    str(lang),
+                    "--exp-dir",
+                    str(exp),
+                ]
+            )
     finally:  # steps.train replaced the root logger's handlers (train.log + stderr): put the old ones back
         for h in list(root_logger.handlers):
             if h not in before:

@@ -4,6 +4,7 @@
 (the category is what ``excluded.txt`` summaries count), e.g.
 ``"wrong-sample-rate: 8000 Hz, expected 16000 Hz (resample: sox IN.wav -r 16000 OUT.wav)"``.
 """
+
 from __future__ import annotations
 
 import struct
@@ -14,15 +15,16 @@ from typing import Optional, Tuple
 import numpy as np
 import soundfile as sf
 
-from asrlib.io_utils import PathLike
+from asrlib.errors import PathLike
 
-_UNKNOWN_SIZES = (0, 0xFFFFFFFF)      # streamed WAVs (size unknown at write time) and RF64
-_STREAMED_MIN = 0x7FFF0000            # e.g. espeak-ng --stdout writes a huge placeholder size
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streamed WAVs (size unknown at write time) and RF64
+_STREAMED_MIN = 0x7FFF0000  # e.g. espeak-ng --stdout writes a huge placeholder size
 
 
 @dataclass
 class AudioStatus:
     """Outcome of :func:`inspect_audio`: ``reason`` is None when usable; ``duration`` in seconds when known."""
+
     reason: Optional[str]
     duration: Optional[float] = None
 
@@ -35,9 +37,17 @@ def _riff_data_chunk(path: Path) -> Tuple[Optional[str], Optional[int], Optional
         head = f.read(12)
         if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
             start = head[:4]
-            kind = ("MP3" if start[:3] == b"ID3" or start[:2] in (b"\xff\xfb", b"\xff\xf3") else
-                    "FLAC" if start == b"fLaC" else "Ogg" if start == b"OggS" else
-                    "big-endian RIFX WAV" if start == b"RIFX" else None)
+            kind = (
+                "MP3"
+                if start[:3] == b"ID3" or start[:2] in (b"\xff\xfb", b"\xff\xf3")
+                else "FLAC"
+                if start == b"fLaC"
+                else "Ogg"
+                if start == b"OggS"
+                else "big-endian RIFX WAV"
+                if start == b"RIFX"
+                else None
+            )
             what = f"looks like {kind}" if kind else f"starts with {start!r}, not 'RIFF....WAVE'"
             return f"not-a-wav: {what} (convert: sox IN -r RATE -c 1 -b 16 OUT.wav)", None, None, 0
         pos = 12
@@ -57,8 +67,15 @@ def _riff_data_chunk(path: Path) -> Tuple[Optional[str], Optional[int], Optional
                 f.seek(pos + 8 + csize + (csize & 1))
             pos += 8 + csize + (csize & 1)
             if pos > size:
-                return ("corrupt-header: a chunk before 'data' runs past the end of the file (corrupt or "
-                        "truncated header)"), None, None, 0
+                return (
+                    (
+                        "corrupt-header: a chunk before 'data' runs past the end of the file (corrupt or "
+                        "truncated header)"
+                    ),
+                    None,
+                    None,
+                    0,
+                )
     return "corrupt-header: too many chunks before 'data'", None, None, 0
 
 
@@ -84,8 +101,10 @@ def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -
     available = size - offset
     if declared not in _UNKNOWN_SIZES and declared < _STREAMED_MIN:
         if declared > available:
-            return AudioStatus(f"truncated: header promises {declared} bytes of audio but the file holds "
-                               f"{available} (re-copy or re-generate it)")
+            return AudioStatus(
+                f"truncated: header promises {declared} bytes of audio but the file holds "
+                f"{available} (re-copy or re-generate it)"
+            )
     try:
         info = sf.info(str(path))
     except PermissionError:
@@ -95,17 +114,22 @@ def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -
     if info.format not in ("WAV", "WAVEX", "RF64"):
         return AudioStatus(f"not-a-wav: contains {info.format} audio (convert: sox IN -b 16 OUT.wav)")
     if block_align and declared not in _UNKNOWN_SIZES and declared < _STREAMED_MIN and declared % block_align:
-        return AudioStatus(f"truncated: audio data ({declared} bytes) is not a whole number of "
-                           f"{block_align}-byte frames")
+        return AudioStatus(
+            f"truncated: audio data ({declared} bytes) is not a whole number of {block_align}-byte frames"
+        )
     if info.frames == 0:
         return AudioStatus("zero-length: valid header but no samples")
     duration = info.frames / info.samplerate
     if info.channels != 1:
-        return AudioStatus(f"multi-channel: {info.channels} channels, expected mono "
-                           "(mix down: sox IN.wav -c 1 OUT.wav)", duration)
+        return AudioStatus(
+            f"multi-channel: {info.channels} channels, expected mono (mix down: sox IN.wav -c 1 OUT.wav)", duration
+        )
     if expected_sample_rate and info.samplerate != expected_sample_rate:
-        return AudioStatus(f"wrong-sample-rate: {info.samplerate} Hz, expected {expected_sample_rate} Hz "
-                           f"(resample: sox IN.wav -r {expected_sample_rate} OUT.wav)", duration)
+        return AudioStatus(
+            f"wrong-sample-rate: {info.samplerate} Hz, expected {expected_sample_rate} Hz "
+            f"(resample: sox IN.wav -r {expected_sample_rate} OUT.wav)",
+            duration,
+        )
     try:
         silent = _all_zero(path)
     except RuntimeError as e:  # soundfile.LibsndfileError
@@ -125,8 +149,12 @@ def _all_zero(path: Path, block: int = 1 << 18) -> bool:
                 return False
 
 
-def check_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000, min_duration: Optional[float] = None,
-                max_duration: Optional[float] = None) -> Optional[str]:
+def check_audio(
+    path: PathLike,
+    expected_sample_rate: Optional[int] = 16000,
+    min_duration: Optional[float] = None,
+    max_duration: Optional[float] = None,
+) -> Optional[str]:
     """None if ``path`` is a usable mono WAV at ``expected_sample_rate`` within the duration bounds, else a reason.
 
     Reasons (category first): missing-file, not-a-file, empty-file, unreadable, not-a-wav, corrupt-header,
@@ -138,8 +166,9 @@ def check_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000, min
     return check_duration(status.duration, min_duration, max_duration)
 
 
-def check_duration(duration: Optional[float], min_duration: Optional[float],
-                   max_duration: Optional[float]) -> Optional[str]:
+def check_duration(
+    duration: Optional[float], min_duration: Optional[float], max_duration: Optional[float]
+) -> Optional[str]:
     """The too-short / too-long reason for ``duration`` seconds, or None."""
     if duration is None:
         return None
@@ -148,4 +177,3 @@ def check_duration(duration: Optional[float], min_duration: Optional[float],
     if max_duration is not None and duration > max_duration:
         return f"too-long: {duration:.2f} s > maximum {max_duration:g} s"
     return None
-

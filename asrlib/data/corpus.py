@@ -13,6 +13,7 @@ Helpers here: lhotse manifests -> Kaldi data dirs (:func:`write_kaldi_dir`), sub
 (:func:`subset_data_dir`), corpus-level exclusions (:func:`write_excluded`), atomic manifest writes, the check of
 ``data.speed_perturb`` factors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,13 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from asrlib.cli import run_main, setup_logging
+from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import DataConfig, load_config
 from asrlib.data.kaldi_dir import byte_key, spk2utt_rows
-from asrlib.io_utils import AsrError, PathLike, atomic_path, is_done, mark_done, read_table, write_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table, write_table
 
 if TYPE_CHECKING:
     import lhotse
@@ -65,11 +69,13 @@ def download_corpus(url: str, download_dir: PathLike) -> Path:
         try:
             with atomic_path(archive) as tmp, urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
                 shutil.copyfileobj(r, f, length=1 << 20)
-        except OSError as e:   # URLError, HTTPError, timeouts are OSErrors
-            raise AsrError(f"could not download {url}: {e}. Download it by hand and set data.corpus_dir "
-                           "(or --corpus-dir) to the unpacked folder") from None
+        except OSError as e:  # URLError, HTTPError, timeouts are OSErrors
+            raise AsrError(
+                f"could not download {url}: {e}. Download it by hand and set data.corpus_dir "
+                "(or --corpus-dir) to the unpacked folder"
+            ) from None
     if unpacked.exists():
-        shutil.rmtree(unpacked)      # a half-unpacked earlier attempt
+        shutil.rmtree(unpacked)  # a half-unpacked earlier attempt
     tmp_dir = download_dir / f".{unpacked.name}.tmp"
     if tmp_dir.exists():
         shutil.rmtree(tmp_dir)
@@ -114,8 +120,14 @@ def find_dir(root: Path, is_corpus: Callable[[Path], bool], max_depth: int = 4) 
     return None
 
 
-def locate_corpus(data: DataConfig, config_path: Optional[PathLike], cli_dir: Optional[Path], out_dir: Path,
-                  is_corpus: Callable[[Path], bool], what: str) -> Path:
+def locate_corpus(
+    data: DataConfig,
+    config_path: Optional[PathLike],
+    cli_dir: Optional[Path],
+    out_dir: Path,
+    is_corpus: Callable[[Path], bool],
+    what: str,
+) -> Path:
     """The corpus folder: ``--corpus-dir``, else ``data.corpus_dir``, else (or when that holds no corpus) a download
     of ``data.download_url``. AsrError saying what to set when none of them gives a corpus."""
     given = cli_dir if cli_dir is not None else resolve_corpus_dir(data.corpus_dir, config_path)
@@ -125,8 +137,10 @@ def locate_corpus(data: DataConfig, config_path: Optional[PathLike], cli_dir: Op
             return found
         if not data.download_url or cli_dir is not None:
             state = "does not exist" if not given.exists() else f"holds no {what}"
-            raise AsrError(f"corpus folder {given} {state}; point --corpus-dir / data.corpus_dir at the {what}"
-                           + ("" if data.download_url else " or set data.download_url to download it"))
+            raise AsrError(
+                f"corpus folder {given} {state}; point --corpus-dir / data.corpus_dir at the {what}"
+                + ("" if data.download_url else " or set data.download_url to download it")
+            )
     if not data.download_url:
         raise AsrError(f"no corpus given: set data.corpus_dir (or --corpus-dir) to the {what}, or data.download_url")
     unpacked = download_corpus(data.download_url, out_dir / "download")
@@ -158,8 +172,13 @@ def write_excluded(data_dir: PathLike, rows: Iterable[Tuple[str, str]]) -> int:
     return len(rows)
 
 
-def write_tables(data_dir: PathLike, wav: Mapping[str, str], text: Mapping[str, str], utt2spk: Mapping[str, str],
-                 segments: Optional[Mapping[str, Tuple[str, float, float]]] = None) -> None:
+def write_tables(
+    data_dir: PathLike,
+    wav: Mapping[str, str],
+    text: Mapping[str, str],
+    utt2spk: Mapping[str, str],
+    segments: Optional[Mapping[str, Tuple[str, float, float]]] = None,
+) -> None:
     """Write a Kaldi data dir (``wav.scp text utt2spk spk2utt`` [+ ``segments``]), each file atomic and sorted.
 
     Utterance ids must start with their speaker id (checked later by the validation step)."""
@@ -181,8 +200,12 @@ def write_tables(data_dir: PathLike, wav: Mapping[str, str], text: Mapping[str, 
     write_table(data_dir / "spk2utt", spk2utt_rows(utt2spk))
 
 
-def write_kaldi_dir(data_dir: PathLike, recordings: "lhotse.RecordingSet", supervisions: "lhotse.SupervisionSet",
-                    speaker: Optional[Callable[["lhotse.SupervisionSegment"], str]] = None) -> int:
+def write_kaldi_dir(
+    data_dir: PathLike,
+    recordings: "lhotse.RecordingSet",
+    supervisions: "lhotse.SupervisionSet",
+    speaker: Optional[Callable[["lhotse.SupervisionSegment"], str]] = None,
+) -> int:
     """Kaldi data dir from lhotse manifests; returns the number of utterances.
 
     ``wav.scp`` holds each recording's file path (single-source, single-channel file recordings only); a
@@ -192,8 +215,9 @@ def write_kaldi_dir(data_dir: PathLike, recordings: "lhotse.RecordingSet", super
     wav: Dict[str, str] = {}
     for rec in recordings:
         if len(rec.sources) != 1 or rec.sources[0].type != "file" or rec.num_channels != 1:
-            raise AsrError(f"recording '{rec.id}' is not a single mono file ({rec.sources}); convert it to a mono "
-                           "WAV file first")
+            raise AsrError(
+                f"recording '{rec.id}' is not a single mono file ({rec.sources}); convert it to a mono WAV file first"
+            )
         wav[rec.id] = str(Path(rec.sources[0].source).resolve())
     text: Dict[str, str] = {}
     utt2spk: Dict[str, str] = {}
@@ -225,7 +249,7 @@ def subset_data_dir(src: PathLike, dst: PathLike, keep: Union[Set[str], Callable
     """Copy the utterances of ``src`` selected by ``keep`` (a set of utterance ids, or ``keep(utt, speaker)``) into
     ``dst`` (tables only; audio paths are shared). Returns the number kept; zero is an AsrError."""
     t = read_kaldi_tables(src)
-    sel = keep if callable(keep) else (lambda u, s: u in keep)   # noqa: E731
+    sel = keep if callable(keep) else (lambda u, s: u in keep)  # noqa: E731
     utts = {u for u, s in t["utt2spk"].items() if sel(u, s)}
     if not utts:
         raise AsrError(f"no utterance of {src} selected for {dst}")
@@ -243,14 +267,19 @@ def subset_data_dir(src: PathLike, dst: PathLike, keep: Union[Set[str], Callable
 
 
 # ------------------------------------------------------------------------------------------------ command line
-def corpus_main(prepare: PrepareFn, description: str, is_corpus: Callable[[Path], bool], what: str,
-                argv: Optional[List[str]] = None, needs_corpus: bool = True) -> None:
+def corpus_main(
+    prepare: PrepareFn,
+    description: str,
+    is_corpus: Callable[[Path], bool],
+    what: str,
+    argv: Optional[List[str]] = None,
+    needs_corpus: bool = True,
+) -> None:
     """The command line shared by every ``local/<corpus>.py``: parse, find (or download) the corpus, prepare."""
+
     def main(args_in: Optional[List[str]]) -> int:
         p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--config", help="recipe YAML; its data section gives corpus_dir, download_url, ...")
-        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                       help="override one config value (repeatable)")
+        add_config_args(p, required=False, help="recipe YAML; its data section gives corpus_dir, download_url, ...")
         p.add_argument("--out-dir", type=Path, required=True, help="the recipe's data folder")
         p.add_argument("--corpus-dir", type=Path, help="the corpus (default: data.corpus_dir of the config)")
         p.add_argument("--nj", type=int, default=2, help="parallel jobs")
@@ -260,8 +289,7 @@ def corpus_main(prepare: PrepareFn, description: str, is_corpus: Callable[[Path]
         data = load_config(a.config, a.overrides).data if a.config else DataConfig()
         setup_logging()
         out_dir = a.out_dir.resolve()
-        corpus = (locate_corpus(data, a.config, a.corpus_dir, out_dir, is_corpus, what) if needs_corpus
-                  else a.corpus_dir)
+        corpus = locate_corpus(data, a.config, a.corpus_dir, out_dir, is_corpus, what) if needs_corpus else a.corpus_dir
         if a.nj < 1:
             raise AsrError(f"--nj must be >= 1, got {a.nj}")
         prepare(corpus, out_dir, data, a.nj)

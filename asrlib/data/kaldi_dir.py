@@ -5,13 +5,15 @@ Writing always goes through :func:`write_data_dir` (atomic, C byte-order sorted,
 (with the utterances a repair would have to drop); :func:`validate_data_dir` turns those problems into one clear
 :class:`AsrError`; ``asrlib.data.validate.clean_data_dir`` uses them to repair (``--fix``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from asrlib.io_utils import AsrError, PathLike, read_table, write_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.tables import read_table, write_table
 
 FIX_HINT = "python -m steps.validate_data_dir --data-dir {dir} --fix"
 
@@ -22,8 +24,7 @@ def byte_key(s: str) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------ writing
-def write_data_dir(dir: PathLike, wav: Mapping[str, str], text: Mapping[str, str],
-                   utt2spk: Mapping[str, str]) -> None:
+def write_data_dir(dir: PathLike, wav: Mapping[str, str], text: Mapping[str, str], utt2spk: Mapping[str, str]) -> None:
     """Write ``wav.scp``, ``text``, ``utt2spk`` and ``spk2utt`` into ``dir`` (each atomically, sorted).
 
     All three mappings must have the same utterance ids; utterance ids should start with their speaker id so that
@@ -57,13 +58,14 @@ def spk2utt_rows(utt2spk: Mapping[str, str]) -> List[Tuple[str, str]]:
 @dataclass
 class KaldiDataDir:
     """A data directory read into memory (dicts keyed by utterance id; ``wav`` keyed by recording id)."""
+
     path: Path
     wav: Dict[str, str]
     text: Dict[str, str]
     utt2spk: Dict[str, str]
     spk2utt: Dict[str, List[str]]
-    segments: Optional[Dict[str, Tuple[str, float, float]]] = None   # utt -> (recording, start, end)
-    feats: Optional[Dict[str, str]] = None                           # feats.scp
+    segments: Optional[Dict[str, Tuple[str, float, float]]] = None  # utt -> (recording, start, end)
+    feats: Optional[Dict[str, str]] = None  # feats.scp
 
     @property
     def utterances(self) -> List[str]:
@@ -98,8 +100,9 @@ def _parse_segment(value: str, path: Path, key: str) -> Tuple[str, float, float]
             raise ValueError
         rec, start, end = parts[0], float(parts[1]), float(parts[2])
     except ValueError:
-        raise AsrError(f"{path}: bad line for '{key}': expected '<utt> <recording> <start> <end>', "
-                       f"got '{key} {value}'") from None
+        raise AsrError(
+            f"{path}: bad line for '{key}': expected '<utt> <recording> <start> <end>', got '{key} {value}'"
+        ) from None
     if not 0 <= start < end:
         raise AsrError(f"{path}: segment '{key}' has start {start} and end {end}; need 0 <= start < end")
     return rec, start, end
@@ -109,6 +112,7 @@ def _parse_segment(value: str, path: Path, key: str) -> Tuple[str, float, float]
 @dataclass
 class TableLine:
     """One line of a table; ``value`` is None when the line is not valid UTF-8."""
+
     lineno: int
     key: str
     value: Optional[str]
@@ -141,6 +145,7 @@ class Problem:
     repaired automatically; ``per_utt=True`` problems are ordinary per-utterance exclusions (e.g. a missing
     transcript) that cleaning handles even without ``--fix``.
     """
+
     file: str
     message: str
     reason: str = ""
@@ -152,6 +157,7 @@ class Problem:
 @dataclass
 class RawDataDir:
     """A tolerant reading of a data directory: first occurrence of each key wins; lines kept for repair."""
+
     path: Path
     tables: Dict[str, List[TableLine]] = field(default_factory=dict)
 
@@ -177,8 +183,10 @@ def inspect_data_dir(dir: PathLike) -> Tuple[RawDataDir, List[Problem]]:
         raise AsrError(f"data directory {dir} does not exist")
     missing = [n for n in REQUIRED if not (dir / n).is_file()]
     if missing:
-        raise AsrError(f"{dir}: missing {', '.join(missing)}; a data directory needs {', '.join(REQUIRED)} "
-                       "(+ spk2utt, which --fix can regenerate)")
+        raise AsrError(
+            f"{dir}: missing {', '.join(missing)}; a data directory needs {', '.join(REQUIRED)} "
+            "(+ spk2utt, which --fix can regenerate)"
+        )
     raw = RawDataDir(dir)
     for name in REQUIRED + OPTIONAL:
         if (dir / name).is_file():
@@ -196,24 +204,41 @@ def inspect_data_dir(dir: PathLike) -> Tuple[RawDataDir, List[Problem]]:
     utt2spk = raw.dict("utt2spk")
     text = raw.dict("text")
     for u in sorted(utts - set(utt2spk), key=byte_key):
-        problems.append(Problem("utt2spk", f"utterance '{u}' is in {utt_file} but missing in utt2spk",
-                                "missing-in-utt2spk", (u,)))
+        problems.append(
+            Problem("utt2spk", f"utterance '{u}' is in {utt_file} but missing in utt2spk", "missing-in-utt2spk", (u,))
+        )
     for u in sorted(set(utt2spk) - utts, key=byte_key):
-        problems.append(Problem(utt_file, f"utterance '{u}' is in utt2spk but missing in {utt_file}",
-                                f"missing-in-{utt_file}", (u,)))
+        problems.append(
+            Problem(
+                utt_file, f"utterance '{u}' is in utt2spk but missing in {utt_file}", f"missing-in-{utt_file}", (u,)
+            )
+        )
     for u in sorted((utts & set(utt2spk)) - set(text), key=byte_key):
-        problems.append(Problem("text", f"utterance '{u}' has no line in text", "missing-transcript", (u,),
-                                per_utt=True))
+        problems.append(
+            Problem("text", f"utterance '{u}' has no line in text", "missing-transcript", (u,), per_utt=True)
+        )
     for u in sorted(set(text) - utts - set(utt2spk), key=byte_key):
-        problems.append(Problem("text", f"utterance '{u}' is in text but missing in {utt_file} and utt2spk",
-                                f"missing-in-{utt_file}", (u,)))
+        problems.append(
+            Problem(
+                "text",
+                f"utterance '{u}' is in text but missing in {utt_file} and utt2spk",
+                f"missing-in-{utt_file}",
+                (u,),
+            )
+        )
     if segmented:
         recs = set(raw.dict("wav.scp"))
         for line in raw.tables["segments"]:
             rec = (line.value or "").split()[:1]
             if rec and rec[0] not in recs:
-                problems.append(Problem("segments", f"segment '{line.key}' refers to recording '{rec[0]}' which "
-                                        "is missing in wav.scp", "missing-recording", (line.key,)))
+                problems.append(
+                    Problem(
+                        "segments",
+                        f"segment '{line.key}' refers to recording '{rec[0]}' which is missing in wav.scp",
+                        "missing-recording",
+                        (line.key,),
+                    )
+                )
     problems += _spk2utt_problems(raw, utt2spk)
     problems += _sort_consistency_problems(utt2spk)
     for name in PER_UTT_OPTIONAL:
@@ -224,8 +249,13 @@ def inspect_data_dir(dir: PathLike) -> Tuple[RawDataDir, List[Problem]]:
             problems.append(Problem(name, f"utterance '{u}' is missing in {name}", f"missing-in-{name}", (u,)))
         extra = sorted(keys - utts, key=byte_key)
         if extra:
-            problems.append(Problem(name, f"{name} has {len(extra)} utterance(s) not in {utt_file}, e.g. "
-                                    f"'{extra[0]}'", f"extra-in-{name}"))
+            problems.append(
+                Problem(
+                    name,
+                    f"{name} has {len(extra)} utterance(s) not in {utt_file}, e.g. '{extra[0]}'",
+                    f"extra-in-{name}",
+                )
+            )
     return raw, problems
 
 
@@ -238,36 +268,63 @@ def _table_problems(dir: Path, name: str, lines: List[TableLine]) -> List[Proble
     for line in lines:
         if line.value is None:
             if name == "text":
-                problems.append(Problem(name, f"{path}:{line.lineno}: transcript of '{line.key}' is not valid "
-                                        "UTF-8", "non-utf8-transcript", (line.key,), per_utt=True))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{path}:{line.lineno}: transcript of '{line.key}' is not valid UTF-8",
+                        "non-utf8-transcript",
+                        (line.key,),
+                        per_utt=True,
+                    )
+                )
             else:
-                problems.append(Problem(name, f"{path}:{line.lineno}: line for '{line.key}' is not valid UTF-8",
-                                        f"non-utf8-in-{name}", (line.key,)))
+                problems.append(
+                    Problem(
+                        name,
+                        f"{path}:{line.lineno}: line for '{line.key}' is not valid UTF-8",
+                        f"non-utf8-in-{name}",
+                        (line.key,),
+                    )
+                )
         elif line.value == "" and name not in ("text", "spk2utt"):
-            problems.append(Problem(name, f"{path}:{line.lineno}: '{line.key}' has no value",
-                                    f"empty-entry-in-{name}", (line.key,)))
+            problems.append(
+                Problem(name, f"{path}:{line.lineno}: '{line.key}' has no value", f"empty-entry-in-{name}", (line.key,))
+            )
         elif name == "segments":
             try:
                 _parse_segment(line.value, path, line.key)
             except AsrError as e:
                 problems.append(Problem(name, str(e), "bad-segment", (line.key,)))
         if line.key in seen:
-            problems.append(Problem(name, f"{path}: duplicate id '{line.key}' (lines {seen[line.key]} and "
-                                    f"{line.lineno})", "duplicate-id", (line.key,) if name != "spk2utt" else ()))
+            problems.append(
+                Problem(
+                    name,
+                    f"{path}: duplicate id '{line.key}' (lines {seen[line.key]} and {line.lineno})",
+                    "duplicate-id",
+                    (line.key,) if name != "spk2utt" else (),
+                )
+            )
         else:
             seen[line.key] = line.lineno
         if unsorted_at is None and prev is not None and byte_key(line.key) < byte_key(prev.key):
             unsorted_at = line
-            problems.append(Problem(name, f"{path} is not sorted: line {line.lineno} '{line.key}' comes after "
-                                    f"'{prev.key}' (sort with LC_ALL=C sort, or use --fix)", "unsorted"))
+            problems.append(
+                Problem(
+                    name,
+                    f"{path} is not sorted: line {line.lineno} '{line.key}' comes after "
+                    f"'{prev.key}' (sort with LC_ALL=C sort, or use --fix)",
+                    "unsorted",
+                )
+            )
         prev = line
     return problems
 
 
 def _spk2utt_problems(raw: RawDataDir, utt2spk: Dict[str, Optional[str]]) -> List[Problem]:
     if not raw.has("spk2utt"):
-        return [Problem("spk2utt", f"{raw.path / 'spk2utt'} is missing (--fix regenerates it from utt2spk)",
-                        "no-spk2utt")]
+        return [
+            Problem("spk2utt", f"{raw.path / 'spk2utt'} is missing (--fix regenerates it from utt2spk)", "no-spk2utt")
+        ]
     problems: List[Problem] = []
     spk2utt = raw.dict("spk2utt")
     inverse: Dict[str, str] = {}
@@ -278,14 +335,29 @@ def _spk2utt_problems(raw: RawDataDir, utt2spk: Dict[str, Optional[str]]) -> Lis
         if spk is None:
             continue
         if u not in inverse:
-            problems.append(Problem("spk2utt", f"utt2spk/spk2utt inconsistent: '{u}' (speaker '{spk}') is in "
-                                    "utt2spk but not in spk2utt", "spk2utt-inconsistent"))
+            problems.append(
+                Problem(
+                    "spk2utt",
+                    f"utt2spk/spk2utt inconsistent: '{u}' (speaker '{spk}') is in utt2spk but not in spk2utt",
+                    "spk2utt-inconsistent",
+                )
+            )
         elif inverse[u] != spk:
-            problems.append(Problem("spk2utt", f"utt2spk/spk2utt inconsistent: '{u}' has speaker '{spk}' in "
-                                    f"utt2spk but '{inverse[u]}' in spk2utt", "spk2utt-inconsistent"))
+            problems.append(
+                Problem(
+                    "spk2utt",
+                    f"utt2spk/spk2utt inconsistent: '{u}' has speaker '{spk}' in utt2spk but '{inverse[u]}' in spk2utt",
+                    "spk2utt-inconsistent",
+                )
+            )
     for u in sorted(set(inverse) - set(utt2spk), key=byte_key):
-        problems.append(Problem("spk2utt", f"utt2spk/spk2utt inconsistent: '{u}' is in spk2utt (speaker "
-                                f"'{inverse[u]}') but not in utt2spk", "spk2utt-inconsistent"))
+        problems.append(
+            Problem(
+                "spk2utt",
+                f"utt2spk/spk2utt inconsistent: '{u}' is in spk2utt (speaker '{inverse[u]}') but not in utt2spk",
+                "spk2utt-inconsistent",
+            )
+        )
     return problems
 
 
@@ -294,9 +366,16 @@ def _sort_consistency_problems(utt2spk: Dict[str, Optional[str]]) -> List[Proble
     pairs = sorted(((u, s) for u, s in utt2spk.items() if s), key=lambda p: byte_key(p[0]))
     for (u1, s1), (u2, s2) in zip(pairs, pairs[1:]):
         if byte_key(s2) < byte_key(s1):
-            return [Problem("utt2spk", f"utterance order and speaker order disagree ('{u1}' of speaker '{s1}' "
-                            f"sorts before '{u2}' of speaker '{s2}'); make every utterance id start with its "
-                            "speaker id followed by '-' (e.g. '<spk>-<n>')", "speaker-order", fixable=False)]
+            return [
+                Problem(
+                    "utt2spk",
+                    f"utterance order and speaker order disagree ('{u1}' of speaker '{s1}' "
+                    f"sorts before '{u2}' of speaker '{s2}'); make every utterance id start with its "
+                    "speaker id followed by '-' (e.g. '<spk>-<n>')",
+                    "speaker-order",
+                    fixable=False,
+                )
+            ]
     return []
 
 
@@ -307,8 +386,10 @@ def format_problems(dir: Path, problems: List[Problem], limit: int = 10) -> str:
         lines.append(f"  ... and {len(problems) - limit} more")
     msg = f"data directory {dir} has {len(problems)} problem(s):\n" + "\n".join(lines)
     if all(p.fixable for p in problems):
-        msg += (f"\nTo sort the files, regenerate spk2utt and exclude inconsistent utterances (listed in "
-                f"excluded.txt) run: {FIX_HINT.format(dir=dir)}")
+        msg += (
+            f"\nTo sort the files, regenerate spk2utt and exclude inconsistent utterances (listed in "
+            f"excluded.txt) run: {FIX_HINT.format(dir=dir)}"
+        )
     else:
         msg += "\nSome of these cannot be repaired automatically; correct the files by hand."
     return msg
@@ -324,4 +405,3 @@ def validate_data_dir(dir: PathLike) -> None:
     _, problems = inspect_data_dir(dir)
     if problems:
         raise AsrError(format_problems(dir, problems))
-

@@ -1,6 +1,7 @@
 """Synthetic background noise: white, pink (1/f power) and babble-like (several speech-band, syllable-modulated
 streams). One generator for the digits corpus' noisy utterances (``local.digits``) and for on-the-fly noise
 augmentation in training (``asrlib.train.noise_aug``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,4 +30,4 @@ def shaped_noise(rng: np.random.Generator, n: int, sr: int, kind: str) -> np.nda
                 x += stream * (0.3 + env)
     else:
         raise ValueError(f"unknown noise kind {kind!r}; one of {NOISE_KINDS}")
-    return x / (np.sqrt(np.mean(x ** 2)) + 1e-12)
+    return x / (np.sqrt(np.mean(x**2)) + 1e-12)

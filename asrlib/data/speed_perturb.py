@@ -8,6 +8,7 @@ times are divided by f. Factor 1.0 keeps the original entries unchanged.
 
     python -m local.speed_perturb --src data/train_nosp --dst data/train --wav-dir data/wav_sp --factors 0.9 1.0 1.1
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 from asrlib.data.corpus import check_speed_factors, read_kaldi_tables, write_tables
-from asrlib.io_utils import AsrError, PathLike, atomic_path
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +67,13 @@ def _job(args: Tuple[str, str, float]) -> Tuple[str, int]:
 def _one_thread() -> None:
     """Pool initializer: one torch thread per worker (several threads per process oversubscribe the cores)."""
     import torch
+
     torch.set_num_threads(1)
 
 
-def speed_perturb_data_dir(src: PathLike, dst: PathLike, factors: Sequence[float], wav_dir: PathLike,
-                           nj: int = 1) -> int:
+def speed_perturb_data_dir(
+    src: PathLike, dst: PathLike, factors: Sequence[float], wav_dir: PathLike, nj: int = 1
+) -> int:
     """Write ``dst``: the utterances of ``src`` once per factor (see the module docstring); returns their number.
 
     Perturbed audio goes to ``wav_dir/sp<f>/<recording>.wav``; a rerun reuses the finished files.
@@ -83,8 +87,10 @@ def speed_perturb_data_dir(src: PathLike, dst: PathLike, factors: Sequence[float
             raise AsrError(f"{src}: missing {name}")
     bad = [r for r, p in t["wav.scp"].items() if p.rstrip().endswith("|") or len(p.split()) != 1]
     if bad:
-        raise AsrError(f"{src}/wav.scp: '{bad[0]}' is not a plain file path; import the dir with local.kaldi_import "
-                       "first (it materialises pipe commands)")
+        raise AsrError(
+            f"{src}/wav.scp: '{bad[0]}' is not a plain file path; import the dir with local.kaldi_import "
+            "first (it materialises pipe commands)"
+        )
     jobs: List[Tuple[str, str, float]] = []
     wav: Dict[str, str] = {}
     text: Dict[str, str] = {}

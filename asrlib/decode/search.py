@@ -14,15 +14,16 @@ they spell a sequence of lexicon words. Ties between equally near segmentations 
 **TLG** (:class:`TlgDecoder`): kaldi-decoder's ``FasterDecoder`` (beam search over ``TLG.fst``) with
 ``DecodableCtc``; the best path's output labels are word ids of ``words.txt``.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence
+from typing import Iterable, List, Sequence
 
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike
+from asrlib.errors import AsrError, PathLike
 from asrlib.kaldi_imports import kaldi_decoder, kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.graphs import add_disambig, make_lexicon_fst, read_fst
 from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
@@ -42,8 +43,10 @@ def greedy_ctc(logprobs: np.ndarray) -> List[int]:
 
 def _check_dims(logprobs: np.ndarray, num_tokens: int, lang_dir: Path) -> None:
     if logprobs.ndim != 2 or logprobs.shape[1] != num_tokens:
-        raise AsrError(f"log-probabilities have shape {tuple(logprobs.shape)} but {lang_dir / 'tokens.txt'} has "
-                       f"{num_tokens} tokens; was the model trained with this lang directory?")
+        raise AsrError(
+            f"log-probabilities have shape {tuple(logprobs.shape)} but {lang_dir / 'tokens.txt'} has "
+            f"{num_tokens} tokens; was the model trained with this lang directory?"
+        )
 
 
 class GreedyWordDecoder:
@@ -115,8 +118,15 @@ class TlgDecoder:
     best partial path, as Kaldi's decoders output with --allow-partial) and ``retries`` counts the second searches.
     """
 
-    def __init__(self, lang_dir: PathLike, beam: float = 12.0, max_active: int = 3000,
-                 acoustic_scale: float = 1.0, blank_penalty: float = 0.0, retry_beam: float = 0.0):
+    def __init__(
+        self,
+        lang_dir: PathLike,
+        beam: float = 12.0,
+        max_active: int = 3000,
+        acoustic_scale: float = 1.0,
+        blank_penalty: float = 0.0,
+        retry_beam: float = 0.0,
+    ):
         self.lang_dir = Path(lang_dir)
         self.tokens = read_tokens(self.lang_dir / "tokens.txt")
         self.id2word = read_words(self.lang_dir / "words.txt")
@@ -127,8 +137,9 @@ class TlgDecoder:
         self.decoder = kaldi_decoder.FasterDecoder(self.graph, opts)
         self.retry_decoder = None
         if retry_beam > self.beam:
-            self.retry_decoder = kaldi_decoder.FasterDecoder(self.graph, kaldi_decoder.FasterDecoderOptions(
-                beam=float(retry_beam), max_active=self.max_active))
+            self.retry_decoder = kaldi_decoder.FasterDecoder(
+                self.graph, kaldi_decoder.FasterDecoderOptions(beam=float(retry_beam), max_active=self.max_active)
+            )
         self.frames_searched = 0
         self.search_seconds = 0.0
         self.reached_final = True

@@ -34,6 +34,7 @@ either end of a pause. bench/long_form.py measures the methods; docs/long-record
 ``segment: none`` decodes the recording as one stream (the state carried throughout; memory grows with its
 length): the behaviour before segmentation, kept for comparison.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,9 @@ from typing import List, Tuple
 import numpy as np
 
 from asrlib.config import SEGMENT_METHODS  # noqa: F401 - re-exported: the methods this module implements
-FLOOR_WINDOW_FRAMES = 100   # ±1 s of fbank frames for the local energy floor
-SMOOTH_FRAMES = 5           # moving average of the energy before the floor and threshold
+
+FLOOR_WINDOW_FRAMES = 100  # ±1 s of fbank frames for the local energy floor
+SMOOTH_FRAMES = 5  # moving average of the energy before the floor and threshold
 
 
 def frame_energy(feats: np.ndarray) -> np.ndarray:
@@ -89,8 +91,9 @@ def runs_of(flags: np.ndarray) -> List[Tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
-def plan_segments(nonspeech: np.ndarray, final: bool, min_silence: int, pad: int, max_len: int
-                  ) -> Tuple[List[Tuple[int, int]], int]:
+def plan_segments(
+    nonspeech: np.ndarray, final: bool, min_silence: int, pad: int, max_len: int
+) -> Tuple[List[Tuple[int, int]], int]:
     """Segments ``[a, b)`` (output frames of the buffer) that are complete, and where the buffer's rest begins.
 
     ``nonspeech`` flags the buffer's frames; ``final``: the recording ends with the buffer (else more follows,
@@ -101,14 +104,14 @@ def plan_segments(nonspeech: np.ndarray, final: bool, min_silence: int, pad: int
     """
     n = len(nonspeech)
     segs: List[Tuple[int, int]] = []
-    start = 0                      # where the segment being built begins
+    start = 0  # where the segment being built begins
     for a, b in runs_of(nonspeech):
         if b - a < min_silence:
             continue
-        if a <= start:                 # silence before the segment's first speech: skip all but the pad
+        if a <= start:  # silence before the segment's first speech: skip all but the pad
             start = max(start, b - pad)
             continue
-        open_end = b == n and not final     # a run touching the end of a buffer that goes on
+        open_end = b == n and not final  # a run touching the end of a buffer that goes on
         end = a + pad if (open_end or b - a > 2 * pad) else (a + b) // 2
         segs.append((start, min(end, n)))
         # an open run's rest is kept (the next call skips it as leading silence)
@@ -117,8 +120,8 @@ def plan_segments(nonspeech: np.ndarray, final: bool, min_silence: int, pad: int
         if start < n and not nonspeech[start:].all():
             segs.append((start, n))
         return segs, n
-    if n - start >= max_len:           # no pause long enough: cut in the longest non-speech run, else at the limit
-        window = nonspeech[start:start + max_len]
+    if n - start >= max_len:  # no pause long enough: cut in the longest non-speech run, else at the limit
+        window = nonspeech[start : start + max_len]
         inner = [(a, b) for a, b in runs_of(window) if a > 0]
         if inner:
             a, b = max(inner, key=lambda r: r[1] - r[0])
@@ -128,4 +131,3 @@ def plan_segments(nonspeech: np.ndarray, final: bool, min_silence: int, pad: int
         segs.append((start, cut))
         start = cut
     return segs, start
-

@@ -19,6 +19,7 @@ graph with kaldi-decoder's FasterDecoder (beam 16 — not configurable — and `
 when no final state is reached; ``result.words`` holds word ids. Its reported timestamps assume subsampling 4
 (ours is 3): multiply them by 3/4.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from asrlib.export.runtime import ONLINE_CMN_STATE, StreamingOnnxModel
-from asrlib.io_utils import AsrError, PathLike, atomic_path, sha256_file as sha256, write_json, write_text
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path, write_json, write_text
+from asrlib.io.files import sha256_file as sha256
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +46,13 @@ REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words
 OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of asrlib < 0.2 lack it)
 
 
-
 def sherpa_search(lang_dir: PathLike):
     """The TLG search that sherpa-onnx's CTC FST decoder runs on a bundle: its fixed beam and max-active, acoustic
     scale 1, no blank penalty (a :class:`asrlib.decode.search.TlgDecoder`)."""
     from asrlib.decode.search import TlgDecoder
 
     return TlgDecoder(lang_dir, beam=SHERPA_BEAM, max_active=SHERPA_MAX_ACTIVE)
+
 
 def _copy(src: Path, dst: Path) -> None:
     if not src.is_file():
@@ -61,6 +64,7 @@ def _copy(src: Path, dst: Path) -> None:
 @dataclass
 class Bundle:
     """A checked bundle directory."""
+
     dir: Path
     info: dict
 
@@ -85,9 +89,17 @@ class Bundle:
         return read_words(self.path("words.txt"))
 
 
-def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: PathLike, lang_dir: PathLike,
-                 feat_dim: int, subsampling: int, sample_rate: int = 16000, decode: Optional[dict] = None,
-                 extra: Optional[dict] = None) -> Bundle:
+def write_bundle(
+    out_dir: PathLike,
+    offline_int8: PathLike,
+    streaming_int8: PathLike,
+    lang_dir: PathLike,
+    feat_dim: int,
+    subsampling: int,
+    sample_rate: int = 16000,
+    decode: Optional[dict] = None,
+    extra: Optional[dict] = None,
+) -> Bundle:
     """Copy the models and the lang files into ``out_dir``, then write README.md and bundle.json (last)."""
     out, lang = Path(out_dir), Path(lang_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,15 +108,25 @@ def write_bundle(out_dir: PathLike, offline_int8: PathLike, streaming_int8: Path
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
-    online_cmn = ONLINE_CMN_STATE[0] in _input_names(out / "model.streaming.int8.onnx")   # features.cmvn: online
+    online_cmn = ONLINE_CMN_STATE[0] in _input_names(out / "model.streaming.int8.onnx")  # features.cmvn: online
     write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn))
-    files = {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
-             for name in (*REQUIRED, *OPTIONAL, "README.md")}
-    info = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "sample_rate": sample_rate, "feat_dim": feat_dim,
-            "subsampling": subsampling, "frame_shift_ms": 10, "model_type": "zipformer2_ctc (sherpa-onnx contract)",
-            "cmvn": "folded+online" if online_cmn else "folded",
-            "decode": {"beam": SHERPA_BEAM, "max_active": SHERPA_MAX_ACTIVE, **(decode or {})}, "files": files,
-            **(extra or {})}
+    files = {
+        name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
+        for name in (*REQUIRED, *OPTIONAL, "README.md")
+    }
+    info = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "sample_rate": sample_rate,
+        "feat_dim": feat_dim,
+        "subsampling": subsampling,
+        "frame_shift_ms": 10,
+        "model_type": "zipformer2_ctc (sherpa-onnx contract)",
+        "cmvn": "folded+online" if online_cmn else "folded",
+        "decode": {"beam": SHERPA_BEAM, "max_active": SHERPA_MAX_ACTIVE, **(decode or {})},
+        "files": files,
+        **(extra or {}),
+    }
     write_json(out / "bundle.json", info)
     return Bundle(out, info)
 
@@ -123,18 +145,24 @@ def check_bundle(bundle_dir: PathLike, verify: bool = True) -> Bundle:
     except ValueError as e:
         raise AsrError(f"{meta}: not valid JSON ({e})") from None
     if info.get("format") != BUNDLE_FORMAT or int(info.get("version", 0)) > BUNDLE_VERSION:
-        raise AsrError(f"{meta}: format {info.get('format')!r} version {info.get('version')!r} is not an "
-                       f"{BUNDLE_FORMAT} this asrlib reads (version ≤ {BUNDLE_VERSION})")
+        raise AsrError(
+            f"{meta}: format {info.get('format')!r} version {info.get('version')!r} is not an "
+            f"{BUNDLE_FORMAT} this asrlib reads (version ≤ {BUNDLE_VERSION})"
+        )
     missing = [n for n in REQUIRED if not (d / n).is_file()]
     if missing:
-        raise AsrError(f"bundle {d} is incomplete: missing {', '.join(missing)} (copy the whole directory, or "
-                       f"re-run steps.export_mobile)")
+        raise AsrError(
+            f"bundle {d} is incomplete: missing {', '.join(missing)} (copy the whole directory, or "
+            f"re-run steps.export_mobile)"
+        )
     if verify:
         for name, rec in info.get("files", {}).items():
             p = d / name
             if p.is_file() and (p.stat().st_size != rec["bytes"] or sha256(p) != rec["sha256"]):
-                raise AsrError(f"bundle {d}: {name} differs from the file the bundle was built with "
-                               f"(size/sha256 mismatch); re-run steps.export_mobile")
+                raise AsrError(
+                    f"bundle {d}: {name} differs from the file the bundle was built with "
+                    f"(size/sha256 mismatch); re-run steps.export_mobile"
+                )
     b = Bundle(d, info)
     _check_model_dim(d / "model.int8.onnx", b.feat_dim, ("x", "x_lens"))
     _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, *StreamingOnnxModel.SIGNATURES)
@@ -163,16 +191,20 @@ def _check_model_dim(path: Path, feat_dim: int, *signatures: Sequence[str]) -> N
     dims = m.graph.input[0].type.tensor_type.shape.dim
     got = dims[2].dim_value if len(dims) == 3 else None
     if got != feat_dim:
-        raise AsrError(f"{path}: the model expects {got}-dim input features but the bundle's front end produces "
-                       f"{feat_dim}-dim fbank (bundle.json feat_dim); the model and the bundle do not belong "
-                       f"together — re-run steps.export_mobile")
+        raise AsrError(
+            f"{path}: the model expects {got}-dim input features but the bundle's front end produces "
+            f"{feat_dim}-dim fbank (bundle.json feat_dim); the model and the bundle do not belong "
+            f"together — re-run steps.export_mobile"
+        )
 
 
 def check_audio(samples: np.ndarray, sample_rate: int, expected_rate: int, where: str = "audio") -> np.ndarray:
     """Mono float32 samples in [-1, 1] at ``expected_rate``; AsrError for another rate or shape."""
     if int(sample_rate) != int(expected_rate):
-        raise AsrError(f"{where}: sample rate {sample_rate} Hz, but the model was trained on {expected_rate} Hz audio; "
-                       f"resample it first (e.g. sox in.wav -r {expected_rate} out.wav)")
+        raise AsrError(
+            f"{where}: sample rate {sample_rate} Hz, but the model was trained on {expected_rate} Hz audio; "
+            f"resample it first (e.g. sox in.wav -r {expected_rate} out.wav)"
+        )
     x = np.asarray(samples)
     if x.ndim != 1:
         raise AsrError(f"{where}: expected mono samples (1-D), got shape {x.shape}; downmix first")
@@ -207,9 +239,15 @@ class SherpaRecognizer:
         b = self.bundle
         self.id2word = b.id2word()
         self.recognizer = sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
-            model=str(b.path("model.int8.onnx")), tokens=str(b.path("tokens.txt")), num_threads=num_threads,
-            sample_rate=b.sample_rate, feature_dim=b.feat_dim, decoding_method="greedy_search",
-            ctc_graph=str(b.path("TLG.fst")), ctc_max_active=max_active)
+            model=str(b.path("model.int8.onnx")),
+            tokens=str(b.path("tokens.txt")),
+            num_threads=num_threads,
+            sample_rate=b.sample_rate,
+            feature_dim=b.feat_dim,
+            decoding_method="greedy_search",
+            ctc_graph=str(b.path("TLG.fst")),
+            ctc_max_active=max_active,
+        )
 
     def _words(self, result) -> List[str]:
         out = []
@@ -238,12 +276,20 @@ class SherpaRecognizer:
 
 
 def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int, online_cmn: bool = False) -> str:
-    cmvn = ("No CMVN at runtime: it is part of the model (the training set's mean and variance,\nthen the "
-            "running mean of the utterance so far: online CMN)." if online_cmn else
-            "No CMVN at runtime: it is part of the model.")
-    state = (", and `cmn_sum` (N, {0}), `cmn_count` (N, 1): the\nonline CMN's running sum and frame count "
-             "(zeros at the start); it returns `log_probs`, `h_out`, `c_out`, `cmn_sum_out`,\n`cmn_count_out`"
-             .format(feat_dim) if online_cmn else " (zeros at the start); it returns `log_probs`, `h_out`, `c_out`")
+    cmvn = (
+        "No CMVN at runtime: it is part of the model (the training set's mean and variance,\nthen the "
+        "running mean of the utterance so far: online CMN)."
+        if online_cmn
+        else "No CMVN at runtime: it is part of the model."
+    )
+    state = (
+        ", and `cmn_sum` (N, {0}), `cmn_count` (N, 1): the\nonline CMN's running sum and frame count "
+        "(zeros at the start); it returns `log_probs`, `h_out`, `c_out`, `cmn_sum_out`,\n`cmn_count_out`".format(
+            feat_dim
+        )
+        if online_cmn
+        else " (zeros at the start); it returns `log_probs`, `h_out`, `c_out`"
+    )
     return f"""# asrlib mobile bundle (LSTM-CTC, int8)
 
 Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carried LSTM state), `tokens.txt`,
@@ -269,7 +315,8 @@ print(" ".join(id2word[w] for w in s.result.words))   # result.text holds tokens
 sherpa-onnx's timestamps assume subsampling 4; multiply them by {subsampling}/4.
 The C++ command line takes the same fields (option names of sherpa-onnx's sources; the binary is not part of the
 Python wheel, so this line is untested here): `sherpa-onnx-offline --zipformer-ctc-model=model.int8.onnx
---tokens=tokens.txt --ctc.graph=TLG.fst --ctc.max-active={SHERPA_MAX_ACTIVE} --feat-dim={feat_dim} --num-threads=1 audio.wav`
+--tokens=tokens.txt --ctc.graph=TLG.fst --ctc.max-active={SHERPA_MAX_ACTIVE} --feat-dim={feat_dim} \\
+--num-threads=1 audio.wav`
 (prints the token text; map word ids with words.txt).
 
 Batching several utterances in one call works (sherpa-onnx pads with log(1e-10)); the int8 model quantizes each

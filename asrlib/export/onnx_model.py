@@ -66,6 +66,7 @@ Model metadata (``metadata_props``): ``model_type`` = ``asrlib_lstm_ctc``, ``ver
 ``state_size`` (P), ``peephole``, ``cmvn`` = ``folded`` (or ``folded+online`` with ``online_prior_frames``),
 ``streaming`` (0/1), ``frame_local`` (0/1), ``recurrence``, ``fbank`` (the front-end settings).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,27 +82,36 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from asrlib.export.runtime import (ONLINE_CMN_STATE, OnnxAcousticModel, check_features,  # noqa: F401
-                                   model_metadata, ort_session)
-from asrlib.io_utils import AsrError, PathLike, atomic_path
+from asrlib.export.runtime import (
+    ONLINE_CMN_STATE,
+    OnnxAcousticModel,  # noqa: F401 - re-exported: steps.export_mobile and bench/mobile.py import it from here
+    check_features,  # noqa: F401
+    model_metadata,  # noqa: F401 - re-exported
+    ort_session,
+)
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
 MODEL_TYPE = "asrlib_lstm_ctc"
 EXPORT_VERSION = 1
 OPSET = 18
-FBANK_SETTINGS = ("kaldi-native-fbank / lhotse Fbank: povey window 25 ms, shift 10 ms, dither 0, snip_edges false, "
-                  "low_freq 20, high_freq -400, preemph 0.97, remove_dc_offset, log power mel, no CMVN")
+FBANK_SETTINGS = (
+    "kaldi-native-fbank / lhotse Fbank: povey window 25 ms, shift 10 ms, dither 0, snip_edges false, "
+    "low_freq 20, high_freq -400, preemph 0.97, remove_dc_offset, log power mel, no CMVN"
+)
 
 
 @dataclass
 class LayerWeights:
     """One unidirectional LSTM(P) layer in nn.LSTM's gate order (i, f, g, o); plain tensors."""
-    w_ih: torch.Tensor                     # (4H, in) or (4H, r) after a bottleneck
-    bias: torch.Tensor                     # (4H,) = bias_ih + bias_hh
-    w_hh: torch.Tensor                     # (4H, P)
-    w_hr: Optional[torch.Tensor] = None    # (P, H) recurrent projection, None when proj_size == 0
-    w_in: Optional[torch.Tensor] = None    # (r, in) low-rank input bottleneck, None when absent
+
+    w_ih: torch.Tensor  # (4H, in) or (4H, r) after a bottleneck
+    bias: torch.Tensor  # (4H,) = bias_ih + bias_hh
+    w_hh: torch.Tensor  # (4H, P)
+    w_hr: Optional[torch.Tensor] = None  # (P, H) recurrent projection, None when proj_size == 0
+    w_in: Optional[torch.Tensor] = None  # (r, in) low-rank input bottleneck, None when absent
     peep: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # (w_ci, w_cf, w_co), each (H,)
 
     @property
@@ -123,20 +133,33 @@ def _lstm_layer_weights(layer: nn.Module) -> LayerWeights:
     if hasattr(layer, "lstm"):  # torch.nn.LSTM
         lstm = layer.lstm
         if lstm.bidirectional:
-            raise AsrError("bidirectional models cannot be exported for mobile/streaming use (they need the whole "
-                           "utterance); train with model.bidirectional: false")
+            raise AsrError(
+                "bidirectional models cannot be exported for mobile/streaming use (they need the whole "
+                "utterance); train with model.bidirectional: false"
+            )
         g = lambda n: getattr(lstm, n).detach().clone()  # noqa: E731
-        return LayerWeights(g("weight_ih_l0"), g("bias_ih_l0") + g("bias_hh_l0"), g("weight_hh_l0"),
-                            g("weight_hr_l0") if lstm.proj_size > 0 else None)
+        return LayerWeights(
+            g("weight_ih_l0"),
+            g("bias_ih_l0") + g("bias_hh_l0"),
+            g("weight_hh_l0"),
+            g("weight_hr_l0") if lstm.proj_size > 0 else None,
+        )
     if hasattr(layer, "fwd"):  # peephole LstmpLayer
         if layer.bwd is not None:
-            raise AsrError("bidirectional models cannot be exported for mobile/streaming use (they need the whole "
-                           "utterance); train with model.bidirectional: false")
+            raise AsrError(
+                "bidirectional models cannot be exported for mobile/streaming use (they need the whole "
+                "utterance); train with model.bidirectional: false"
+            )
         f = layer.fwd
         d = lambda p: p.detach().clone()  # noqa: E731
-        return LayerWeights(d(f.weight_ih), d(f.bias_ih) + d(f.bias_hh), d(f.weight_hh),
-                            d(f.weight_hr) if f.weight_hr is not None else None, None,
-                            (d(f.w_ci), d(f.w_cf), d(f.w_co)) if f.peephole else None)
+        return LayerWeights(
+            d(f.weight_ih),
+            d(f.bias_ih) + d(f.bias_hh),
+            d(f.weight_hh),
+            d(f.weight_hr) if f.weight_hr is not None else None,
+            None,
+            (d(f.w_ci), d(f.w_cf), d(f.w_co)) if f.peephole else None,
+        )
     raise AsrError(f"cannot export layer of type {type(layer).__name__}")
 
 
@@ -148,18 +171,27 @@ def _reorder_ifgo_to_ifog(w: torch.Tensor) -> torch.Tensor:
 RECURRENCES = ("auto", "hybrid", "lstm", "ops")
 # > max |h| = |sigmoid(o)·tanh(c)| as ONNX Runtime computes it: its approximations reach 1.0000002 (Tanh) and
 # 1.0000001 (Sigmoid), measured; exact in float32
-H_BOUND = 1.0 + 2.0 ** -10
+H_BOUND = 1.0 + 2.0**-10
 
 
 class ScanAcousticModel(nn.Module):
     """The exportable network (see the module docstring); built from a trained model with :meth:`from_model`."""
 
-    def __init__(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor,
-                 cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, stack: int, frame_local: bool = True,
-                 recurrence: str = "auto", online_prior: Optional[float] = None):
+    def __init__(
+        self,
+        layers: Sequence[LayerWeights],
+        out_weight: torch.Tensor,
+        out_bias: torch.Tensor,
+        cmvn_mean: np.ndarray,
+        cmvn_inv_std: np.ndarray,
+        stack: int,
+        frame_local: bool = True,
+        recurrence: str = "auto",
+        online_prior: Optional[float] = None,
+    ):
         super().__init__()
         self.frame_local = frame_local
-        self.online_prior = None if online_prior is None else float(online_prior)   # features.cmvn: online
+        self.online_prior = None if online_prior is None else float(online_prior)  # features.cmvn: online
         self._exporting = False  # True while export_onnx traces: LSTM nodes are emitted instead of torch ops
         if not layers:
             raise AsrError("the model has no LSTM layers")
@@ -206,8 +238,10 @@ class ScanAcousticModel(nn.Module):
         if recurrence == "auto":
             return "hybrid" if lstm_ok else "ops"
         if recurrence != "ops" and not lstm_ok:
-            raise AsrError(f"recurrence {recurrence!r} needs frame_local and no recurrent projection (proj_size 0): "
-                           "ONNX's LSTM node has none; use recurrence 'ops'")
+            raise AsrError(
+                f"recurrence {recurrence!r} needs frame_local and no recurrent projection (proj_size 0): "
+                "ONNX's LSTM node has none; use recurrence 'ops'"
+            )
         return recurrence
 
     def _lstm_buffers(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor):
@@ -219,9 +253,18 @@ class ScanAcousticModel(nn.Module):
         H = self.H
         self.in_scan = 1 if self.recurrence == "hybrid" else self.num_layers  # layers run per frame in the Scan
         # the LSTM node's one attribute, encoded as torch.ops.onnx_symbolic expects it
-        self._lstm_attrs = dict(attr_keys=["hidden_size"], attr_types=["i"], attr_pos=[[0, 1]], attr_ints=[H],
-                                attr_floats=[], attr_strs=[], metadata_props_keys=[], metadata_props_values=[],
-                                domain="", version=None)
+        self._lstm_attrs = dict(
+            attr_keys=["hidden_size"],
+            attr_types=["i"],
+            attr_pos=[[0, 1]],
+            attr_ints=[H],
+            attr_floats=[],
+            attr_strs=[],
+            metadata_props_keys=[],
+            metadata_props_values=[],
+            domain="",
+            version=None,
+        )
         iofc = lambda w: torch.cat([w.chunk(4, dim=0)[j] for j in (0, 3, 1, 2)], dim=0).float()  # noqa: E731
         for k, lw in enumerate(layers):
             whole = k >= self.in_scan
@@ -239,27 +282,44 @@ class ScanAcousticModel(nn.Module):
                 w_ci, w_cf, w_co = lw.peep
                 self.register_buffer(f"P{k}", torch.cat([w_ci, w_co, w_cf]).float()[None].contiguous())
         whole_out = self.recurrence == "hybrid"
-        self.register_buffer("w_out", (F.pad(out_weight.float(), (0, 2)) if whole_out else out_weight.float())
-                             .contiguous())
+        self.register_buffer(
+            "w_out", (F.pad(out_weight.float(), (0, 2)) if whole_out else out_weight.float()).contiguous()
+        )
         self.register_buffer("b_out", out_bias.float().contiguous())
         self.register_buffer("h_bound", torch.tensor([-H_BOUND, H_BOUND]))
 
     @classmethod
-    def from_model(cls, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-                   frame_local: bool = True, recurrence: str = "auto",
-                   online_prior: Optional[float] = None) -> "ScanAcousticModel":
+    def from_model(
+        cls,
+        model: nn.Module,
+        cmvn_mean: np.ndarray,
+        cmvn_inv_std: np.ndarray,
+        frame_local: bool = True,
+        recurrence: str = "auto",
+        online_prior: Optional[float] = None,
+    ) -> "ScanAcousticModel":
         """From a :class:`~asrlib.models.lstm.StackedLstmAcousticModel` (possibly compressed by
         :mod:`asrlib.export.prune`) and its CMVN (``online_prior``: the prior weight of its online CMN, None
         without); ``frame_local``: every matrix product inside the loop (for ``recurrence`` ``ops``);
         ``recurrence``: see the module docstring."""
         layers = [_lstm_layer_weights(layer) for layer in model.layers]
         out = model.output
-        return cls(layers, out.weight.detach().clone(), out.bias.detach().clone(), cmvn_mean, cmvn_inv_std,
-                   model.stack, frame_local, recurrence, online_prior)
+        return cls(
+            layers,
+            out.weight.detach().clone(),
+            out.bias.detach().clone(),
+            cmvn_mean,
+            cmvn_inv_std,
+            model.stack,
+            frame_local,
+            recurrence,
+            online_prior,
+        )
 
     # ------------------------------------------------------------------ the network
-    def _cell(self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
-              ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _cell(
+        self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         H = self.H
         g = g + F.linear(r, w[f"w_hh{k}"])
         if self.peephole:
@@ -279,8 +339,9 @@ class ScanAcousticModel(nn.Module):
             x = F.linear(x, w[f"w_in{k}"])
         return F.linear(x, w[f"w_ih{k}"], w[f"b{k}"])
 
-    def _lstm(self, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
-              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _lstm(
+        self, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Layer k as one ONNX ``LSTM`` node over x (S, N, in) from h, c (1, N, H): Y (S, 1, N, H), h, c."""
         H = self.H
         W, R, B, P = w[f"W{k}"], w[f"R{k}"], w[f"B{k}"], w.get(f"P{k}")
@@ -288,13 +349,17 @@ class ScanAcousticModel(nn.Module):
             # the custom op behind torch.onnx.ops.symbolic_multi_out, called directly: dynamo (which traces the
             # Scan body) refuses to trace into torch.onnx, and folds torch.onnx.is_in_onnx_export() to False
             y, h2, c2 = torch.ops.onnx_symbolic._symbolic_multi_out.default(
-                [x, W, R, B, None, h, c, P], "LSTM", [1, 1, 1],
-                shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]], **self._lstm_attrs)
+                [x, W, R, B, None, h, c, P],
+                "LSTM",
+                [1, 1, 1],
+                shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]],
+                **self._lstm_attrs,
+            )
             return y, h2, c2
-        gx = F.linear(x, W[0], B[0, : 4 * H])   # the same arithmetic in torch (eager use of this module)
+        gx = F.linear(x, W[0], B[0, : 4 * H])  # the same arithmetic in torch (eager use of this module)
         ys = []
         for t in range(x.shape[0]):
-            gi, go, gf, gc = (gx[t:t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
+            gi, go, gf, gc = (gx[t : t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
             if P is not None:
                 pi, po, pf = P[0].chunk(3)
                 gi, gf = gi + pi * c, gf + pf * c
@@ -308,8 +373,9 @@ class ScanAcousticModel(nn.Module):
         int8 range of the result is exactly ±H_BOUND whatever the frames, so its activation scale is constant."""
         return torch.cat([x, self.h_bound.expand(*x.shape[:-1], 2)], dim=-1)
 
-    def _normalise(self, x: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None,
-                   cmn_count: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
+    def _normalise(
+        self, x: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None, cmn_count: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, ...]:
         """Raw fbank x (N, T, F) → (the network's input, ) and, with online CMN, the running sum (N, F) and frame
         count (N, 1) after x, continued from those before x (None: the utterance's start)."""
         z = (x - self.cmvn_mean) * self.cmvn_inv_std
@@ -401,31 +467,50 @@ class ScanAcousticModel(nn.Module):
         logp, _, _ = self._run(self._normalise(x)[0], h0, c0)
         return logp, torch.div(x_lens, self.stack, rounding_mode="floor")
 
-    def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None,
-             cmn_count: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
+    def step(
+        self,
+        x: torch.Tensor,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        cmn_sum: Optional[torch.Tensor] = None,
+        cmn_count: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, ...]:
         """Streaming: x (N, T, F), h (L, N, P), c (L, N, H) [, cmn_sum (N, F), cmn_count (N, 1): online CMN]
         → log_probs, h_out, c_out [, cmn_sum_out, cmn_count_out]."""
-        z, *cmn_state = self._normalise(x, cmn_sum, cmn_count)   # cmn_state: [] without online CMN
+        z, *cmn_state = self._normalise(x, cmn_sum, cmn_count)  # cmn_state: [] without online CMN
         logp, hs, cs = self._run(z, [s.clone() for s in h.unbind(0)], [c_.clone() for c_ in c.unbind(0)])
         return (logp, torch.stack(hs, 0), torch.stack(cs, 0), *cmn_state)
 
     def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, ...]:
         """The streaming signature's state inputs at an utterance's start (h, c [, cmn_sum, cmn_count])."""
-        hc = (np.zeros((self.num_layers, batch, self.P), np.float32),
-              np.zeros((self.num_layers, batch, self.H), np.float32))
+        hc = (
+            np.zeros((self.num_layers, batch, self.P), np.float32),
+            np.zeros((self.num_layers, batch, self.H), np.float32),
+        )
         if self.online_prior is None:
             return hc
         return hc + (np.zeros((batch, self.feat_dim), np.float32), np.zeros((batch, 1), np.float32))
 
     def metadata(self, sample_rate: int = 16000, streaming: bool = False) -> Dict[str, str]:
-        return {"model_type": MODEL_TYPE, "version": str(EXPORT_VERSION), "feat_dim": str(self.feat_dim),
-                "sample_rate": str(sample_rate), "frame_shift_ms": "10", "subsampling": str(self.stack),
-                "vocab_size": str(self.vocab_size), "num_layers": str(self.num_layers),
-                "hidden_size": str(self.H), "state_size": str(self.P), "peephole": str(int(self.peephole)),
-                "cmvn": "folded" if self.online_prior is None else "folded+online",
-                **({} if self.online_prior is None else {"online_prior_frames": str(self.online_prior)}),
-                "streaming": str(int(streaming)), "frame_local": str(int(self.frame_local)),
-                "recurrence": self.recurrence, "fbank": FBANK_SETTINGS}
+        return {
+            "model_type": MODEL_TYPE,
+            "version": str(EXPORT_VERSION),
+            "feat_dim": str(self.feat_dim),
+            "sample_rate": str(sample_rate),
+            "frame_shift_ms": "10",
+            "subsampling": str(self.stack),
+            "vocab_size": str(self.vocab_size),
+            "num_layers": str(self.num_layers),
+            "hidden_size": str(self.H),
+            "state_size": str(self.P),
+            "peephole": str(int(self.peephole)),
+            "cmvn": "folded" if self.online_prior is None else "folded+online",
+            **({} if self.online_prior is None else {"online_prior_frames": str(self.online_prior)}),
+            "streaming": str(int(streaming)),
+            "frame_local": str(int(self.frame_local)),
+            "recurrence": self.recurrence,
+            "fbank": FBANK_SETTINGS,
+        }
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -470,8 +555,9 @@ class _Streaming(nn.Module):
 class _StreamingOnline(_Streaming):
     """The same with the online CMN's state (``cmn_sum``, ``cmn_count``) carried too."""
 
-    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: torch.Tensor,
-                cmn_count: torch.Tensor):
+    def forward(
+        self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, cmn_sum: torch.Tensor, cmn_count: torch.Tensor
+    ):
         return self.core.step(x, h, c, cmn_sum, cmn_count)
 
 
@@ -488,7 +574,7 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
     x = torch.randn(2, t, m.feat_dim)
     if streaming:
         module = _Streaming(m) if m.online_prior is None else _StreamingOnline(m)
-        args = (x, *(torch.from_numpy(a) for a in m.zero_state(2)))   # h, c [, cmn_sum, cmn_count]
+        args = (x, *(torch.from_numpy(a) for a in m.zero_state(2)))  # h, c [, cmn_sum, cmn_count]
         names_in, names_out = ["x", "h", "c"], ["log_probs", "h_out", "c_out"]
         dyn = {"x": {0: batch, 1: time_}, "h": {1: batch}, "c": {1: batch}}
         if m.online_prior is not None:
@@ -508,8 +594,17 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
         warnings.simplefilter("ignore")
         m._exporting = True
         try:
-            prog = torch.onnx.export(module, args, None, dynamo=True, input_names=names_in, output_names=names_out,
-                                     dynamic_shapes=dyn, opset_version=OPSET, verbose=False)
+            prog = torch.onnx.export(
+                module,
+                args,
+                None,
+                dynamo=True,
+                input_names=names_in,
+                output_names=names_out,
+                dynamic_shapes=dyn,
+                opset_version=OPSET,
+                verbose=False,
+            )
         finally:
             m._exporting = False
             for lg, lv in zip(quiet, levels):
@@ -525,8 +620,14 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def torch_reference(model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, feats: np.ndarray,
-                    lens: np.ndarray, online_prior: Optional[float] = None) -> np.ndarray:
+def torch_reference(
+    model: nn.Module,
+    cmvn_mean: np.ndarray,
+    cmvn_inv_std: np.ndarray,
+    feats: np.ndarray,
+    lens: np.ndarray,
+    online_prior: Optional[float] = None,
+) -> np.ndarray:
     """The PyTorch model's log-probs for raw fbank ``feats`` (N, T, F) with lengths ``lens``, normalised as in
     training (asrlib.features.cmvn.Cmvn; ``online_prior``: with online CMN)."""
     from asrlib.features.cmvn import Cmvn
@@ -538,9 +639,16 @@ def torch_reference(model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.nd
     return logp.numpy()
 
 
-def verify_onnx(path: PathLike, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-                lengths: Sequence[int] = (123, 457), tol: float = 1e-4, seed: int = 0,
-                online_prior: Optional[float] = None) -> float:
+def verify_onnx(
+    path: PathLike,
+    model: nn.Module,
+    cmvn_mean: np.ndarray,
+    cmvn_inv_std: np.ndarray,
+    lengths: Sequence[int] = (123, 457),
+    tol: float = 1e-4,
+    seed: int = 0,
+    online_prior: Optional[float] = None,
+) -> float:
     """Max |ONNX − PyTorch| over valid log-prob frames for a batch of 2 at each of ``lengths`` (≥ 2 lengths:
     a graph specialised to one length fails here); AsrError above ``tol``. Inputs are random fbank-like frames
     around the CMVN mean."""

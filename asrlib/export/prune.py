@@ -19,6 +19,7 @@ A compressed model is saved by :func:`save_compressed` as the usual ``final.pt``
 plus ``compression`` = ``{"ranks": [...], "sparsity": s}``; :func:`load_compressed` rebuilds the structure and
 reads either kind of file.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,13 +32,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from asrlib.config import ModelConfig, RecipeConfig
+from asrlib.config import RecipeConfig
 from asrlib.features.cmvn import check_cmvn_mode, online_prior
-from asrlib.io_utils import AsrError, PathLike
-from asrlib.models.lstm import StackedLstmAcousticModel, build_model
-from asrlib.models.saved import FORMAT_VERSION, SavedModel, trained_cmn, trained_online_prior
+from asrlib.errors import AsrError, PathLike
+from asrlib.models.lstm import StackedLstmAcousticModel
+from asrlib.models.saved import SavedModel, load_model, save_model
 from asrlib.train.algo import LocalAlgo
-from asrlib.train.checkpoint import save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,9 @@ def choose_rank(rows: int, cols: int, rank_ratio: float) -> Optional[int]:
 
 
 @torch.no_grad()
-def low_rank_factorize(model: StackedLstmAcousticModel, rank_ratio: float = 0.0,
-                       ranks: Optional[List[Optional[int]]] = None) -> List[Optional[int]]:
+def low_rank_factorize(
+    model: StackedLstmAcousticModel, rank_ratio: float = 0.0, ranks: Optional[List[Optional[int]]] = None
+) -> List[Optional[int]]:
     """Replace layer input matrices by rank-r bottlenecks in place; returns the rank per layer (None = kept).
 
     ``ranks`` (from a saved model) overrides ``rank_ratio``. A layer that already has a bottleneck is skipped."""
@@ -112,9 +113,10 @@ def low_rank_factorize(model: StackedLstmAcousticModel, rank_ratio: float = 0.0,
         proj = nn.Linear(w.shape[1], r, bias=False)
         proj.weight.copy_(b)
         model.layers[i] = BottleneckLayer(proj, _with_input_size(layer, r, a))
-        kept = float((s[:r] ** 2).sum() / (s ** 2).sum())
+        kept = float((s[:r] ** 2).sum() / (s**2).sum())
         (log.debug if ranks is not None else log.info)(
-            "layer %d: W_ih %s -> rank %d (%.1f%% of the squared singular values)", i, tuple(w.shape), r, 100 * kept)
+            "layer %d: W_ih %s -> rank %d (%.1f%% of the squared singular values)", i, tuple(w.shape), r, 100 * kept
+        )
         out.append(r)
     return out
 
@@ -165,9 +167,17 @@ class MaskedAlgo(LocalAlgo):
         self.after_step(model, None, -1)
 
 
-def finetune(model: nn.Module, cfg: RecipeConfig, feats_dir: Path, data_dir: Path, lang_dir: Path,
-             exp_dir: Path, masks: Optional[Dict[str, torch.Tensor]] = None, train_set: str = "train",
-             dev_set: str = "dev") -> dict:
+def finetune(
+    model: nn.Module,
+    cfg: RecipeConfig,
+    feats_dir: Path,
+    data_dir: Path,
+    lang_dir: Path,
+    exp_dir: Path,
+    masks: Optional[Dict[str, torch.Tensor]] = None,
+    train_set: str = "train",
+    dev_set: str = "dev",
+) -> dict:
     """Fine-tune ``model`` in place with the recipe's Trainer for ``export.finetune_epochs`` epochs at
     ``export.finetune_lr`` (short warm-up, cosine decay) over ``export.finetune_utts`` random training utterances
     (0 = all), keeping ``masks``; resumable from ``exp_dir``."""
@@ -177,55 +187,71 @@ def finetune(model: nn.Module, cfg: RecipeConfig, feats_dir: Path, data_dir: Pat
     ex = cfg.export
     if ex.finetune_epochs <= 0:
         return {"steps": 0, "epochs": 0, "final_dev_loss": None}
-    tcfg = dataclasses.replace(cfg.train, epochs=ex.finetune_epochs, lr=ex.finetune_lr,
-                               warmup_steps=min(cfg.train.warmup_steps, 20), scheduler="warmup_cosine",
-                               dist=dataclasses.replace(cfg.train.dist, algo="local"), kill_after_steps=0)
+    tcfg = dataclasses.replace(
+        cfg.train,
+        epochs=ex.finetune_epochs,
+        lr=ex.finetune_lr,
+        warmup_steps=min(cfg.train.warmup_steps, 20),
+        scheduler="warmup_cosine",
+        dist=dataclasses.replace(cfg.train.dist, algo="local"),
+        kill_after_steps=0,
+    )
     ft_cfg = dataclasses.replace(cfg, train=tcfg)
     cmvn = Path(feats_dir) / train_set / "cmvn.scp"
     exp_dir = Path(exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
 
-    def dataset(name: str) -> CtcDataset:   # the model's own normalisation: global, or global + online
-        return CtcDataset(Path(feats_dir) / name / "feats.scp", Path(data_dir) / name / "text", Path(lang_dir),
-                          cmvn, model.stack, excluded_path=exp_dir / f"excluded_{name}.txt",
-                          cmn=check_cmvn_mode(cfg.features.cmvn), online_prior=online_prior(cfg.features))
+    def dataset(name: str) -> CtcDataset:  # the model's own normalisation: global, or global + online
+        return CtcDataset(
+            Path(feats_dir) / name / "feats.scp",
+            Path(data_dir) / name / "text",
+            Path(lang_dir),
+            cmvn,
+            model.stack,
+            excluded_path=exp_dir / f"excluded_{name}.txt",
+            cmn=check_cmvn_mode(cfg.features.cmvn),
+            online_prior=online_prior(cfg.features),
+        )
 
     train_ds = dataset(train_set)
     train_ds.keep_random(ex.finetune_utts, tcfg.seed)
     torch.manual_seed(tcfg.seed)
-    trainer = Trainer(ft_cfg, model, train_ds, dataset(dev_set), exp_dir,
-                      algo=MaskedAlgo(masks) if masks else LocalAlgo())
+    trainer = Trainer(
+        ft_cfg, model, train_ds, dataset(dev_set), exp_dir, algo=MaskedAlgo(masks) if masks else LocalAlgo()
+    )
     return trainer.fit()
 
 
 # ---------------------------------------------------------------------------------------------- files
-def save_compressed(path: PathLike, model: StackedLstmAcousticModel, cmvn_mean: np.ndarray,
-                    cmvn_inv_std: np.ndarray, ranks: List[Optional[int]], sparsity: float,
-                    info: Optional[dict] = None) -> None:
+def save_compressed(
+    path: PathLike,
+    model: StackedLstmAcousticModel,
+    cmvn_mean: np.ndarray,
+    cmvn_inv_std: np.ndarray,
+    ranks: List[Optional[int]],
+    sparsity: float,
+    info: Optional[dict] = None,
+) -> None:
     """Like :func:`asrlib.models.saved.save_model`, plus the compression spec needed to rebuild the structure."""
-    save_checkpoint(Path(path), {
-        "format_version": FORMAT_VERSION, "model": model.state_dict(),
-        "model_config": dataclasses.asdict(model.cfg), "feat_dim": model.feat_dim, "vocab_size": model.vocab_size,
-        "cmvn_mean": np.asarray(cmvn_mean, np.float32), "cmvn_inv_std": np.asarray(cmvn_inv_std, np.float32),
-        "compression": {"ranks": list(ranks), "sparsity": float(sparsity)}, "info": info or {}})
+    save_model(
+        Path(path),
+        model,
+        cmvn_mean,
+        cmvn_inv_std,
+        info,
+        extra={"compression": {"ranks": list(ranks), "sparsity": float(sparsity)}},
+    )
+
+
+def _rebuild_bottlenecks(model: StackedLstmAcousticModel, st: dict) -> None:
+    comp = st.get("compression")
+    if comp and any(r is not None for r in comp["ranks"]):
+        low_rank_factorize(model, ranks=comp["ranks"])
 
 
 def load_compressed(path: PathLike) -> SavedModel:
     """Read a ``final.pt`` or a compressed model file (rebuilding its bottlenecks)."""
-    path = Path(path)
-    if not path.is_file():
-        raise AsrError(f"model file {path} does not exist (has the train stage finished?)")
-    st = torch.load(path, map_location="cpu", weights_only=False)
-    if st.get("format_version") != FORMAT_VERSION:
-        raise AsrError(f"{path}: model format version {st.get('format_version')} is not supported "
-                       f"(this asrlib reads version {FORMAT_VERSION})")
-    model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
-    comp = st.get("compression")
-    if comp and any(r is not None for r in comp["ranks"]):
-        low_rank_factorize(model, ranks=comp["ranks"])
-    model.load_state_dict(st["model"])
-    model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st), trained_online_prior(st))
+    return load_model(Path(path), restructure=_rebuild_bottlenecks)
 
 
 def count_nonzero_parameters(model: nn.Module) -> int:

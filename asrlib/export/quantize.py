@@ -18,6 +18,7 @@ int8 matrix products and any float matrix product left.
 **fp16** (:func:`convert_fp16_weights`): weight matrices stored as float16 and cast to float32 inside the graph
 (half the bytes, float32 arithmetic) — a third size/accuracy point.
 """
+
 from __future__ import annotations
 
 import collections
@@ -28,7 +29,8 @@ from typing import Dict, Iterator, List
 
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike, atomic_path
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +78,15 @@ def quantize_int8(src: PathLike, dst: PathLike, per_channel: bool = False) -> Di
         try:
             # LSTM nodes: quantize_lstm_nodes below
             # per channel: 7-bit weights (reduce_range), see _quantize_symmetric
-            quantize_dynamic(str(clean), str(out), weight_type=QuantType.QInt8, per_channel=per_channel,
-                             reduce_range=per_channel,
-                             op_types_to_quantize=[op for op in IntegerOpsRegistry if op != "LSTM"],
-                             extra_options={"EnableSubgraph": True})
+            quantize_dynamic(
+                str(clean),
+                str(out),
+                weight_type=QuantType.QInt8,
+                per_channel=per_channel,
+                reduce_range=per_channel,
+                op_types_to_quantize=[op for op in IntegerOpsRegistry if op != "LSTM"],
+                extra_options={"EnableSubgraph": True},
+            )
         finally:
             logging.getLogger().disabled = was
         q = onnx.load(str(out))
@@ -91,8 +98,12 @@ def quantize_int8(src: PathLike, dst: PathLike, per_channel: bool = False) -> Di
             onnx.save_model(q, str(tmp), save_as_external_data=False)
     report = op_report(dst)
     if report["float_matmuls"]:
-        log.warning("%s: %d float matrix products were not quantized: %s", dst, len(report["float_matmuls"]),
-                    report["float_matmuls"])
+        log.warning(
+            "%s: %d float matrix products were not quantized: %s",
+            dst,
+            len(report["float_matmuls"]),
+            report["float_matmuls"],
+        )
     return report
 
 
@@ -117,7 +128,6 @@ def quantize_lstm_nodes(model, per_channel: bool = False) -> int:
     inside the Scan; h per time step), gates and cell state float32. ORT's own converter is not used: it looks the
     weights up in the node's graph only, so it fails on a node in a ``Scan`` body. New initializers go to the top
     graph (visible in every subgraph). Returns the number of nodes replaced."""
-    import onnx
     from onnx import helper, numpy_helper
 
     top = model.graph
@@ -126,7 +136,7 @@ def quantize_lstm_nodes(model, per_channel: bool = False) -> int:
 
     def q8(name: str) -> tuple:
         if name not in quantized:
-            w = numpy_helper.to_array(inits[name])                   # (1, 4H, in): one direction
+            w = numpy_helper.to_array(inits[name])  # (1, 4H, in): one direction
             q, scale, zp = _quantize_symmetric(w[0], per_channel)
             shape = (1, w.shape[1]) if per_channel else (1,)
             names = (name + "_quantized", name + "_scale", name + "_zero_point")
@@ -138,17 +148,30 @@ def quantize_lstm_nodes(model, per_channel: bool = False) -> int:
     done = 0
     for g in _graphs(top):
         for idx, node in enumerate(list(g.node)):
-            if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 \
-                    or node.input[1] not in inits or node.input[2] not in inits:
+            if (
+                node.op_type != "LSTM"
+                or node.domain not in ("", "ai.onnx")
+                or len(node.input) < 3
+                or node.input[1] not in inits
+                or node.input[2] not in inits
+            ):
                 continue
             (w, w_s, w_zp), (r, r_s, r_zp) = q8(node.input[1]), q8(node.input[2])
             ins = list(node.input) + [""] * (8 - len(node.input))
             ins[1], ins[2] = w, r
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "layout"}
             g.node.remove(node)
-            g.node.insert(idx, helper.make_node("DynamicQuantizeLSTM", ins + [w_s, w_zp, r_s, r_zp],
-                                                list(node.output), (node.name or "lstm") + "_quant",
-                                                domain="com.microsoft", **attrs))
+            g.node.insert(
+                idx,
+                helper.make_node(
+                    "DynamicQuantizeLSTM",
+                    ins + [w_s, w_zp, r_s, r_zp],
+                    list(node.output),
+                    (node.name or "lstm") + "_quant",
+                    domain="com.microsoft",
+                    **attrs,
+                ),
+            )
             done += 1
     if done:
         graphs = list(_graphs(top))
@@ -186,8 +209,13 @@ def op_report(path: PathLike) -> Dict:
                     int8_w += 1
                 elif init.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
                     float_w += 1
-    return {"ops": dict(sorted(ops.items())), "int8_matmuls": int8_mm, "float_matmuls": float_mm,
-            "int8_weights": int8_w, "float_weights": float_w}
+    return {
+        "ops": dict(sorted(ops.items())),
+        "int8_matmuls": int8_mm,
+        "float_matmuls": float_mm,
+        "int8_weights": int8_w,
+        "float_weights": float_w,
+    }
 
 
 def convert_fp16_weights(src: PathLike, dst: PathLike, min_elements: int = 1024) -> Path:
@@ -204,8 +232,9 @@ def convert_fp16_weights(src: PathLike, dst: PathLike, min_elements: int = 1024)
         if init.data_type == onnx.TensorProto.FLOAT and arr.size >= min_elements:
             half = numpy_helper.from_array(arr.astype(np.float16), name=init.name + "__fp16")
             kept.append(half)
-            casts.append(helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT,
-                                          name=init.name + "__cast"))
+            casts.append(
+                helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT, name=init.name + "__cast")
+            )
         else:
             kept.append(init)
     if not casts:

@@ -1,4 +1,5 @@
 """Running exported models with ONNX Runtime, without importing torch (the recogniser's memory stays small)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +7,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from asrlib.io_utils import AsrError, PathLike
+from asrlib.errors import AsrError, PathLike
 
 
 def ort_session(path: PathLike, num_threads: int = 1):
@@ -35,9 +36,11 @@ def check_features(feats: np.ndarray, feat_dim: int, where: str) -> np.ndarray:
     """(T, F) or (N, T, F) float features with F == ``feat_dim``, else AsrError."""
     feats = np.asarray(feats)
     if feats.ndim not in (2, 3) or feats.shape[-1] != feat_dim:
-        raise AsrError(f"{where}: features have shape {feats.shape}, but the model expects {feat_dim}-dim frames "
-                       f"((frames, {feat_dim}) or (batch, frames, {feat_dim})); were they computed with "
-                       f"num_mel_bins={feat_dim}?")
+        raise AsrError(
+            f"{where}: features have shape {feats.shape}, but the model expects {feat_dim}-dim frames "
+            f"((frames, {feat_dim}) or (batch, frames, {feat_dim})); were they computed with "
+            f"num_mel_bins={feat_dim}?"
+        )
     return feats.astype(np.float32, copy=False)
 
 
@@ -62,7 +65,7 @@ class OnnxAcousticModel:
         return logp[0] if feats.ndim == 2 else logp
 
 
-ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")   # the streaming signature's extra state with features.cmvn: online
+ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")  # the streaming signature's extra state with features.cmvn: online
 
 
 class StreamingOnnxModel:
@@ -78,18 +81,23 @@ class StreamingOnnxModel:
         ins = self.session.get_inputs()
         self.names = [i.name for i in ins]
         if self.names not in self.SIGNATURES:
-            raise AsrError(f"{self.path}: inputs {self.names} are not a streaming model's "
-                           f"{' or '.join(map(str, self.SIGNATURES))}")
+            raise AsrError(
+                f"{self.path}: inputs {self.names} are not a streaming model's {' or '.join(map(str, self.SIGNATURES))}"
+            )
         if ins[0].shape[2] != feat_dim:
-            raise AsrError(f"{self.path}: the model expects {ins[0].shape[2]}-dim features, the bundle's front end "
-                           f"produces {feat_dim}")
+            raise AsrError(
+                f"{self.path}: the model expects {ins[0].shape[2]}-dim features, the bundle's front end "
+                f"produces {feat_dim}"
+            )
         self.feat_dim = int(feat_dim)
         self.num_layers, self.state_dim, self.hidden = int(ins[1].shape[0]), int(ins[1].shape[2]), int(ins[2].shape[2])
         self.vocab_size = int(self.session.get_outputs()[0].shape[2])
 
     def zero_state(self) -> Tuple[np.ndarray, ...]:
-        state = (np.zeros((self.num_layers, 1, self.state_dim), np.float32),
-                 np.zeros((self.num_layers, 1, self.hidden), np.float32))
+        state = (
+            np.zeros((self.num_layers, 1, self.state_dim), np.float32),
+            np.zeros((self.num_layers, 1, self.hidden), np.float32),
+        )
         if len(self.names) == 5:
             state += (np.zeros((1, self.feat_dim), np.float32), np.zeros((1, 1), np.float32))
         return state

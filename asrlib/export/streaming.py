@@ -17,6 +17,7 @@ Pipeline per stream:
 Latency of a chunk = chunk duration (buffering) + processing time of the chunk + the front end's look-ahead
 (15 ms: the rest of a 25 ms window) + up to (subsampling − 1) × 10 ms waiting for a full stack.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,7 +29,7 @@ import numpy as np
 
 from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_audio, check_bundle
 from asrlib.export.runtime import StreamingOnnxModel
-from asrlib.io_utils import AsrError, PathLike
+from asrlib.errors import AsrError, PathLike
 
 
 def fbank_options(sample_rate: int, num_mel_bins: int):
@@ -74,8 +75,16 @@ class StreamingRecognizer:
     """Loads a bundle once; :meth:`new_stream` starts an utterance. ``model`` = "int8" or a path to another
     streaming ONNX model with the same signature (e.g. fp32, for comparisons)."""
 
-    def __init__(self, bundle_dir: PathLike, model: str = "int8", num_threads: int = 1, beam: float = SHERPA_BEAM,
-                 max_active: int = SHERPA_MAX_ACTIVE, acoustic_scale: float = 1.0, blank_penalty: float = 0.0):
+    def __init__(
+        self,
+        bundle_dir: PathLike,
+        model: str = "int8",
+        num_threads: int = 1,
+        beam: float = SHERPA_BEAM,
+        max_active: int = SHERPA_MAX_ACTIVE,
+        acoustic_scale: float = 1.0,
+        blank_penalty: float = 0.0,
+    ):
         from asrlib.kaldi_imports import kaldi_decoder
 
         from asrlib.lang.graphs import read_fst
@@ -98,7 +107,7 @@ class StreamingRecognizer:
         x = check_audio(samples, sample_rate, self.bundle.sample_rate)
         step = chunk_samples or max(1, len(x))
         for i in range(0, len(x), step):
-            s.accept_waveform(sample_rate, x[i:i + step])
+            s.accept_waveform(sample_rate, x[i : i + step])
         return s.finish()
 
 
@@ -112,14 +121,14 @@ class Stream:
         self.rec = rec
         b = rec.bundle
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
-        self.frames_used = 0                      # fbank frames given to the network
-        self.state = rec.model.zero_state()      # LSTM (h, c) [+ online CMN's running sum and count]
+        self.frames_used = 0  # fbank frames given to the network
+        self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
-        self.frames_decoded = 0                   # network output frames searched
+        self.frames_decoded = 0  # network output frames searched
         self.finished = False
         self.timings: List[ChunkTiming] = []
-        self.logprobs: List[np.ndarray] = []      # kept for tests / inspection (small: T' × V)
+        self.logprobs: List[np.ndarray] = []  # kept for tests / inspection (small: T' × V)
 
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> None:
         """Add audio; runs the network and the search on every complete stack of frames now available."""
@@ -146,8 +155,9 @@ class Stream:
             scores = scores.copy()
             scores[:, 0] -= self.rec.blank_penalty
             scores *= self.rec.acoustic_scale
-        self.decoder.advance_decoding(kaldi_decoder.DecodableCtc(np.ascontiguousarray(scores, np.float32),
-                                                                 offset=self.frames_decoded))
+        self.decoder.advance_decoding(
+            kaldi_decoder.DecodableCtc(np.ascontiguousarray(scores, np.float32), offset=self.frames_decoded)
+        )
         self.frames_decoded += scores.shape[0]
 
     def _best_words(self, use_final: bool) -> List[str]:
@@ -180,8 +190,14 @@ class Stream:
         return np.concatenate(self.logprobs) if self.logprobs else np.zeros((0, 0), np.float32)
 
 
-def recognize_whole(bundle_dir: PathLike, samples: np.ndarray, sample_rate: int, model: Optional[PathLike] = None,
-                    beam: float = SHERPA_BEAM, max_active: int = SHERPA_MAX_ACTIVE) -> Tuple[List[str], np.ndarray]:
+def recognize_whole(
+    bundle_dir: PathLike,
+    samples: np.ndarray,
+    sample_rate: int,
+    model: Optional[PathLike] = None,
+    beam: float = SHERPA_BEAM,
+    max_active: int = SHERPA_MAX_ACTIVE,
+) -> Tuple[List[str], np.ndarray]:
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
     ``model``) → TLG search. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder

@@ -19,6 +19,7 @@ per-dimension sums followed by the frame count, row 1 the per-dimension sums of 
   (:func:`online_cmn`). The same statistics as ``global``; models apply it themselves, chunk by chunk, carrying
   the running sum and frame count (the exported ONNX graphs too).
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,13 +31,14 @@ import numpy as np
 from tqdm import tqdm
 
 from asrlib.config import CMVN_MODES
-from asrlib.io_utils import AsrError, PathLike, read_table, write_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader, write_double_matrices
 
 log = logging.getLogger(__name__)
 
 GLOBAL_KEY = "global"
-SPEAKER_STATS = "cmvn_spk.scp"   # per-speaker stats in a set's feature dir (features.cmvn: speaker)
+SPEAKER_STATS = "cmvn_spk.scp"  # per-speaker stats in a set's feature dir (features.cmvn: speaker)
 VAR_FLOOR = 1e-10  # Kaldi's floor in ApplyCmvn
 
 
@@ -47,13 +49,16 @@ def _accumulate(reader: MatrixReader, group: Callable[[str], str], show_progress
         raise AsrError(f"{where} lists no utterances; cannot compute CMVN statistics")
     out: Dict[str, np.ndarray] = {}
     dim = None
-    for utt, feats in tqdm(reader, total=len(reader), desc="cmvn stats", unit="utt", disable=not show_progress,
-                           mininterval=1.0):
+    for utt, feats in tqdm(
+        reader, total=len(reader), desc="cmvn stats", unit="utt", disable=not show_progress, mininterval=1.0
+    ):
         if dim is None:
             dim = feats.shape[1]
         elif feats.shape[1] != dim:
-            raise AsrError(f"{where}: '{utt}' has dimension {feats.shape[1]}, expected {dim} "
-                           f"(features from different configurations mixed?)")
+            raise AsrError(
+                f"{where}: '{utt}' has dimension {feats.shape[1]}, expected {dim} "
+                f"(features from different configurations mixed?)"
+            )
         stats = out.setdefault(group(utt), np.zeros((2, dim + 1), dtype=np.float64))
         f64 = feats.astype(np.float64)
         stats[0, :-1] += f64.sum(axis=0)
@@ -61,8 +66,9 @@ def _accumulate(reader: MatrixReader, group: Callable[[str], str], show_progress
         stats[0, -1] += len(feats)
     empty = sorted(k for k, st in out.items() if st[0, -1] <= 0)
     if empty:
-        raise AsrError(f"{where}: all utterances of {', '.join(empty[:5])} have zero frames; cannot compute CMVN "
-                       f"statistics")
+        raise AsrError(
+            f"{where}: all utterances of {', '.join(empty[:5])} have zero frames; cannot compute CMVN statistics"
+        )
     return out
 
 
@@ -79,8 +85,10 @@ def compute_speaker_cmvn(feats_scp: PathLike, utt2spk: PathLike, show_progress: 
     u2s = dict(read_table(utt2spk))
     missing = [u for u in reader.keys() if not u2s.get(u)]
     if missing:
-        raise AsrError(f"{utt2spk} has no speaker for {len(missing)} utterance(s) of {feats_scp}, e.g. "
-                       f"'{missing[0]}'; validate the data dir (steps.validate_data_dir) and recompute the features")
+        raise AsrError(
+            f"{utt2spk} has no speaker for {len(missing)} utterance(s) of {feats_scp}, e.g. "
+            f"'{missing[0]}'; validate the data dir (steps.validate_data_dir) and recompute the features"
+        )
     stats = _accumulate(reader, u2s.__getitem__, show_progress)
     out = Path(feats_scp).parent
     write_double_matrices(out / Path(SPEAKER_STATS).with_suffix(".ark"), sorted(stats.items()))
@@ -96,8 +104,9 @@ def write_cmvn(out_dir: PathLike, stats: np.ndarray) -> Path:
     return ark.with_suffix(".scp")
 
 
-def compute_global_cmvn(feats_scp: PathLike, out_dir: PathLike, show_progress: bool = True,
-                        cmn: str = "") -> np.ndarray:
+def compute_global_cmvn(
+    feats_scp: PathLike, out_dir: PathLike, show_progress: bool = True, cmn: str = ""
+) -> np.ndarray:
     """Accumulate stats over ``feats_scp`` (mean-normalised first by ``cmn``: speaker or utterance) and
     write them to ``out_dir/cmvn.{ark,scp}``; returns the stats."""
     stats = accumulate_cmvn_stats(feats_scp, show_progress, cmn)
@@ -112,11 +121,12 @@ def _check_stats(stats: np.ndarray, where: str) -> None:
         raise AsrError(f"{where}: CMVN stats are not finite or count no frames")
 
 
-OnlineState = Tuple[np.ndarray, float]   # (running sum of the normalised frames so far (D,), their number)
+OnlineState = Tuple[np.ndarray, float]  # (running sum of the normalised frames so far (D,), their number)
 
 
-def online_cmn(z: np.ndarray, prior_frames: float, state: Optional[OnlineState] = None
-               ) -> Tuple[np.ndarray, OnlineState]:
+def online_cmn(
+    z: np.ndarray, prior_frames: float, state: Optional[OnlineState] = None
+) -> Tuple[np.ndarray, OnlineState]:
     """Causal mean normalisation of globally normalised frames ``z`` (T, D): frame t minus (sum of the frames up to
     and including t) / (their number + ``prior_frames``), i.e. the running mean with ``prior_frames`` frames of the
     training mean (zero) in front. ``state`` continues an utterance given in chunks (None: its start); returns the
@@ -125,7 +135,7 @@ def online_cmn(z: np.ndarray, prior_frames: float, state: Optional[OnlineState] 
     s0, n0 = state if state is not None else (np.zeros(z64.shape[1], np.float64), 0.0)
     if len(z64) == 0:
         return np.asarray(z, np.float32), (s0, n0)
-    sums = np.cumsum(np.vstack([s0[None], z64]), axis=0)[1:]   # continued from s0 in order: chunked == whole
+    sums = np.cumsum(np.vstack([s0[None], z64]), axis=0)[1:]  # continued from s0 in order: chunked == whole
     counts = n0 + np.arange(1, len(z64) + 1, dtype=np.float64) + float(prior_frames)
     return (z64 - sums / counts[:, None]).astype(np.float32), (sums[-1], n0 + len(z64))
 
@@ -134,6 +144,7 @@ def online_cmn(z: np.ndarray, prior_frames: float, state: Optional[OnlineState] 
 class Cmvn:
     """Global normalisation ``(x - mean) * inv_std`` (both float32 vectors of the feature dimension), followed by
     :func:`online_cmn` when ``online_prior`` is not None (``features.cmvn: online``)."""
+
     mean: np.ndarray
     inv_std: np.ndarray
     online_prior: Optional[float] = None
@@ -157,8 +168,9 @@ class Cmvn:
         """Normalise a whole (T, D) float32 feature matrix (returns a new float32 array)."""
         return self.apply_chunk(feats)[0]
 
-    def apply_chunk(self, feats: np.ndarray, state: Optional[OnlineState] = None
-                    ) -> Tuple[np.ndarray, Optional[OnlineState]]:
+    def apply_chunk(
+        self, feats: np.ndarray, state: Optional[OnlineState] = None
+    ) -> Tuple[np.ndarray, Optional[OnlineState]]:
         """Normalise the next (T, D) frames of an utterance; ``state``: what the previous chunk returned (None at
         the start). Returns (frames, state for the next chunk)."""
         if feats.ndim != 2 or feats.shape[1] != self.dim:
@@ -200,17 +212,21 @@ class SpeakerCmnReader(MatrixReader):
         d = self.scp_path.parent
         stats_scp, u2s_path = d / SPEAKER_STATS, d / "utt2spk"
         if not stats_scp.is_file() or not u2s_path.is_file():
-            raise AsrError(f"{d} has no per-speaker CMVN statistics ({SPEAKER_STATS}, utt2spk), needed with "
-                           f"features.cmvn: speaker (or by a model trained with it); compute them with python -m "
-                           f"steps.compute_cmvn --feats {self.scp_path} --utt2spk DATA_DIR/utt2spk --out-dir {d} "
-                           f"--speaker-only")
+            raise AsrError(
+                f"{d} has no per-speaker CMVN statistics ({SPEAKER_STATS}, utt2spk), needed with "
+                f"features.cmvn: speaker (or by a model trained with it); compute them with python -m "
+                f"steps.compute_cmvn --feats {self.scp_path} --utt2spk DATA_DIR/utt2spk --out-dir {d} "
+                f"--speaker-only"
+            )
         means = {spk: Cmvn.from_stats(st, VAR_FLOOR)[0].mean for spk, st in MatrixReader(stats_scp, double=True)}
         u2s = dict(read_table(u2s_path))
         self._mean: Dict[str, np.ndarray] = {}
         for utt in self.keys():
             if u2s.get(utt) not in means:
-                raise AsrError(f"{d}: utterance '{utt}' has no speaker statistics in {SPEAKER_STATS} (speaker "
-                               f"{u2s.get(utt)!r}); the features changed after steps.compute_cmvn: rerun it")
+                raise AsrError(
+                    f"{d}: utterance '{utt}' has no speaker statistics in {SPEAKER_STATS} (speaker "
+                    f"{u2s.get(utt)!r}); the features changed after steps.compute_cmvn: rerun it"
+                )
             self._mean[utt] = means[u2s[utt]]
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -242,8 +258,12 @@ def online_prior(features) -> Optional[float]:
 def open_features(feats_scp: PathLike, cmn: str = "") -> MatrixReader:
     """The reader every consumer of a feats.scp uses: raw fbank (``cmn`` empty), or mean-normalised by speaker or
     by utterance (:func:`check_cmvn_mode`'s values)."""
-    readers = {"": MatrixReader, "speaker": SpeakerCmnReader, "utterance": UtteranceCmnReader,
-               "online": MatrixReader}   # online: after the global CMVN (Cmvn.online_prior)
+    readers = {
+        "": MatrixReader,
+        "speaker": SpeakerCmnReader,
+        "utterance": UtteranceCmnReader,
+        "online": MatrixReader,
+    }  # online: after the global CMVN (Cmvn.online_prior)
     if cmn not in readers:
         raise AsrError(f"no mean normalisation {cmn!r}; features.cmvn is one of {', '.join(CMVN_MODES)}")
     return readers[cmn](feats_scp)
@@ -260,6 +280,11 @@ def load_cmvn(cmvn_scp: PathLike, var_floor: float = VAR_FLOOR, online_prior: Op
     cmvn, floored = Cmvn.from_stats(stats, var_floor)
     cmvn.online_prior = online_prior
     if floored:
-        log.warning("%s: variance of %d of %d dimensions floored to %g (constant feature dimensions?)",
-                    cmvn_scp, floored, cmvn.dim, var_floor)
+        log.warning(
+            "%s: variance of %d of %d dimensions floored to %g (constant feature dimensions?)",
+            cmvn_scp,
+            floored,
+            cmvn.dim,
+            var_floor,
+        )
     return cmvn

@@ -19,6 +19,7 @@ Output layout in ``out_dir``:
 * ``excluded.txt``: ``<utt-id> <reason>`` for every utterance that was dropped (unreadable audio, wrong sample rate
   or channel count, too short for one frame, NaN/Inf in the features).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,19 +37,21 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
-from asrlib.io_utils import (AsrError, PathLike, disk_write_error, read_table, read_table_dict, write_json,
-                             write_table)
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import disk_write_error, write_json
+from asrlib.io.tables import read_table, read_table_dict, write_table
 from asrlib.kaldi_io import write_matrices
 
 log = logging.getLogger(__name__)
 
-FRAME_SHIFT = 0.01      # seconds (lhotse FbankConfig default)
-FRAME_LENGTH = 0.025    # seconds
+FRAME_SHIFT = 0.01  # seconds (lhotse FbankConfig default)
+FRAME_LENGTH = 0.025  # seconds
 
 
 @dataclass(frozen=True)
 class FbankOptions:
     """Settings that change the features (part of every job's hash)."""
+
     num_mel_bins: int = 80
     dither: float = 0.0
     sample_rate: int = 16000
@@ -57,6 +60,7 @@ class FbankOptions:
 @dataclass(frozen=True)
 class Segment:
     """One utterance: ``path`` and, for a ``segments`` entry, start/end in seconds (end < 0: to end of file)."""
+
     utt: str
     path: str
     start: float = 0.0
@@ -85,8 +89,10 @@ def read_segments(data_dir: PathLike) -> List[Segment]:
     wavs = read_table_dict(wav_scp)
     for rec, val in wavs.items():
         if val.endswith("|") or len(val.split()) != 1:
-            raise AsrError(f"{wav_scp}: entry '{rec}' is '{val}'; only plain file paths are supported "
-                           f"(convert piped commands to WAV files first)")
+            raise AsrError(
+                f"{wav_scp}: entry '{rec}' is '{val}'; only plain file paths are supported "
+                f"(convert piped commands to WAV files first)"
+            )
     segs: List[Segment] = []
     seg_file = data_dir / "segments"
     if seg_file.is_file():
@@ -117,7 +123,7 @@ def split_jobs(segs: List[Segment], nj: int) -> List[List[Segment]]:
     """Split into ``nj`` contiguous chunks of near-equal size (fewer if there are fewer utterances)."""
     nj = max(1, min(nj, len(segs)))
     bounds = [round(i * len(segs) / nj) for i in range(nj + 1)]
-    return [segs[bounds[i]:bounds[i + 1]] for i in range(nj)]
+    return [segs[bounds[i] : bounds[i + 1]] for i in range(nj)]
 
 
 def _job_hash(segs: List[Segment], opts: FbankOptions) -> str:
@@ -156,8 +162,9 @@ class FbankExtractor:
         from lhotse import Fbank, FbankConfig
 
         self.opts = opts
-        self.fbank = Fbank(FbankConfig(sampling_rate=opts.sample_rate, num_filters=opts.num_mel_bins,
-                                       dither=opts.dither))
+        self.fbank = Fbank(
+            FbankConfig(sampling_rate=opts.sample_rate, num_filters=opts.num_mel_bins, dither=opts.dither)
+        )
         self.min_samples = int(round(FRAME_LENGTH * opts.sample_rate))
 
     def __call__(self, seg: Segment) -> Tuple[Optional[np.ndarray], str]:
@@ -191,9 +198,13 @@ def compute_one(seg: Segment, opts: FbankOptions = FbankOptions()) -> Tuple[Opti
 
 # ------------------------------------------------------------------------------------------------ one job
 def _job_files(out_dir: Path, job: int) -> Dict[str, Path]:
-    return {"ark": out_dir / f"feats.{job}.ark", "scp": out_dir / f"feats.{job}.scp",
-            "frames": out_dir / f"utt2num_frames.{job}", "excluded": out_dir / f"excluded.{job}.txt",
-            "marker": out_dir / f".job.{job}.json"}
+    return {
+        "ark": out_dir / f"feats.{job}.ark",
+        "scp": out_dir / f"feats.{job}.scp",
+        "frames": out_dir / f"utt2num_frames.{job}",
+        "excluded": out_dir / f"excluded.{job}.txt",
+        "marker": out_dir / f".job.{job}.json",
+    }
 
 
 def _job_is_complete(out_dir: Path, job: int, job_hash: str) -> bool:
@@ -206,8 +217,9 @@ def _job_is_complete(out_dir: Path, job: int, job_hash: str) -> bool:
         return False
 
 
-def _run_job(job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, job_hash: str,
-             progress: "mp.Queue") -> None:
+def _run_job(
+    job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, job_hash: str, progress: "mp.Queue"
+) -> None:
     """Compute one job's features; its marker is written last."""
     import torch
 
@@ -240,13 +252,14 @@ def _run_job(job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, j
     progress.put(("progress", pending))
 
 
-def _job_main(job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, job_hash: str,
-              progress: "mp.Queue") -> None:
+def _job_main(
+    job: int, segs: List[Segment], opts: FbankOptions, out_dir: Path, job_hash: str, progress: "mp.Queue"
+) -> None:
     try:
         _run_job(job, segs, opts, out_dir, job_hash, progress)
     except BaseException as e:  # report to the parent, which raises; the exit code also says it failed
         err = e if isinstance(e, AsrError) else disk_write_error(e)
-        if err is not None:     # e.g. the disk filled up: the parent repeats the message, no traceback
+        if err is not None:  # e.g. the disk filled up: the parent repeats the message, no traceback
             progress.put(("fatal", job, str(err)))
         else:
             progress.put(("error", job, traceback.format_exc()))
@@ -257,21 +270,23 @@ def _mp_context():
     return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
 
 
-def _run_jobs(todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, out_dir: Path,
-              show_progress: bool) -> None:
+def _run_jobs(
+    todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, out_dir: Path, show_progress: bool
+) -> None:
     if not todo:
         return
     ctx = _mp_context()
     q = ctx.Queue()
-    procs = {job: ctx.Process(target=_job_main, args=(job, segs, opts, out_dir, h, q), daemon=True)
-             for job, segs, h in todo}
+    procs = {
+        job: ctx.Process(target=_job_main, args=(job, segs, opts, out_dir, h, q), daemon=True) for job, segs, h in todo
+    }
     for p in procs.values():
         p.start()
     errors: List[str] = []
     fatal: List[str] = []
     total = sum(len(segs) for _, segs, _ in todo)
-    with tqdm(total=total, desc=f"fbank {out_dir}", unit="utt", disable=not show_progress,
-              mininterval=1.0) as bar:
+    with tqdm(total=total, desc=f"fbank {out_dir}", unit="utt", disable=not show_progress, mininterval=1.0) as bar:
+
         def handle(msg) -> None:
             if msg[0] == "progress":
                 bar.update(msg[1])
@@ -279,6 +294,7 @@ def _run_jobs(todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, ou
                 fatal.append(msg[2])
             else:
                 errors.append(f"job {msg[1]}:\n{msg[2]}")
+
         while any(p.is_alive() for p in procs.values()):
             try:
                 handle(q.get(timeout=0.2))
@@ -297,8 +313,10 @@ def _run_jobs(todo: List[Tuple[int, List[Segment], str]], opts: FbankOptions, ou
         raise AsrError(fatal[0])
     dead = [f"job {job} (exit code {p.exitcode})" for job, p in procs.items() if p.exitcode != 0]
     if dead:
-        raise AsrError(f"feature jobs died: {', '.join(dead)} (out of memory or killed?); rerun to resume — "
-                       f"finished jobs in {out_dir} are reused")
+        raise AsrError(
+            f"feature jobs died: {', '.join(dead)} (out of memory or killed?); rerun to resume — "
+            f"finished jobs in {out_dir} are reused"
+        )
 
 
 def _remove_stale_jobs(out_dir: Path, nj: int) -> None:
@@ -311,8 +329,15 @@ def _remove_stale_jobs(out_dir: Path, nj: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ driver
-def compute_fbank(data_dir: PathLike, out_dir: PathLike, nj: int = 2, num_mel_bins: int = 80,
-                  dither: float = 0.0, sample_rate: int = 16000, show_progress: bool = True) -> FbankResult:
+def compute_fbank(
+    data_dir: PathLike,
+    out_dir: PathLike,
+    nj: int = 2,
+    num_mel_bins: int = 80,
+    dither: float = 0.0,
+    sample_rate: int = 16000,
+    show_progress: bool = True,
+) -> FbankResult:
     """Compute log-mel fbank for every utterance of ``data_dir`` into ``out_dir`` using ``nj`` processes.
 
     Each job writes ``feats.JOB.ark/scp`` atomically with one torch thread; finished jobs with the same utterances
@@ -331,7 +356,7 @@ def compute_fbank(data_dir: PathLike, out_dir: PathLike, nj: int = 2, num_mel_bi
         raise AsrError(f"{data_dir} has no utterances")
     opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for tmp in out_dir.glob(".tmp*.feats.*"):   # left by a killed earlier run (never a final file)
+    for tmp in out_dir.glob(".tmp*.feats.*"):  # left by a killed earlier run (never a final file)
         tmp.unlink(missing_ok=True)
 
     jobs = split_jobs(segs, nj)
@@ -360,12 +385,24 @@ def compute_fbank(data_dir: PathLike, out_dir: PathLike, nj: int = 2, num_mel_bi
     write_table(out_dir / "utt2num_frames", frame_rows)
     write_table(out_dir / "feats.scp", scp_rows)
     if excluded:
-        log.warning("%d of %d utterances excluded from %s, reasons in %s (first: %s %s)", len(excluded),
-                    len(segs), data_dir, out_dir / "excluded.txt", *excluded[0])
+        log.warning(
+            "%d of %d utterances excluded from %s, reasons in %s (first: %s %s)",
+            len(excluded),
+            len(segs),
+            data_dir,
+            out_dir / "excluded.txt",
+            *excluded[0],
+        )
     if not scp_rows:
         raise AsrError(f"all {len(segs)} utterances of {data_dir} were excluded; see {out_dir / 'excluded.txt'}")
     num_frames = sum(int(v) for _, v in frame_rows)
     res = FbankResult(out_dir / "feats.scp", len(scp_rows), len(excluded), num_frames, time.time() - t0)
-    log.info("fbank: %d utterances, %d frames (%.1f h) in %s, %.1f s", res.num_utts, num_frames,
-             num_frames * FRAME_SHIFT / 3600, out_dir, res.seconds)
+    log.info(
+        "fbank: %d utterances, %d frames (%.1f h) in %s, %.1f s",
+        res.num_utts,
+        num_frames,
+        num_frames * FRAME_SHIFT / 3600,
+        out_dir,
+        res.seconds,
+    )
     return res

@@ -8,6 +8,7 @@ Kaldi's align scripts use), so they are never counted twice.
 Alignments are sequences of transition ids, one per 10 ms frame. A phone starts at a frame whose transition id
 starts a phone and is not a self-loop.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ class GraphCompiler:
         self.lang = lang
         self.lex_fst = make_lexicon_fst_with_silence(lang, sil_prob)
         opts = khg.TrainingGraphCompilerOptions(transition_scale=0.0, self_loop_scale=0.0)
-        self._gc = khg.TrainingGraphCompiler(trans_model=model.tm, ctx_dep=model.tree, lex_fst=self.lex_fst,
-                                             disambig_syms=list(lang.disambig), opts=opts)
+        self._gc = khg.TrainingGraphCompiler(
+            trans_model=model.tm, ctx_dep=model.tree, lex_fst=self.lex_fst, disambig_syms=list(lang.disambig), opts=opts
+        )
 
     def compile(self, word_ids: Sequence[int]) -> "kaldifst.StdVectorFst":
         return self._gc.compile_graph_from_text(list(word_ids))
@@ -72,23 +74,40 @@ def equal_align(graph: "kaldifst.StdVectorFst", num_frames: int, seed: int = 0) 
 
 @dataclass
 class AlignResult:
-    tids: Optional[List[int]]   # None: failed even with the retry beam
+    tids: Optional[List[int]]  # None: failed even with the retry beam
     retried: bool
-    loglike: float              # acoustic log-likelihood (unscaled) of the best path; 0 when failed
+    loglike: float  # acoustic log-likelihood (unscaled) of the best path; 0 when failed
 
 
-def viterbi_align(model: GmmModel, graph: "kaldifst.StdVectorFst", feats: np.ndarray, utt: str = "utt",
-                  beam: float = 10.0, retry_beam: float = 40.0) -> AlignResult:
+def viterbi_align(
+    model: GmmModel,
+    graph: "kaldifst.StdVectorFst",
+    feats: np.ndarray,
+    utt: str = "utt",
+    beam: float = 10.0,
+    retry_beam: float = 40.0,
+) -> AlignResult:
     """Forced alignment of one utterance (gmm-align-compiled): beam search, retried once with ``retry_beam``."""
     g = graph.copy()
-    khg.add_transition_probs(trans_model=model.tm, transition_scale=TRANSITION_SCALE,
-                             self_loop_scale=SELF_LOOP_SCALE, fst=g)
-    decodable = khg.DecodableAmDiagGmmScaled(am=model.am, tm=model.tm, feats=np.ascontiguousarray(feats),
-                                             scale=ACOUSTIC_SCALE)
+    khg.add_transition_probs(
+        trans_model=model.tm, transition_scale=TRANSITION_SCALE, self_loop_scale=SELF_LOOP_SCALE, fst=g
+    )
+    decodable = khg.DecodableAmDiagGmmScaled(
+        am=model.am, tm=model.tm, feats=np.ascontiguousarray(feats), scale=ACOUSTIC_SCALE
+    )
     cfg = khg.AlignConfig(beam=beam, retry_beam=retry_beam, careful=False)
     _, n_err, n_retried, tot_like, _, tids, _ = khg.align_utterance_wrapper(
-        config=cfg, utt=utt, acoustic_scale=ACOUSTIC_SCALE, fst=g, decodable=decodable, num_done=0, num_error=0,
-        num_retried=0, tot_like=0.0, frame_count=0)
+        config=cfg,
+        utt=utt,
+        acoustic_scale=ACOUSTIC_SCALE,
+        fst=g,
+        decodable=decodable,
+        num_done=0,
+        num_error=0,
+        num_retried=0,
+        tot_like=0.0,
+        frame_count=0,
+    )
     if n_err or not tids:
         return AlignResult(None, bool(n_retried), 0.0)
     return AlignResult(list(tids), bool(n_retried), float(tot_like))
@@ -121,15 +140,16 @@ class AlignmentConverter:
         ends = np.concatenate([begin[1:], [len(t)]])
         return [(int(self.phone[t[b]]), int(b), int(e - b)) for b, e in zip(begin, ends)]
 
-    def to_words(self, phones: List[Tuple[int, int, int]], words: Sequence[str],
-                 lexicon: Dict[str, List[List[str]]]) -> Optional[List[Tuple[str, int, int]]]:
+    def to_words(
+        self, phones: List[Tuple[int, int, int]], words: Sequence[str], lexicon: Dict[str, List[List[str]]]
+    ) -> Optional[List[Tuple[str, int, int]]]:
         """[(word, first frame, number of frames), ...] by matching the non-silence phones to the transcript's
         pronunciations in order; None if they do not spell the transcript."""
         seq = [(self.names[p], b, n) for p, b, n in phones if p != self.sil_id]
         out, i = [], 0
         for w in words:
             for pron in sorted(lexicon.get(w, []), key=len, reverse=True):
-                if [s[0] for s in seq[i:i + len(pron)]] == pron:
+                if [s[0] for s in seq[i : i + len(pron)]] == pron:
                     b = seq[i][1]
                     e = seq[i + len(pron) - 1][1] + seq[i + len(pron) - 1][2]
                     out.append((w, b, e - b))

@@ -1,4 +1,5 @@
 """Which utterances a GMM stage can use, and why the others cannot (never dropped silently)."""
+
 from __future__ import annotations
 
 import random
@@ -8,7 +9,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 from tqdm import tqdm
 
-from asrlib.io_utils import AsrError, PathLike, read_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.tables import read_table
 from asrlib.kaldi_io import MatrixReader
 from asrlib.gmm.align import GraphCompiler
 from asrlib.gmm.lang import GmmLang
@@ -17,8 +19,9 @@ from asrlib.gmm.train import UttData
 Excluded = List[Tuple[str, str]]
 
 
-def select_utterances(text: PathLike, feats: MatrixReader, lang: GmmLang) -> Tuple[List[Tuple[str, List[str]]],
-                                                                                   Excluded]:
+def select_utterances(
+    text: PathLike, feats: MatrixReader, lang: GmmLang
+) -> Tuple[List[Tuple[str, List[str]]], Excluded]:
     """``[(utt, words)]`` of the utterances of ``text`` that have features and only in-lexicon words, and
     ``[(utt, reason)]`` for the rest."""
     text = Path(text)
@@ -49,14 +52,21 @@ def random_subset(items: Sequence, n: int, seed: int) -> List:
     return [items[i] for i in idx]
 
 
-def load_data(utts: Sequence[Tuple[str, List[str]]], feats: MatrixReader, featurize, compiler: GraphCompiler,
-              lang: GmmLang, desc: str = "graphs") -> List[UttData]:
+def load_data(
+    utts: Sequence[Tuple[str, List[str]]],
+    feats: MatrixReader,
+    featurize,
+    compiler: GraphCompiler,
+    lang: GmmLang,
+    desc: str = "graphs",
+) -> List[UttData]:
     """Features (through ``featurize``: raw fbank -> GMM features) and training graphs of ``utts``."""
     out = []
     for utt, words in tqdm(utts, desc=desc, unit="utt", mininterval=2.0):
         x = featurize(feats[utt])
-        out.append(UttData(utt, np.ascontiguousarray(x, dtype=np.float32),
-                           compiler.compile([lang.words[w] for w in words])))
+        out.append(
+            UttData(utt, np.ascontiguousarray(x, dtype=np.float32), compiler.compile([lang.words[w] for w in words]))
+        )
     return out
 
 

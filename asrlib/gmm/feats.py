@@ -6,11 +6,12 @@ same mel filterbank, mean-normalised because the DCT is linear. Then deltas and 
 replicated, Kaldi's ``add-deltas``): 3 x 13 = 39 dimensions. ``fbank``: the normalised filterbank itself
 (diagonal Gaussians fit it less well: its dimensions are strongly correlated).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 FEATURE_KINDS = ("mfcc_deltas", "fbank")
 
@@ -32,7 +33,7 @@ def deltas(x: np.ndarray, window: int = 2) -> np.ndarray:
     """Regression deltas over +-window frames (edge frames replicated)."""
     t = len(x)
     pad = np.concatenate([np.repeat(x[:1], window, 0), x, np.repeat(x[-1:], window, 0)])
-    num = sum(k * (pad[window + k: window + k + t] - pad[window - k: window - k + t]) for k in range(1, window + 1))
+    num = sum(k * (pad[window + k : window + k + t] - pad[window - k : window - k + t]) for k in range(1, window + 1))
     return (num / (2.0 * sum(k * k for k in range(1, window + 1)))).astype(np.float32)
 
 

@@ -8,6 +8,7 @@ Topology (Kaldi's defaults): 3 emitting left-to-right states for every non-silen
 the middle ones fully connected (Kaldi's ``utils/gen_topo.pl``). The lexicon FST allows optional silence at the
 start and after every word with probability ``sil_prob`` (Kaldi's ``make_lexicon_fst.py --sil-prob``).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from asrlib.io_utils import AsrError, PathLike
+from asrlib.errors import AsrError, PathLike
 from asrlib.kaldi_imports import kaldifst, khg
 from asrlib.lang.graphs import add_disambig
 from asrlib.lang.lexicon import BLANK, read_lexicon, read_tokens, read_words
@@ -28,11 +29,11 @@ _NUM_SIL_STATES = 5
 class GmmLang:
     """Phones, words and the lexicon of a GMM system (everything it needs from the lang dir)."""
 
-    phones: Dict[str, int]                 # phone -> id (non-silence + silence, no disambig)
+    phones: Dict[str, int]  # phone -> id (non-silence + silence, no disambig)
     sil_phone: str
-    words: Dict[str, int]                  # words.txt
-    lexicon: Dict[str, List[List[str]]]    # word -> pronunciations
-    disambig: List[int] = field(default_factory=list)   # ids of #0..#K
+    words: Dict[str, int]  # words.txt
+    lexicon: Dict[str, List[List[str]]]  # word -> pronunciations
+    disambig: List[int] = field(default_factory=list)  # ids of #0..#K
 
     @property
     def sil_id(self) -> int:
@@ -79,8 +80,7 @@ def topology_text(nonsil: List[int], sil: List[int]) -> str:
     s += ["<TopologyEntry>", "<ForPhones>", " ".join(map(str, sil)), "</ForPhones>"]
     s.append("<State> 0 <PdfClass> 0 " + " ".join(f"<Transition> {j} {p}" for j in range(n - 1)) + " </State>")
     for i in range(1, n - 1):
-        s.append(f"<State> {i} <PdfClass> {i} " + " ".join(f"<Transition> {j} {p}" for j in range(1, n))
-                 + " </State>")
+        s.append(f"<State> {i} <PdfClass> {i} " + " ".join(f"<Transition> {j} {p}" for j in range(1, n)) + " </State>")
     s.append(f"<State> {n - 1} <PdfClass> {n - 1} <Transition> {n - 1} 0.75 <Transition> {n} 0.25 </State>")
     s += [f"<State> {n} </State>", "</TopologyEntry>", "</Topology>"]
     return "\n".join(s) + "\n"
@@ -93,8 +93,9 @@ def make_topology(text: str) -> "khg.HmmTopology":
     return topo
 
 
-def make_lexicon_fst_with_silence(lang: GmmLang, sil_prob: float = 0.5, word_disambig: Optional[int] = None
-                                  ) -> "kaldifst.StdVectorFst":
+def make_lexicon_fst_with_silence(
+    lang: GmmLang, sil_prob: float = 0.5, word_disambig: Optional[int] = None
+) -> "kaldifst.StdVectorFst":
     """L: phones -> words, optional silence at the start and after each word (cost -log sil_prob), pronunciations
     that are homophones or prefixes of others followed by their ``#k``. Output-label sorted (for composition).
     ``word_disambig``: the word id of ``#0`` in G (an n-gram's back-off arcs); L then passes it through with a

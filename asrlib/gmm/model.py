@@ -9,6 +9,7 @@ Files of a model directory (``exp/mono``):
   ``tree-info``);
 - ``topo``, ``phones.txt``: Kaldi text formats, for inspection and Kaldi tools.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -19,7 +20,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from asrlib.features.cmvn import check_cmvn_mode
-from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path, write_text
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open, atomic_path, write_text
 from asrlib.kaldi_imports import khg
 from asrlib.gmm.feats import GmmFeatureMaker
 from asrlib.gmm.lang import GmmLang, make_topology
@@ -38,7 +40,7 @@ class GmmModel:
     sil_phone: str
     feature_type: str = "mfcc_deltas"
     num_ceps: int = 13
-    cmvn_mean: Optional[np.ndarray] = None     # the fbank's global CMVN (applied before the GMM features)
+    cmvn_mean: Optional[np.ndarray] = None  # the fbank's global CMVN (applied before the GMM features)
     cmvn_inv_std: Optional[np.ndarray] = None
     info: dict = field(default_factory=dict)
     _maker: Optional[GmmFeatureMaker] = field(default=None, repr=False, compare=False)
@@ -64,8 +66,10 @@ class GmmModel:
         x = np.asarray(fbank, dtype=np.float32)
         if self.cmvn_mean is not None:
             if x.ndim != 2 or x.shape[1] != len(self.cmvn_mean):
-                raise AsrError(f"features of shape {x.shape} do not match the GMM's {len(self.cmvn_mean)}-dim "
-                               f"fbank (other feature settings?)")
+                raise AsrError(
+                    f"features of shape {x.shape} do not match the GMM's {len(self.cmvn_mean)}-dim "
+                    f"fbank (other feature settings?)"
+                )
             x = (x - self.cmvn_mean) * self.cmvn_inv_std
         return self._maker(x)
 
@@ -88,13 +92,21 @@ class GmmModel:
         return out
 
 
-def init_mono(lang: GmmLang, topo_text: str, global_mean: np.ndarray, global_var: np.ndarray,
-              feature_type: str, num_ceps: int, cmvn_mean: Optional[np.ndarray] = None,
-              cmvn_inv_std: Optional[np.ndarray] = None) -> GmmModel:
+def init_mono(
+    lang: GmmLang,
+    topo_text: str,
+    global_mean: np.ndarray,
+    global_var: np.ndarray,
+    feature_type: str,
+    num_ceps: int,
+    cmvn_mean: Optional[np.ndarray] = None,
+    cmvn_inv_std: Optional[np.ndarray] = None,
+) -> GmmModel:
     """Kaldi's gmm-init-mono: one Gaussian per pdf, all equal to the global mean and variance of the features."""
     topo = make_topology(topo_text)
-    tree = khg.monophone_context_dependency(phones=topo.phones,
-                                            phone2num_pdf_classes=topo.get_phone_to_num_pdf_classes())
+    tree = khg.monophone_context_dependency(
+        phones=topo.phones, phone2num_pdf_classes=topo.get_phone_to_num_pdf_classes()
+    )
     dim = len(global_mean)
     proto = khg.DiagGmm(nmix=1, dim=dim)
     proto.set_weights(np.ones(1, dtype=np.float32))
@@ -105,18 +117,30 @@ def init_mono(lang: GmmLang, topo_text: str, global_mean: np.ndarray, global_var
     for _ in range(tree.num_pdfs):
         am.add_pdf(proto)
     tm = khg.TransitionModel(ctx_dep=tree, hmm_topo=topo)
-    return GmmModel(topo_text, tree, tm, am, dict(lang.phones), lang.sil_phone, feature_type, num_ceps, cmvn_mean,
-                    cmvn_inv_std)
+    return GmmModel(
+        topo_text, tree, tm, am, dict(lang.phones), lang.sil_phone, feature_type, num_ceps, cmvn_mean, cmvn_inv_std
+    )
 
 
 def save_gmm(model: GmmModel, model_dir: PathLike, name: str = "final.mdl") -> Path:
     """Write ``name`` (pickle), ``tree`` (Kaldi binary), ``topo`` and ``phones.txt`` atomically."""
     model_dir = Path(model_dir)
     path = model_dir / name
-    state = {"format": FORMAT, "version": VERSION, "topo_text": model.topo_text, "tree": model.tree,
-             "transition_model": model.tm, "am": model.am, "phones": model.phones, "sil_phone": model.sil_phone,
-             "feature_type": model.feature_type, "num_ceps": model.num_ceps, "cmvn_mean": model.cmvn_mean,
-             "cmvn_inv_std": model.cmvn_inv_std, "info": model.info}
+    state = {
+        "format": FORMAT,
+        "version": VERSION,
+        "topo_text": model.topo_text,
+        "tree": model.tree,
+        "transition_model": model.tm,
+        "am": model.am,
+        "phones": model.phones,
+        "sil_phone": model.sil_phone,
+        "feature_type": model.feature_type,
+        "num_ceps": model.num_ceps,
+        "cmvn_mean": model.cmvn_mean,
+        "cmvn_inv_std": model.cmvn_inv_std,
+        "info": model.info,
+    }
     with atomic_open(path, "wb") as f:
         pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
     with atomic_path(model_dir / "tree") as tmp:
@@ -138,5 +162,16 @@ def load_gmm(path: PathLike) -> GmmModel:
         raise AsrError(f"{path} is not a readable GMM model ({type(e).__name__}: {e}); rerun steps.train_mono")
     if not isinstance(st, dict) or st.get("format") != FORMAT or st.get("version") != VERSION:
         raise AsrError(f"{path} is not an {FORMAT} model of version {VERSION}; rerun steps.train_mono")
-    return GmmModel(st["topo_text"], st["tree"], st["transition_model"], st["am"], st["phones"], st["sil_phone"],
-                    st["feature_type"], st["num_ceps"], st["cmvn_mean"], st["cmvn_inv_std"], st.get("info", {}))
+    return GmmModel(
+        st["topo_text"],
+        st["tree"],
+        st["transition_model"],
+        st["am"],
+        st["phones"],
+        st["sil_phone"],
+        st["feature_type"],
+        st["num_ceps"],
+        st["cmvn_mean"],
+        st["cmvn_inv_std"],
+        st.get("info", {}),
+    )

@@ -11,6 +11,7 @@
 Utterances without a flat-start path (too short for their transcript) are excluded and reported; an utterance
 that fails to realign keeps no statistics in that pass and is counted (Kaldi's behaviour).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,6 +42,7 @@ def seed_c_rand(seed: int) -> None:
     draws from: without it the model depends on whatever called ``rand()`` earlier in the process."""
     _libc().srand(ctypes.c_uint(seed % 2**32))
 
+
 KALDI_REALIGN_ITERS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38)
 
 
@@ -52,17 +54,17 @@ class MonoSchedule:
     realign_iters: Sequence[int] = KALDI_REALIGN_ITERS
     beam: float = 6.0
     retry_beam: float = 24.0
-    power: float = 0.25          # mix-up: Gaussians per pdf proportional to occupancy ** power
+    power: float = 0.25  # mix-up: Gaussians per pdf proportional to occupancy ** power
     perturb_factor: float = 0.01
-    min_count: float = 20.0      # mix-up: minimum count per Gaussian
+    min_count: float = 20.0  # mix-up: minimum count per Gaussian
     seed: int = 0
 
 
 @dataclass
 class UttData:
     utt: str
-    feats: np.ndarray            # (T, dim) GMM features
-    graph: object                # training graph (kaldifst.StdVectorFst)
+    feats: np.ndarray  # (T, dim) GMM features
+    graph: object  # training graph (kaldifst.StdVectorFst)
     tids: Optional[List[int]] = None
 
 
@@ -98,17 +100,27 @@ def accumulate(model: GmmModel, data: Sequence[UttData]) -> Tuple["khg.AccumAmDi
     return acc, trans, tot, frames
 
 
-def update(model: GmmModel, acc: "khg.AccumAmDiagGmm", trans: np.ndarray, mixup_to: int,
-           min_gaussian_occupancy: float, sched: MonoSchedule) -> None:
+def update(
+    model: GmmModel,
+    acc: "khg.AccumAmDiagGmm",
+    trans: np.ndarray,
+    mixup_to: int,
+    min_gaussian_occupancy: float,
+    sched: MonoSchedule,
+) -> None:
     """gmm-est: transition and GMM re-estimation (means, variances, weights), then mix-up to ``mixup_to``."""
     model.tm.mle_update(trans, khg.MleTransitionUpdateConfig())
     opts = khg.MleDiagGmmOptions(min_gaussian_occupancy=min_gaussian_occupancy)
     occs = np.asarray([acc.get_acc(i).occupancy.sum() for i in range(acc.num_accs)], dtype=np.float32)
-    khg.mle_am_diag_gmm_update(config=opts, amdiag_gmm_acc=acc, flags=int(khg.GmmUpdateFlags.kGmmAll),
-                               am_gmm=model.am)
+    khg.mle_am_diag_gmm_update(config=opts, amdiag_gmm_acc=acc, flags=int(khg.GmmUpdateFlags.kGmmAll), am_gmm=model.am)
     if mixup_to > model.num_gauss():
-        model.am.split_by_count(state_occs=occs, target_components=mixup_to, perturb_factor=sched.perturb_factor,
-                                power=sched.power, min_count=sched.min_count)
+        model.am.split_by_count(
+            state_occs=occs,
+            target_components=mixup_to,
+            perturb_factor=sched.perturb_factor,
+            power=sched.power,
+            min_count=sched.min_count,
+        )
     model.am.compute_gconsts()
 
 
@@ -118,13 +130,19 @@ def flat_start(data: Sequence[UttData], seed: int = 0) -> List[Tuple[str, str]]:
     for u in data:
         u.tids = equal_align(u.graph, len(u.feats), seed)
         if u.tids is None:
-            failed.append((u.utt, f"too short for its transcript: {len(u.feats)} frames cannot hold the HMM "
-                                  f"states of its phones (no flat-start alignment)"))
+            failed.append(
+                (
+                    u.utt,
+                    f"too short for its transcript: {len(u.feats)} frames cannot hold the HMM "
+                    f"states of its phones (no flat-start alignment)",
+                )
+            )
     return failed
 
 
-def realign(model: GmmModel, data: Sequence[UttData], beam: float, retry_beam: float,
-            desc: str = "align") -> Tuple[int, int]:
+def realign(
+    model: GmmModel, data: Sequence[UttData], beam: float, retry_beam: float, desc: str = "align"
+) -> Tuple[int, int]:
     """Viterbi realignment of every utterance in place; returns (failed, retried)."""
     failed = retried = 0
     for u in tqdm(data, desc=desc, unit="utt", leave=False, mininterval=2.0):
@@ -136,8 +154,9 @@ def realign(model: GmmModel, data: Sequence[UttData], beam: float, retry_beam: f
     return failed, retried
 
 
-def train_mono(model: GmmModel, data: List[UttData], sched: MonoSchedule,
-               on_pass: Optional[Callable[[PassStats], None]] = None) -> List[PassStats]:
+def train_mono(
+    model: GmmModel, data: List[UttData], sched: MonoSchedule, on_pass: Optional[Callable[[PassStats], None]] = None
+) -> List[PassStats]:
     """Run the flat start and the EM passes on ``data`` (alignments must already be set by :func:`flat_start`).
     ``model`` is updated in place; returns the per-pass statistics."""
     num_gauss = model.num_gauss()
@@ -152,14 +171,22 @@ def train_mono(model: GmmModel, data: List[UttData], sched: MonoSchedule,
         acc, trans, tot, frames = accumulate(model, data)
         if frames == 0:
             raise RuntimeError("no utterance has an alignment: cannot estimate the model")
-        seed_c_rand(sched.seed * 1000 + it)   # the mix-up's perturbation: the same in any process
+        seed_c_rand(sched.seed * 1000 + it)  # the mix-up's perturbation: the same in any process
         update(model, acc, trans, num_gauss, 3.0 if it == 0 else 10.0, sched)
-        st = PassStats(it, it in realign_at and it > 0, tot / frames, frames, model.num_gauss(), failed, retried,
-                       time.time() - t0)
+        st = PassStats(
+            it, it in realign_at and it > 0, tot / frames, frames, model.num_gauss(), failed, retried, time.time() - t0
+        )
         history.append(st)
-        log.info("pass %d%s: log-like/frame %.3f over %d frames, %d Gaussians%s (%.1f s)", it,
-                 " (realigned)" if st.realigned else "", st.loglike_per_frame, frames, st.num_gauss,
-                 f", {failed} failed / {retried} retried alignments" if st.realigned else "", st.seconds)
+        log.info(
+            "pass %d%s: log-like/frame %.3f over %d frames, %d Gaussians%s (%.1f s)",
+            it,
+            " (realigned)" if st.realigned else "",
+            st.loglike_per_frame,
+            frames,
+            st.num_gauss,
+            f", {failed} failed / {retried} retried alignments" if st.realigned else "",
+            st.seconds,
+        )
         if on_pass is not None:
             on_pass(st)
         if 1 <= it <= sched.max_iter_inc:
@@ -177,7 +204,10 @@ def global_stats(feats: Sequence[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def summary(history: Sequence[PassStats]) -> Dict[str, object]:
-    return {"passes": len(history), "loglike_first": history[0].loglike_per_frame,
-            "loglike_last": history[-1].loglike_per_frame, "num_gauss": history[-1].num_gauss,
-            "seconds": round(sum(h.seconds for h in history), 1)}
-
+    return {
+        "passes": len(history),
+        "loglike_first": history[0].loglike_per_frame,
+        "loglike_last": history[-1].loglike_per_frame,
+        "num_gauss": history[-1].num_gauss,
+        "seconds": round(sum(h.seconds for h in history), 1),
+    }

@@ -13,6 +13,7 @@ Label conventions (the kaldi-decoder / sherpa-onnx / icefall convention):
 After T ∘ LG is determinized and minimized the disambiguation input labels are mapped to epsilon, so TLG's input
 labels are 0 (epsilon) or 1..N (tokens).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import GRAMMARS, is_grammar, known_length
-from asrlib.io_utils import AsrError, PathLike, atomic_open, atomic_path
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open, atomic_path
 from asrlib.kaldi_imports import kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.lexicon import SPECIAL_WORDS, read_lexicon, read_tokens, read_words
 from asrlib.lang.ngram import build_arpa
@@ -45,8 +47,9 @@ def read_fst(path: PathLike) -> kaldifst.StdVectorFst:
     return kaldifst.StdVectorFst.read(str(path))
 
 
-def compose_det_min(a: kaldifst.StdVectorFst, b: kaldifst.StdVectorFst, what: str, empty_hint: str = ""
-                    ) -> kaldifst.StdVectorFst:
+def compose_det_min(
+    a: kaldifst.StdVectorFst, b: kaldifst.StdVectorFst, what: str, empty_hint: str = ""
+) -> kaldifst.StdVectorFst:
     """``a ∘ b`` (``a`` olabel-sorted, ``b`` ilabel-sorted), determinized (star) and minimized (encoded); an
     AsrError naming ``what`` when the composition is empty or determinization stops early."""
     c = kaldifst.compose(a, b)
@@ -70,8 +73,7 @@ def relabel_input(fst: kaldifst.StdVectorFst, mapping: Dict[int, int]) -> kaldif
     for s in kaldifst.StateIterator(fst):
         out.set_final(s, fst.final(s))
         for arc in kaldifst.ArcIterator(fst, s):
-            out.add_arc(s, kaldifst.StdArc(mapping.get(arc.ilabel, arc.ilabel), arc.olabel, arc.weight,
-                                           arc.nextstate))
+            out.add_arc(s, kaldifst.StdArc(mapping.get(arc.ilabel, arc.ilabel), arc.olabel, arc.weight, arc.nextstate))
     return out
 
 
@@ -103,8 +105,9 @@ def add_disambig(lexicon: Dict[str, List[List[str]]]) -> Tuple[List[Tuple[str, L
 
 
 # ---------------------------------------------------------------- T, L, G
-def make_ctc_topo(num_tokens: int, disambig_in: Sequence[int] = (), disambig_out: Sequence[int] = ()
-                  ) -> kaldifst.StdVectorFst:
+def make_ctc_topo(
+    num_tokens: int, disambig_in: Sequence[int] = (), disambig_out: Sequence[int] = ()
+) -> kaldifst.StdVectorFst:
     """The standard (fully connected) CTC topology, icefall's "H".
 
     State ``t`` means "the last frame was token ``t``" (state 0 = blank, the start). Every state is final. An arc
@@ -125,8 +128,12 @@ def make_ctc_topo(num_tokens: int, disambig_in: Sequence[int] = (), disambig_out
     return fst
 
 
-def make_lexicon_fst(entries: Sequence[Tuple[str, List[str], int]], tokens: Dict[str, int],
-                     words: Dict[str, int], disambig0: Optional[int]) -> kaldifst.StdVectorFst:
+def make_lexicon_fst(
+    entries: Sequence[Tuple[str, List[str], int]],
+    tokens: Dict[str, int],
+    words: Dict[str, int],
+    disambig0: Optional[int],
+) -> kaldifst.StdVectorFst:
     """L: phones (+ ``#k``) -> words, a loop through state 0 (start and final), no silence (CTC blank covers it).
 
     ``entries`` come from :func:`add_disambig`; the phone-level ``#k`` has id ``disambig0 + k``. When
@@ -190,18 +197,33 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kald
     arpa = Path(arpa)
     if not arpa.is_file():
         raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
-    cmd = [sys.executable, "-m", "kaldilm", f"--read-symbol-table={words_txt}", "--disambig-symbol=#0",
-           f"--max-order={ngram_order}", "--max-arpa-warnings=-1", str(arpa)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kaldilm",
+        f"--read-symbol-table={words_txt}",
+        "--disambig-symbol=#0",
+        f"--max-order={ngram_order}",
+        "--max-arpa-warnings=-1",
+        str(arpa),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        raise AsrError(f"kaldilm could not convert {arpa} (exit {proc.returncode}); are all its words in "
-                       f"{words_txt}? kaldilm said:\n{tail}")
+        raise AsrError(
+            f"kaldilm could not convert {arpa} (exit {proc.returncode}); are all its words in "
+            f"{words_txt}? kaldilm said:\n{tail}"
+        )
     skipped = [ln for ln in proc.stderr.splitlines() if "not in symbol table" in ln]
     if skipped:
         oov = sorted({ln.split("word '", 1)[1].split("'", 1)[0] for ln in skipped if "word '" in ln})
-        log.warning("%s: %d n-gram line(s) skipped because their words are not in %s (words: %s)", arpa,
-                    len(skipped), words_txt, " ".join(oov[:20]) + (" ..." if len(oov) > 20 else ""))
+        log.warning(
+            "%s: %d n-gram line(s) skipped because their words are not in %s (words: %s)",
+            arpa,
+            len(skipped),
+            words_txt,
+            " ".join(oov[:20]) + (" ..." if len(oov) > 20 else ""),
+        )
     text = proc.stdout.strip() + "\n"
     if not text.strip():
         raise AsrError(f"kaldilm produced an empty grammar from {arpa}")
@@ -216,8 +238,10 @@ def check_grammar(grammar: str, arpa: Optional[PathLike], lm_text: Sequence[Path
         raise AsrError(f"lang.grammar must be one of {', '.join(GRAMMARS)} (N = 1..999), got '{grammar}'")
     if grammar == "arpa":
         if not arpa and not lm_text:
-            raise AsrError("lang.grammar is 'arpa' but neither lang.arpa (path of an ARPA file) nor lang.lm_text "
-                           "(text to estimate the n-gram from) is set")
+            raise AsrError(
+                "lang.grammar is 'arpa' but neither lang.arpa (path of an ARPA file) nor lang.lm_text "
+                "(text to estimate the n-gram from) is set"
+            )
         if arpa:
             if not Path(arpa).is_file():
                 raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
@@ -227,8 +251,9 @@ def check_grammar(grammar: str, arpa: Optional[PathLike], lm_text: Sequence[Path
                 raise AsrError(f"LM text {t} does not exist (lang.lm_text)")
 
 
-def grammar_vocabulary(words: Dict[str, int], grammar_words: Optional[Sequence[str]], where: PathLike
-                       ) -> Dict[str, int]:
+def grammar_vocabulary(
+    words: Dict[str, int], grammar_words: Optional[Sequence[str]], where: PathLike
+) -> Dict[str, int]:
     """The part of ``words`` (words.txt: word -> id) that G may emit: ``grammar_words`` (``lang.grammar_words``,
     ``decode.set_words``) plus the special symbols, or all of ``words`` when None; a word missing from words.txt is
     an AsrError naming it (``where``: that file)."""
@@ -236,15 +261,23 @@ def grammar_vocabulary(words: Dict[str, int], grammar_words: Optional[Sequence[s
         return words
     missing = sorted({w for w in grammar_words if w not in words or w in SPECIAL_WORDS})
     if missing:
-        raise AsrError(f"lang.grammar_words / decode.set_words: {' '.join(missing)} not in {where} (the vocabulary "
-                       f"of the training transcripts); G can only emit words the lexicon has")
+        raise AsrError(
+            f"lang.grammar_words / decode.set_words: {' '.join(missing)} not in {where} (the vocabulary "
+            f"of the training transcripts); G can only emit words the lexicon has"
+        )
     keep = set(grammar_words) | set(SPECIAL_WORDS)
     return {w: i for w, i in words.items() if w in keep}
 
 
-def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[PathLike] = None,
-              ngram_order: int = 3, lm_text: Sequence[PathLike] = (), lm_text_has_utt_ids: bool = False,
-              grammar_words: Optional[Sequence[str]] = None) -> Path:
+def build_tlg(
+    lang_dir: PathLike,
+    grammar: str = "digit_loop",
+    arpa: Optional[PathLike] = None,
+    ngram_order: int = 3,
+    lm_text: Sequence[PathLike] = (),
+    lm_text_has_utt_ids: bool = False,
+    grammar_words: Optional[Sequence[str]] = None,
+) -> Path:
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
     ``lang_dir`` must hold ``lexicon.txt``, ``tokens.txt`` and ``words.txt`` (see
@@ -290,8 +323,14 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     else:
         if not arpa:
             arpa = lang_dir / f"lm_{ngram_order}gram.arpa"
-            build_arpa(lm_text, arpa, ngram_order, words=lang_dir / "words.txt", has_utt_ids=lm_text_has_utt_ids,
-                       uppercase=True)
+            build_arpa(
+                lm_text,
+                arpa,
+                ngram_order,
+                words=lang_dir / "words.txt",
+                has_utt_ids=lm_text_has_utt_ids,
+                uppercase=True,
+            )
         G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
     T = make_ctc_topo(num_tokens, [i + 1 for i in disambig_ids], disambig_ids)
     write_fst(L, lang_dir / "L.fst")
@@ -310,7 +349,12 @@ def build_tlg(lang_dir: PathLike, grammar: str = "digit_loop", arpa: Optional[Pa
     kaldifst.arcsort(TLG, sort_type="ilabel")
     out = lang_dir / "TLG.fst"
     write_fst(TLG, out)
-    log.info("TLG: %d states, %d arcs (L∘G %d states; grammar %s over %s words)", TLG.num_states,
-             sum(TLG.num_arcs(s) for s in range(TLG.num_states)), LG.num_states, grammar,
-             "all" if grammar_words is None else len(set(grammar_words)))
+    log.info(
+        "TLG: %d states, %d arcs (L∘G %d states; grammar %s over %s words)",
+        TLG.num_states,
+        sum(TLG.num_arcs(s) for s in range(TLG.num_states)),
+        LG.num_states,
+        grammar,
+        "all" if grammar_words is None else len(set(grammar_words)),
+    )
     return out

@@ -7,13 +7,16 @@ Files written by :func:`write_lang_files` (all atomically):
   output dimension is the number of lines;
 - ``words.txt``: ``<eps> 0``, the words sorted, then ``#0``, ``<s>``, ``</s>`` (kaldilm needs the last three).
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 from typing import Dict, Iterable, List
 
-from asrlib.io_utils import AsrError, PathLike, atomic_open, read_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open
+from asrlib.io.tables import read_table
 
 BLANK = "<blk>"
 EPS = "<eps>"
@@ -70,8 +73,9 @@ def build_lexicon(words: Iterable[str]) -> Dict[str, List[List[str]]]:
         lexicon[word] = seen
     if oov:
         shown = " ".join(oov[:50]) + (f" ... ({len(oov)} in all)" if len(oov) > 50 else "")
-        raise AsrError(f"{len(oov)} word(s) not in CMUdict: {shown}. Fix the transcripts or add the words to the "
-                       "lexicon source")
+        raise AsrError(
+            f"{len(oov)} word(s) not in CMUdict: {shown}. Fix the transcripts or add the words to the lexicon source"
+        )
     if not lexicon:
         raise AsrError("the vocabulary is empty: no words to build a lexicon from")
     return lexicon
@@ -145,5 +149,7 @@ def read_lexicon(path: PathLike) -> Dict[str, List[List[str]]]:
 def read_lexicon_ids(lang_dir: PathLike) -> Dict[str, List[List[int]]]:
     """A lang dir's ``lexicon.txt`` with every pronunciation as ids of its ``tokens.txt``."""
     tokens = read_tokens(Path(lang_dir) / "tokens.txt")
-    return {w: [[tokens[ph] for ph in pron] for pron in prons]
-            for w, prons in read_lexicon(Path(lang_dir) / "lexicon.txt").items()}
+    return {
+        w: [[tokens[ph] for ph in pron] for pron in prons]
+        for w, prons in read_lexicon(Path(lang_dir) / "lexicon.txt").items()
+    }

@@ -28,6 +28,7 @@ With a vocabulary (a Kaldi ``words.txt`` or a word list), words outside it becom
 ``<unk>`` is then an ordinary word of the model. The ARPA file is written atomically; :func:`build_arpa` also skips
 the work when the ARPA file was already made from the same texts and settings (a ``.<name>.done`` marker beside it).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,19 +41,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from asrlib.io_utils import AsrError, PathLike, atomic_open, is_done, mark_done, sha256_file
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open
+from asrlib.io.files import sha256_file
+from asrlib.io.stage import is_done, mark_done
 
 log = logging.getLogger(__name__)
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 Ngram = Tuple[str, ...]
-_NOT_WORDS = re.compile(r"^(<eps>|<s>|</s>|#\d+)$")   # symbols of a Kaldi words.txt that are not words
+_NOT_WORDS = re.compile(r"^(<eps>|<s>|</s>|#\d+)$")  # symbols of a Kaldi words.txt that are not words
 FALLBACK_DISCOUNT = 0.5
 
 
 @dataclass
 class TextStats:
     """What was read: sentences (non-empty lines), word tokens (``<s>``/``</s>`` not counted), OOV tokens."""
+
     sentences: int = 0
     tokens: int = 0
     oov_tokens: int = 0
@@ -63,6 +68,7 @@ class TextStats:
 class NgramLm:
     """An estimated model: per order ``k`` (index ``k - 1``) the probability of every n-gram and the back-off
     weight (γ) of every n-gram that is a history; linear, not log. ``discounts[k - 1]`` = (D1, D2, D3+)."""
+
     order: int
     probs: List[Dict[Ngram, float]]
     backoffs: List[Dict[Ngram, float]]
@@ -92,8 +98,13 @@ def read_vocabulary(path: PathLike) -> Set[str]:
     return words
 
 
-def read_sentences(texts: Sequence[PathLike], has_utt_ids: bool = False, vocab: Optional[Set[str]] = None,
-                   uppercase: bool = False, stats: Optional[TextStats] = None) -> Iterator[List[str]]:
+def read_sentences(
+    texts: Sequence[PathLike],
+    has_utt_ids: bool = False,
+    vocab: Optional[Set[str]] = None,
+    uppercase: bool = False,
+    stats: Optional[TextStats] = None,
+) -> Iterator[List[str]]:
     """The word lists of the non-empty lines of ``texts`` (one sentence a line; with ``has_utt_ids`` the first
     column, a Kaldi utterance id, is dropped). ``uppercase`` upper-cases every word but ``<unk>``; with ``vocab``
     other words become ``<unk>``. ``stats`` is updated as lines are read."""
@@ -106,15 +117,18 @@ def read_sentences(texts: Sequence[PathLike], has_utt_ids: bool = False, vocab: 
                 try:
                     words = raw.decode("utf-8").split()
                 except UnicodeDecodeError as e:
-                    raise AsrError(f"{path}:{lineno}: not valid UTF-8 ({e.reason}); re-encode the file as UTF-8") \
-                        from None
+                    raise AsrError(
+                        f"{path}:{lineno}: not valid UTF-8 ({e.reason}); re-encode the file as UTF-8"
+                    ) from None
                 if has_utt_ids:
                     words = words[1:]
                 if not words:
                     continue
                 if BOS in words or EOS in words:
-                    raise AsrError(f"{path}:{lineno}: the text holds '{BOS}' or '{EOS}'; sentence boundaries are "
-                                   "added by the estimator, remove them from the text")
+                    raise AsrError(
+                        f"{path}:{lineno}: the text holds '{BOS}' or '{EOS}'; sentence boundaries are "
+                        "added by the estimator, remove them from the text"
+                    )
                 if uppercase:
                     words = [UNK if w.lower() == UNK else w.upper() for w in words]
                 if vocab is not None:
@@ -148,16 +162,29 @@ def kn_discounts(adjusted: Iterable[int], what: str = "") -> Tuple[float, float,
         if c <= 4:
             n[c] += 1
     if n[1] == 0 or n[2] == 0:
-        log.info("%sno n-gram seen %s: discounts fall back to %g (counts-of-counts n1..n4 = %s)", what,
-                 "once" if n[1] == 0 else "twice", FALLBACK_DISCOUNT, n[1:])
+        log.info(
+            "%sno n-gram seen %s: discounts fall back to %g (counts-of-counts n1..n4 = %s)",
+            what,
+            "once" if n[1] == 0 else "twice",
+            FALLBACK_DISCOUNT,
+            n[1:],
+        )
         return (FALLBACK_DISCOUNT,) * 3
     y = n[1] / (n[1] + 2 * n[2])
     out = []
     for k in (1, 2, 3):
         d = k - (k + 1) * y * n[k + 1] / n[k] if n[k] else math.nan
         if not 0 < d < k:
-            log.info("%sD%d%s = %s is not in (0, %d) (counts-of-counts n1..n4 = %s): using Y = %.4f", what, k,
-                     "+" if k == 3 else "", "undefined" if math.isnan(d) else f"{d:.4f}", k, n[1:], y)
+            log.info(
+                "%sD%d%s = %s is not in (0, %d) (counts-of-counts n1..n4 = %s): using Y = %.4f",
+                what,
+                k,
+                "+" if k == 3 else "",
+                "undefined" if math.isnan(d) else f"{d:.4f}",
+                k,
+                n[1:],
+                y,
+            )
             d = y
         out.append(d)
     return out[0], out[1], out[2]
@@ -167,7 +194,7 @@ def _adjusted_counts(raw: List[Counter], order: int) -> List[Dict[Ngram, int]]:
     """Per order: raw counts at the top order and for n-grams starting with ``<s>``, continuation counts else."""
     adjusted: List[Dict[Ngram, int]] = [{} for _ in range(order)]
     adjusted[order - 1] = dict(raw[order - 1])
-    for k in range(order - 1, 0, -1):          # order k from the distinct left extensions among order k + 1
+    for k in range(order - 1, 0, -1):  # order k from the distinct left extensions among order k + 1
         left = Counter(g[1:] for g in raw[k])
         adjusted[k - 1] = {g: (c if g[0] == BOS else left[g]) for g, c in raw[k - 1].items()}
     return adjusted
@@ -177,8 +204,9 @@ def _discount(c: int, d: Tuple[float, float, float]) -> float:
     return 0.0 if c == 0 else d[min(c, 3) - 1]
 
 
-def estimate_kn(raw: List[Counter], order: int, vocab: Iterable[str] = (), stats: Optional[TextStats] = None
-                ) -> NgramLm:
+def estimate_kn(
+    raw: List[Counter], order: int, vocab: Iterable[str] = (), stats: Optional[TextStats] = None
+) -> NgramLm:
     """Interpolated modified Kneser-Ney from the raw counts of :func:`count_ngrams`; ``vocab`` adds words that
     get only their share of the uniform distribution when the text never uses them."""
     adjusted = _adjusted_counts(raw, order)
@@ -188,8 +216,9 @@ def estimate_kn(raw: List[Counter], order: int, vocab: Iterable[str] = (), stats
     words = sorted(set(uni) | (set(vocab) - {BOS}))
     total = sum(uni.values())
     gamma0 = sum(_discount(c, d) for c in uni.values()) / total
-    probs: List[Dict[Ngram, float]] = [{(w,): (uni.get(w, 0) - _discount(uni.get(w, 0), d)) / total
-                                        + gamma0 / len(words) for w in words}]
+    probs: List[Dict[Ngram, float]] = [
+        {(w,): (uni.get(w, 0) - _discount(uni.get(w, 0), d)) / total + gamma0 / len(words) for w in words}
+    ]
     backoffs: List[Dict[Ngram, float]] = []
     discounts = [d]
     for k in range(2, order + 1):
@@ -202,16 +231,22 @@ def estimate_kn(raw: List[Counter], order: int, vocab: Iterable[str] = (), stats
             taken[g[:-1]] += _discount(c, d)
         gamma = {h: taken[h] / totals[h] for h in totals}
         lower = probs[-1]
-        probs.append({g: (c - _discount(c, d)) / totals[g[:-1]] + gamma[g[:-1]] * lower[g[1:]]
-                      for g, c in counts.items()})
+        probs.append(
+            {g: (c - _discount(c, d)) / totals[g[:-1]] + gamma[g[:-1]] * lower[g[1:]] for g, c in counts.items()}
+        )
         backoffs.append(gamma)
         discounts.append(d)
-    backoffs.append({})   # the top order's n-grams are nobody's history
+    backoffs.append({})  # the top order's n-grams are nobody's history
     return NgramLm(order, probs, backoffs, discounts, stats or TextStats())
 
 
-def estimate_lm(texts: Sequence[PathLike], order: int, vocab: Optional[Set[str]] = None, has_utt_ids: bool = False,
-                uppercase: bool = False) -> NgramLm:
+def estimate_lm(
+    texts: Sequence[PathLike],
+    order: int,
+    vocab: Optional[Set[str]] = None,
+    has_utt_ids: bool = False,
+    uppercase: bool = False,
+) -> NgramLm:
     """Read ``texts`` (see :func:`read_sentences`) and estimate an ``order``-gram (see the module docstring)."""
     if order < 1:
         raise AsrError(f"the n-gram order must be at least 1, got {order}")
@@ -220,8 +255,9 @@ def estimate_lm(texts: Sequence[PathLike], order: int, vocab: Optional[Set[str]]
     stats = TextStats()
     raw = count_ngrams(read_sentences(texts, has_utt_ids, vocab, uppercase, stats), order)
     if stats.sentences == 0:
-        raise AsrError(f"LM text {', '.join(map(str, texts))} holds no words"
-                       + (" after the utterance ids" if has_utt_ids else ""))
+        raise AsrError(
+            f"LM text {', '.join(map(str, texts))} holds no words" + (" after the utterance ids" if has_utt_ids else "")
+        )
     return estimate_kn(raw, order, vocab or (), stats)
 
 
@@ -236,7 +272,7 @@ def write_arpa(lm: NgramLm, path: PathLike) -> None:
             f.write(f"\n\\{k}-grams:\n")
             probs, bows = lm.probs[k - 1], lm.backoffs[k - 1]
             entries = sorted(probs.items())
-            if k == 1:   # <s> is only a history: ARPA's convention of -99 for "never predicted"
+            if k == 1:  # <s> is only a history: ARPA's convention of -99 for "never predicted"
                 entries = sorted(entries + [((BOS,), 0.0)])
             for g, p in entries:
                 line = f"{math.log10(p) if p > 0 else -99:.6f}\t{' '.join(g)}"
@@ -249,13 +285,25 @@ def write_arpa(lm: NgramLm, path: PathLike) -> None:
 def lm_summary(lm: NgramLm) -> Dict[str, object]:
     """The figures a caller logs and keeps in a done marker."""
     s = lm.stats
-    return {"order": lm.order, "sentences": s.sentences, "tokens": s.tokens, "oov_tokens": s.oov_tokens,
-            "oov_types": len(s.oov_words), "ngrams": lm.ngram_counts(),
-            "discounts": [[round(x, 6) for x in d] for d in lm.discounts]}
+    return {
+        "order": lm.order,
+        "sentences": s.sentences,
+        "tokens": s.tokens,
+        "oov_tokens": s.oov_tokens,
+        "oov_types": len(s.oov_words),
+        "ngrams": lm.ngram_counts(),
+        "discounts": [[round(x, 6) for x in d] for d in lm.discounts],
+    }
 
 
-def build_arpa(texts: Sequence[PathLike], out: PathLike, order: int, words: Optional[PathLike] = None,
-               has_utt_ids: bool = False, uppercase: bool = False) -> Dict[str, object]:
+def build_arpa(
+    texts: Sequence[PathLike],
+    out: PathLike,
+    order: int,
+    words: Optional[PathLike] = None,
+    has_utt_ids: bool = False,
+    uppercase: bool = False,
+) -> Dict[str, object]:
     """Estimate an ``order``-gram from ``texts`` and write it to ``out`` (ARPA), logging what was read (sentences,
     tokens, OOVs mapped to ``<unk>`` when ``words`` gives the vocabulary) and the n-grams per order.
 
@@ -266,9 +314,13 @@ def build_arpa(texts: Sequence[PathLike], out: PathLike, order: int, words: Opti
     for t in map(Path, texts):
         if not t.is_file():
             raise AsrError(f"LM text {t} does not exist")
-    fingerprint = {"texts": [[str(t), sha256_file(t)] for t in texts], "order": order,
-                   "words": sha256_file(words) if words is not None else None, "has_utt_ids": has_utt_ids,
-                   "uppercase": uppercase}
+    fingerprint = {
+        "texts": [[str(t), sha256_file(t)] for t in texts],
+        "order": order,
+        "words": sha256_file(words) if words is not None else None,
+        "has_utt_ids": has_utt_ids,
+        "uppercase": uppercase,
+    }
     if out.is_file() and is_done(marker, fingerprint):
         log.info("%s was already estimated from the same text; skipping", out)
         info = json.loads(marker.read_text())
@@ -280,12 +332,25 @@ def build_arpa(texts: Sequence[PathLike], out: PathLike, order: int, words: Opti
     write_arpa(lm, out)
     info = {**lm_summary(lm), "seconds": round(time.perf_counter() - t0, 3)}
     s = lm.stats
-    log.info("%s: %d-gram from %d sentence(s), %d word token(s), %d OOV token(s); n-grams per order: %s; "
-             "%.1f s", out, order, s.sentences, s.tokens, s.oov_tokens,
-             ", ".join(f"{k}-grams {n}" for k, n in enumerate(lm.ngram_counts(), 1)), info["seconds"])
+    log.info(
+        "%s: %d-gram from %d sentence(s), %d word token(s), %d OOV token(s); n-grams per order: %s; %.1f s",
+        out,
+        order,
+        s.sentences,
+        s.tokens,
+        s.oov_tokens,
+        ", ".join(f"{k}-grams {n}" for k, n in enumerate(lm.ngram_counts(), 1)),
+        info["seconds"],
+    )
     if s.oov_tokens:
         top = ", ".join(f"{w} ({c})" for w, c in s.oov_words.most_common(10))
-        log.warning("%d OOV token(s) (%d distinct word(s)) not in %s mapped to %s; most frequent: %s", s.oov_tokens,
-                    len(s.oov_words), words, UNK, top)
+        log.warning(
+            "%d OOV token(s) (%d distinct word(s)) not in %s mapped to %s; most frequent: %s",
+            s.oov_tokens,
+            len(s.oov_words),
+            words,
+            UNK,
+            top,
+        )
     mark_done(marker, info, fingerprint)
     return {**info, "skipped": False}

@@ -9,6 +9,7 @@ Two implementations of one layer:
 The acoustic model stacks ``stack`` consecutive 10 ms frames (so the network runs at 30 ms for stack=3), then
 LSTM layers, then a linear layer to the CTC tokens (index 0 = blank), returning log-probabilities.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ class LstmpLayer(nn.Module):
         for p in self.parameters():
             nn.init.uniform_(p, -std, std)
 
-    def forward(self, x: torch.Tensor, state: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
-                ) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, state: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+    ) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """x: (N, T, input_size) → (N, T, output_size), (r_T, c_T)."""
         n, t_len, _ = x.shape
         if state is None:
@@ -81,8 +83,9 @@ class _TorchLstmLayer(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, proj_size: int, bidirectional: bool):
         super().__init__()
-        self.lstm = nn.LSTM(input_size, hidden_size, num_layers=1, batch_first=True, proj_size=proj_size,
-                            bidirectional=bidirectional)
+        self.lstm = nn.LSTM(
+            input_size, hidden_size, num_layers=1, batch_first=True, proj_size=proj_size, bidirectional=bidirectional
+        )
         self.output_size = (proj_size or hidden_size) * (2 if bidirectional else 1)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

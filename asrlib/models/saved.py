@@ -1,19 +1,20 @@
 """A trained acoustic model as one self-contained file: weights, model config, feature dim, vocabulary and CMVN."""
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from asrlib.config import ModelConfig
 from asrlib.features.cmvn import Cmvn, check_cmvn_mode
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
-from asrlib.train.checkpoint import save_checkpoint
+from asrlib.io.atomic import save_torch
 
 FORMAT_VERSION = 1
 
@@ -43,8 +44,9 @@ class SavedModel:
     @property
     def cmvn(self) -> Cmvn:
         """The normalisation this model applies to its (already mean-normalised, for speaker/utterance) input."""
-        return Cmvn(np.asarray(self.cmvn_mean, np.float32), np.asarray(self.cmvn_inv_std, np.float32),
-                    self.online_prior)
+        return Cmvn(
+            np.asarray(self.cmvn_mean, np.float32), np.asarray(self.cmvn_inv_std, np.float32), self.online_prior
+        )
 
     def normalise(self, feats: np.ndarray) -> np.ndarray:
         """A whole utterance's input frames (T, D) -> the network's input."""
@@ -62,24 +64,48 @@ class SavedModel:
         return logp[0].numpy()
 
 
-def save_model(path: Path, model: StackedLstmAcousticModel, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray,
-               info: Optional[dict] = None) -> None:
-    save_checkpoint(Path(path), {
-        "format_version": FORMAT_VERSION, "model": model.state_dict(),
-        "model_config": dataclasses.asdict(model.cfg), "feat_dim": model.feat_dim, "vocab_size": model.vocab_size,
-        "cmvn_mean": np.asarray(cmvn_mean, np.float32), "cmvn_inv_std": np.asarray(cmvn_inv_std, np.float32),
-        "info": info or {}})
+def save_model(
+    path: Path,
+    model: StackedLstmAcousticModel,
+    cmvn_mean: np.ndarray,
+    cmvn_inv_std: np.ndarray,
+    info: Optional[dict] = None,
+    extra: Optional[dict] = None,
+) -> None:
+    """Write the model file atomically; ``extra``: more top-level keys (e.g. a compressed model's structure)."""
+    save_torch(
+        Path(path),
+        {
+            "format_version": FORMAT_VERSION,
+            "model": model.state_dict(),
+            "model_config": dataclasses.asdict(model.cfg),
+            "feat_dim": model.feat_dim,
+            "vocab_size": model.vocab_size,
+            "cmvn_mean": np.asarray(cmvn_mean, np.float32),
+            "cmvn_inv_std": np.asarray(cmvn_inv_std, np.float32),
+            **(extra or {}),
+            "info": info or {},
+        },
+    )
 
 
-def load_model(path: Path) -> SavedModel:
+def load_model(
+    path: Path, restructure: Optional[Callable[[StackedLstmAcousticModel, dict], None]] = None
+) -> SavedModel:
+    """Read a model file; ``restructure(model, file dict)`` changes the built model's structure to the saved one
+    before its weights are loaded (a compressed model's bottlenecks)."""
     path = Path(path)
     if not path.is_file():
         raise AsrError(f"model file {path} does not exist (has the train stage finished?)")
     st = torch.load(path, map_location="cpu", weights_only=False)
     if st.get("format_version") != FORMAT_VERSION:
-        raise AsrError(f"{path}: model format version {st.get('format_version')} is not supported "
-                       f"(this asrlib reads version {FORMAT_VERSION}); retrain or use a matching asrlib")
+        raise AsrError(
+            f"{path}: model format version {st.get('format_version')} is not supported "
+            f"(this asrlib reads version {FORMAT_VERSION}); retrain or use a matching asrlib"
+        )
     model = build_model(st["feat_dim"], st["vocab_size"], ModelConfig(**st["model_config"]))
+    if restructure is not None:
+        restructure(model, st)
     model.load_state_dict(st["model"])
     model.eval()
     return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st), trained_online_prior(st))

@@ -5,9 +5,11 @@ The trainer calls, in order, for each step: ``shard_batches`` once per epoch, th
 before the dev loss (computed on ``shard_eval`` of the dev batches, summed by ``reduce_metric``) and
 ``end_training`` after the last epoch. An empty batch ``[]`` in a shard means "no data for this learner at this
 step, but take part in the step's communication" (uneven shard ends). The algorithm's own state is saved in every
-checkpoint through ``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo`` is the
+checkpoint through ``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo``
+is the
 single-process algorithm: it does nothing at those points.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
@@ -61,12 +63,3 @@ class TrainAlgo:
 
 class LocalAlgo(TrainAlgo):
     name = "local"
-
-
-def make_algo(cfg) -> TrainAlgo:
-    """The algorithm named by ``train.dist.algo`` (``local`` = one process, no communication)."""
-    if cfg.algo == "local":
-        return LocalAlgo()
-    from asrlib.dist import make_dist_algo  # torch.distributed algorithms live in asrlib/dist/
-
-    return make_dist_algo(cfg)

@@ -8,6 +8,7 @@ the last whole stack are dropped, as the model drops them).
 :func:`init_from_ce` copies everything but the output layer from a cross-entropy model into a CTC model of the
 same architecture: the CTC model keeps its own freshly initialised output layer over tokens + blank.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,10 +20,11 @@ import torch
 from torch.nn import functional as F
 
 from asrlib.features.cmvn import load_cmvn
-from asrlib.io_utils import AsrError, PathLike, read_table, write_table
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.tables import read_table
 from asrlib.kaldi_io import read_int_vectors
 from asrlib.train.criterion import Criterion
-from asrlib.train.data import FeatureSet, Utterance
+from asrlib.train.data import FeatureSet, Utterance, report_excluded
 
 log = logging.getLogger(__name__)
 IGNORE = -100
@@ -31,7 +33,7 @@ IGNORE = -100
 def subsample_targets(frame_targets: np.ndarray, stack: int) -> np.ndarray:
     """10 ms targets -> one target per output frame: the middle frame of each stack."""
     n_out = len(frame_targets) // stack
-    return np.asarray(frame_targets[stack // 2: n_out * stack: stack][:n_out], dtype=np.int64)
+    return np.asarray(frame_targets[stack // 2 : n_out * stack : stack][:n_out], dtype=np.int64)
 
 
 def _reasons(path: Path) -> Dict[str, str]:
@@ -46,9 +48,17 @@ class FrameTargetDataset(FeatureSet):
     excluded and listed in ``excluded_path``.
     """
 
-    def __init__(self, feats_scp: PathLike, ali_dir: PathLike, cmvn_scp: PathLike, num_classes: int,
-                 excluded_path: Optional[PathLike] = None, max_frames: int = 3000, stack: int = 3,
-                 cmn: str = ""):
+    def __init__(
+        self,
+        feats_scp: PathLike,
+        ali_dir: PathLike,
+        cmvn_scp: PathLike,
+        num_classes: int,
+        excluded_path: Optional[PathLike] = None,
+        max_frames: int = 3000,
+        stack: int = 3,
+        cmn: str = "",
+    ):
         ali_dir = Path(ali_dir)
         self._init_features(Path(feats_scp), cmn, load_cmvn(cmvn_scp))
         targets = read_int_vectors(ali_dir / "pdf.scp")
@@ -65,8 +75,9 @@ class FrameTargetDataset(FeatureSet):
                 continue
             t = targets[utt]
             if len(t) != n:
-                excluded.append((utt, f"alignment has {len(t)} frames, features {n} (stale alignment? rerun "
-                                      f"steps.align)"))
+                excluded.append(
+                    (utt, f"alignment has {len(t)} frames, features {n} (stale alignment? rerun steps.align)")
+                )
             elif t.size and (t.min() < 0 or t.max() >= num_classes):
                 excluded.append((utt, f"target outside [0, {num_classes}) (alignment from another model?)"))
             elif n > max_frames:
@@ -79,11 +90,7 @@ class FrameTargetDataset(FeatureSet):
         for utt in targets:
             if utt not in self.reader:
                 excluded.append((utt, f"aligned but not in {feats_scp}"))
-        if excluded_path is not None:
-            write_table(excluded_path, excluded)
-        if excluded:
-            log.warning("excluded %d of %d utterances of %s (see %s)", len(excluded), len(excluded) + len(self.utts),
-                        feats_scp, excluded_path)
+        report_excluded(excluded, len(self.utts), feats_scp, excluded_path)
         if not self.utts:
             raise AsrError(f"no utterance of {feats_scp} has a usable alignment in {ali_dir}; see {excluded_path}")
         self.by_id = {u.utt: u for u in self.utts}
@@ -138,21 +145,30 @@ def init_from_ce(model: torch.nn.Module, ce_path: PathLike) -> Dict[str, object]
 
     ce_path = Path(ce_path)
     if not ce_path.is_file():
-        raise AsrError(f"train.init is 'ce' but the cross-entropy model {ce_path} does not exist; "
-                       f"run steps.train_ce first")
+        raise AsrError(
+            f"train.init is 'ce' but the cross-entropy model {ce_path} does not exist; run steps.train_ce first"
+        )
     ce = load_model(ce_path).model
     keys = ("num_layers", "hidden_size", "proj_size", "peephole", "bidirectional", "stack")
     diff = {k: (getattr(ce.cfg, k), getattr(model.cfg, k)) for k in keys if getattr(ce.cfg, k) != getattr(model.cfg, k)}
     if diff or ce.feat_dim != model.feat_dim:
         if ce.feat_dim != model.feat_dim:
             diff["feat_dim"] = (ce.feat_dim, model.feat_dim)
-        raise AsrError(f"{ce_path} has another architecture than this model {diff} (CE, CTC): train the CE model "
-                       f"with the same model settings")
+        raise AsrError(
+            f"{ce_path} has another architecture than this model {diff} (CE, CTC): train the CE model "
+            f"with the same model settings"
+        )
     src = {k: v for k, v in ce.state_dict().items() if not k.startswith("output.")}
     missing, unexpected = model.load_state_dict(src, strict=False)
     if unexpected or any(not k.startswith("output.") for k in missing):
         raise AsrError(f"{ce_path}: parameters do not match ({unexpected or missing})")
     n = sum(v.numel() for v in src.values())
-    log.info("initialised %d tensors (%d parameters) from %s; output layer (%d classes -> %d tokens) is new",
-             len(src), n, ce_path, ce.vocab_size, model.vocab_size)
+    log.info(
+        "initialised %d tensors (%d parameters) from %s; output layer (%d classes -> %d tokens) is new",
+        len(src),
+        n,
+        ce_path,
+        ce.vocab_size,
+        model.vocab_size,
+    )
     return {"init": "ce", "init_model": str(ce_path), "init_tensors": len(src), "init_parameters": n}

@@ -1,4 +1,5 @@
 """Checkpoints that make resume exact: model, optimizer, scheduler, progress, RNG states and the algorithm's state."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
-from asrlib.io_utils import atomic_path
+from asrlib.io.atomic import atomic_path, save_torch
 
 
 def seed_everything(seed: int) -> None:
@@ -33,8 +34,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
     """Write atomically: a checkpoint file either is complete or does not exist."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(path, state)
 
 
 def link_checkpoint(src: Path, dst: Path) -> None:

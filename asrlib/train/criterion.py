@@ -10,6 +10,7 @@ The trainer (:class:`asrlib.train.trainer.Trainer`) is one loop for every criter
 
 :class:`CtcCriterion` (the spine's CTC) and :class:`asrlib.train.ce.CeCriterion` (frame cross-entropy) are the two.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Sequence, Tuple
@@ -22,7 +23,7 @@ from asrlib.train.data import collate as ctc_collate
 
 class Criterion:
     name = "base"
-    label = "?"            # in log lines: "dev <label> loss per frame"
+    label = "?"  # in log lines: "dev <label> loss per frame"
     extra_metrics: Tuple[str, ...] = ()
 
     def collate(self, ds, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
@@ -47,7 +48,14 @@ class CtcCriterion(Criterion):
     def loss(self, model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, float, int]:
         """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
         logp, out_lens = model(batch["feats"], batch["feat_lens"])
-        total = F.ctc_loss(logp.transpose(0, 1), batch["targets"], out_lens, batch["target_lens"], blank=0,
-                           reduction="sum", zero_infinity=True)
+        total = F.ctc_loss(
+            logp.transpose(0, 1),
+            batch["targets"],
+            out_lens,
+            batch["target_lens"],
+            blank=0,
+            reduction="sum",
+            zero_infinity=True,
+        )
         frames = int(out_lens.sum())
         return total / frames, float(total.detach()), frames

@@ -3,6 +3,7 @@
 Batches are a pure function of (seed, epoch, shard): the sampler holds no hidden iterator state, so a resumed run
 regenerates exactly the batches an uninterrupted run would have seen and skips the ones already done.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,8 @@ import torch
 from tqdm import tqdm
 
 from asrlib.features.cmvn import Cmvn, load_cmvn, open_features
-from asrlib.io_utils import AsrError, read_table, write_table
+from asrlib.errors import AsrError
+from asrlib.io.tables import read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +88,37 @@ class FeatureSet:
         mb = self.total_frames() * dim * 4 / 2**20
         if not 0 < mb <= max_mb:
             if max_mb > 0:
-                log.info("features of %s: %.0f MB > train.feature_cache_mb %.0f: read from the archives each batch",
-                         self.name, mb, max_mb)
+                log.info(
+                    "features of %s: %.0f MB > train.feature_cache_mb %.0f: read from the archives each batch",
+                    self.name,
+                    mb,
+                    max_mb,
+                )
             return False
         t0 = time.perf_counter()
-        self._cache = {u.utt: self.features(u.utt) for u in tqdm(self.utts, desc=f"loading {self.name}",
-                                                                  unit="utt", mininterval=2.0, leave=False)}
-        log.info("features of %s in memory: %d utterances, %.0f MB, read in %.1f s", self.name, len(self._cache), mb,
-                 time.perf_counter() - t0)
+        self._cache = {
+            u.utt: self.features(u.utt)
+            for u in tqdm(self.utts, desc=f"loading {self.name}", unit="utt", mininterval=2.0, leave=False)
+        }
+        log.info(
+            "features of %s in memory: %d utterances, %.0f MB, read in %.1f s",
+            self.name,
+            len(self._cache),
+            mb,
+            time.perf_counter() - t0,
+        )
         return True
 
     def total_frames(self) -> int:
         return sum(u.num_frames for u in self.utts)
+
+
+def report_excluded(excluded: List[Tuple[str, str]], kept: int, source: Path, path: Optional[Path]) -> None:
+    """List the utterances a dataset left out (``utt reason`` lines in ``path``, when given) and log their count."""
+    if path is not None:
+        write_table(path, excluded)
+    if excluded:
+        log.warning("excluded %d of %d utterances of %s (see %s)", len(excluded), len(excluded) + kept, source, path)
 
 
 class CtcDataset(FeatureSet):
@@ -108,9 +129,18 @@ class CtcDataset(FeatureSet):
     and listed (with the reason) in ``excluded_path`` — never dropped silently.
     """
 
-    def __init__(self, feats_scp: Path, text: Path, lang_dir: Path, cmvn_scp: Path, stack: int,
-                 excluded_path: Optional[Path] = None, max_frames: int = 3000, cmn: str = "",
-                 online_prior: Optional[float] = None):
+    def __init__(
+        self,
+        feats_scp: Path,
+        text: Path,
+        lang_dir: Path,
+        cmvn_scp: Path,
+        stack: int,
+        excluded_path: Optional[Path] = None,
+        max_frames: int = 3000,
+        cmn: str = "",
+        online_prior: Optional[float] = None,
+    ):
         self._init_features(Path(feats_scp), cmn, load_cmvn(cmvn_scp, online_prior=online_prior))
         lexicon = read_lexicon_first_pron(Path(lang_dir) / "lexicon.txt")
         tokens = read_token_ids(Path(lang_dir) / "tokens.txt")
@@ -135,15 +165,12 @@ class CtcDataset(FeatureSet):
                 excluded.append((utt, f"too long: {n} frames > max {max_frames} (memory budget)"))
                 continue
             if ctc_min_frames(ids) > n // stack:
-                excluded.append((utt, f"CTC infeasible: {ctc_min_frames(ids)} tokens need more than the "
-                                      f"{n // stack} output frames"))
+                excluded.append(
+                    (utt, f"CTC infeasible: {ctc_min_frames(ids)} tokens need more than the {n // stack} output frames")
+                )
                 continue
             self.utts.append(Utterance(utt, n, ids))
-        if excluded_path is not None:
-            write_table(excluded_path, excluded)
-        if excluded:
-            log.warning("excluded %d of %d utterances of %s (see %s)", len(excluded), len(excluded) + len(self.utts),
-                        text, excluded_path)
+        report_excluded(excluded, len(self.utts), text, excluded_path)
         if not self.utts:
             raise AsrError(f"no usable utterance in {text} with {feats_scp}; see {excluded_path}")
         self.by_id = {u.utt: u for u in self.utts}
@@ -187,8 +214,12 @@ def collate(ds: CtcDataset, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
     for i, f in enumerate(feats):
         x[i, : f.shape[0]] = torch.from_numpy(f)
     targets = [torch.tensor(ds.by_id[u].token_ids, dtype=torch.long) for u in utt_ids]
-    return {"feats": x, "feat_lens": lens, "targets": torch.cat(targets),
-            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long)}
+    return {
+        "feats": x,
+        "feat_lens": lens,
+        "targets": torch.cat(targets),
+        "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long),
+    }
 
 
 def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
@@ -197,7 +228,7 @@ def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
     imitates a speaker with a shorter or longer vocal tract. Uses the global torch RNG (checkpointed)."""
     n, _, d = x.shape
     alpha = 1.0 + (torch.rand(n, 1) * 2 - 1) * max_warp
-    pos = (torch.arange(d, dtype=torch.float32).unsqueeze(0) * alpha).clamp(0, d - 1)   # (N, D) source bins
+    pos = (torch.arange(d, dtype=torch.float32).unsqueeze(0) * alpha).clamp(0, d - 1)  # (N, D) source bins
     lo = pos.floor().long()
     hi = (lo + 1).clamp(max=d - 1)
     w = (pos - lo).unsqueeze(1)
@@ -206,8 +237,15 @@ def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
     return lo_v * (1 - w) + hi_v * w
 
 
-def spec_augment(x: torch.Tensor, lens: torch.Tensor, num_freq_masks: int = 2, max_f: int = 10,
-                 num_time_masks: int = 2, max_t_frac: float = 0.05, max_warp: float = 0.0) -> torch.Tensor:
+def spec_augment(
+    x: torch.Tensor,
+    lens: torch.Tensor,
+    num_freq_masks: int = 2,
+    max_f: int = 10,
+    num_time_masks: int = 2,
+    max_t_frac: float = 0.05,
+    max_warp: float = 0.0,
+) -> torch.Tensor:
     """Optional frequency warping, then frequency and time masking (zeros after CMVN = the mean).
     Uses the global torch RNG (checkpointed)."""
     x = freq_warp(x, max_warp) if max_warp > 0 else x.clone()
@@ -216,11 +254,11 @@ def spec_augment(x: torch.Tensor, lens: torch.Tensor, num_freq_masks: int = 2, m
         for _ in range(num_freq_masks):
             f = int(torch.randint(0, max_f + 1, (1,)))
             f0 = int(torch.randint(0, max(1, d - f), (1,)))
-            x[i, :, f0:f0 + f] = 0
+            x[i, :, f0 : f0 + f] = 0
         t_len = int(lens[i])
         max_t = max(1, int(t_len * max_t_frac))
         for _ in range(num_time_masks):
             t = int(torch.randint(0, max_t + 1, (1,)))
             t0 = int(torch.randint(0, max(1, t_len - t), (1,)))
-            x[i, t0:t0 + t] = 0
+            x[i, t0 : t0 + t] = 0
     return x

@@ -1,14 +1,16 @@
 """Loss curves as a PNG (train loss per logged step, dev loss per epoch)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List
 
-from asrlib.io_utils import atomic_path
+from asrlib.io.atomic import atomic_path
 
 
 def plot_losses(metrics: List[dict], out_png: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -9,6 +9,7 @@ utterances with Adam at ``adapt.lr`` to lower the CTC loss of the first-pass wor
 one the model scores best). No reference transcript is used: only the speaker's audio and the first pass, as with
 per-speaker CMN. ``A | b`` is a D x (D+1) matrix per speaker, the layout of Kaldi's fMLLR transforms (trans.ark).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,12 +41,12 @@ class InputTransform(torch.nn.Module):
 
 def _ctc_nll(logp: torch.Tensor, targets: Sequence[int]) -> float:
     t = torch.tensor(list(targets), dtype=torch.long)
-    return float(torch.nn.functional.ctc_loss(logp, t, torch.tensor([logp.shape[0]]), torch.tensor([len(t)]),
-                                              reduction="sum"))
+    return float(
+        torch.nn.functional.ctc_loss(logp, t, torch.tensor([logp.shape[0]]), torch.tensor([len(t)]), reduction="sum")
+    )
 
 
-def best_pronunciations(logp: torch.Tensor, words: Sequence[str], lexicon: Dict[str, List[List[int]]]
-                        ) -> List[int]:
+def best_pronunciations(logp: torch.Tensor, words: Sequence[str], lexicon: Dict[str, List[List[int]]]) -> List[int]:
     """The token sequence of ``words`` whose CTC score under ``logp`` [T, V] is best, choosing each word's
     pronunciation in turn with the others fixed (one coordinate pass; exact for one-word utterances)."""
     choice = [0] * len(words)
@@ -55,20 +56,23 @@ def best_pronunciations(logp: torch.Tensor, words: Sequence[str], lexicon: Dict[
 
     for i, w in enumerate(words):
         if len(lexicon[w]) > 1:
-            choice[i] = min(range(len(lexicon[w])), key=lambda c: _ctc_nll(logp, seq(choice[:i] + [c] + choice[i + 1:])))
+            choice[i] = min(
+                range(len(lexicon[w])), key=lambda c: _ctc_nll(logp, seq(choice[:i] + [c] + choice[i + 1 :]))
+            )
     return seq(choice)
 
 
 @dataclass
 class SpeakerResult:
-    transform: np.ndarray       # D x (D+1)
-    loss_before: float          # CTC loss per frame of the first-pass targets, before and after
+    transform: np.ndarray  # D x (D+1)
+    loss_before: float  # CTC loss per frame of the first-pass targets, before and after
     loss_after: float
     utterances: int
 
 
-def adapt_speaker(saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequence[Sequence[int]],
-                  cfg: AdaptConfig) -> SpeakerResult:
+def adapt_speaker(
+    saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequence[Sequence[int]], cfg: AdaptConfig
+) -> SpeakerResult:
     """Estimate one speaker's input transform: ``inputs`` the network-input frames of the speaker's utterances
     (``saved.normalise`` applied), ``targets`` their first-pass token sequences."""
     model = saved.model
@@ -78,8 +82,12 @@ def adapt_speaker(saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequ
     lin = InputTransform(inputs[0].shape[1])
     opt = torch.optim.Adam(lin.parameters(), lr=cfg.lr)
     # the trainer's length-bucketed packing under a padded-frame budget (its order fixed: no randomness here)
-    batches = [[int(i) for i in b] for b in make_batches(
-        [Utterance(str(i), len(x), []) for i, x in enumerate(inputs)], cfg.batch_frames, seed=0, epoch=0)]
+    batches = [
+        [int(i) for i in b]
+        for b in make_batches(
+            [Utterance(str(i), len(x), []) for i, x in enumerate(inputs)], cfg.batch_frames, seed=0, epoch=0
+        )
+    ]
 
     def batch_loss(idx: List[int]) -> Tuple[torch.Tensor, int]:
         xs = [torch.from_numpy(np.asarray(inputs[i], np.float32)) for i in idx]
@@ -87,8 +95,7 @@ def adapt_speaker(saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequ
         logp, out_len = model(lin(x), torch.tensor([len(v) for v in xs]))
         tg = torch.tensor([t for i in idx for t in targets[i]], dtype=torch.long)
         tl = torch.tensor([len(targets[i]) for i in idx])
-        nll = torch.nn.functional.ctc_loss(logp.transpose(0, 1), tg, out_len, tl, reduction="sum",
-                                           zero_infinity=True)
+        nll = torch.nn.functional.ctc_loss(logp.transpose(0, 1), tg, out_len, tl, reduction="sum", zero_infinity=True)
         return nll, int(out_len.sum())
 
     def total() -> float:

@@ -4,6 +4,7 @@ What is optimised plugs in as one :class:`~asrlib.train.criterion.Criterion` (CT
 for steps.train_ce); a distributed algorithm as one :class:`~asrlib.train.algo.TrainAlgo` object. The loop itself
 is shared.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,10 +22,18 @@ from tqdm import tqdm
 
 from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
 from asrlib.features.cmvn import cmvn_fingerprint
-from asrlib.io_utils import AsrError, atomic_open, is_done
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_open
+from asrlib.io.stage import is_done
 from asrlib.train.algo import LocalAlgo, TrainAlgo
-from asrlib.train.checkpoint import (latest_checkpoint, link_checkpoint, load_checkpoint, rng_state, save_checkpoint,
-                                     set_rng_state)
+from asrlib.train.checkpoint import (
+    latest_checkpoint,
+    link_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from asrlib.train.criterion import Criterion, CtcCriterion
 from asrlib.train.data import CtcDataset, make_batches, spec_augment
 from asrlib.train.noise_aug import NoiseAugment
@@ -52,6 +61,7 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: in
                 return (s + 1) / warm
             frac = min(1.0, (s - warm) / max(1, total_steps - warm))
             return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac))
+
         return torch.optim.lr_scheduler.LambdaLR(opt, f)
     raise ValueError(f"train.scheduler must be warmup_cosine or constant, not {cfg.scheduler!r}")
 
@@ -82,7 +92,7 @@ def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:
     multiplies by its coefficient clamped to 1.0 then). Returns the total norm."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)
-    if not bool(max_norm / (norm + 1e-6) >= 1.0):   # torch's own coefficient; NaN clips as in torch
+    if not bool(max_norm / (norm + 1e-6) >= 1.0):  # torch's own coefficient; NaN clips as in torch
         torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
     return float(norm)
 
@@ -93,9 +103,17 @@ def _restart_count() -> int:
 
 
 class Trainer:
-    def __init__(self, cfg: RecipeConfig, model: torch.nn.Module, train_ds: CtcDataset,
-                 dev_ds: Optional[CtcDataset], exp_dir: Path, algo: Optional[TrainAlgo] = None,
-                 extra_state: Optional[dict] = None, criterion: Optional[Criterion] = None):
+    def __init__(
+        self,
+        cfg: RecipeConfig,
+        model: torch.nn.Module,
+        train_ds: CtcDataset,
+        dev_ds: Optional[CtcDataset],
+        exp_dir: Path,
+        algo: Optional[TrainAlgo] = None,
+        extra_state: Optional[dict] = None,
+        criterion: Optional[Criterion] = None,
+    ):
         self.cfg, self.tcfg = cfg, cfg.train
         self.criterion = criterion or CtcCriterion()
         self.model, self.train_ds, self.dev_ds = model, train_ds, dev_ds
@@ -112,8 +130,14 @@ class Trainer:
         self.metrics: List[dict] = []
         self.noise_aug: Optional[NoiseAugment] = None
         if self.tcfg.noise_prob > 0:
-            self.noise_aug = NoiseAugment(train_ds.cmvn, cfg.data.sample_rate, cfg.features.num_mel_bins,
-                                          self.tcfg.noise_prob, self.tcfg.noise_snr_min, self.tcfg.noise_snr_max)
+            self.noise_aug = NoiseAugment(
+                train_ds.cmvn,
+                cfg.data.sample_rate,
+                cfg.features.num_mel_bins,
+                self.tcfg.noise_prob,
+                self.tcfg.noise_snr_min,
+                self.tcfg.noise_snr_max,
+            )
 
     # ------------------------------------------------------------------ state
     def _epoch_batches(self, epoch: int) -> List[List[str]]:
@@ -121,10 +145,19 @@ class Trainer:
         return self.algo.shard_batches(batches, epoch)
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "step": self.step, "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch, "rng": rng_state(), "algo": self.algo.state_dict(),
-                "metrics": self.metrics, "config": dataclasses.asdict(self.cfg), **self.extra_state}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "rng": rng_state(),
+            "algo": self.algo.state_dict(),
+            "metrics": self.metrics,
+            "config": dataclasses.asdict(self.cfg),
+            **self.extra_state,
+        }
 
     def load_state_dict(self, st: dict) -> None:
         self.model.load_state_dict(st["model"])
@@ -140,15 +173,19 @@ class Trainer:
         if not self.algo.is_main:
             return
         save_checkpoint(self.ckpt_dir / name, st)
-        if name != "latest.pt":   # the same state: linked, not serialised and synced a second time
+        if name != "latest.pt":  # the same state: linked, not serialised and synced a second time
             link_checkpoint(self.ckpt_dir / name, self.ckpt_dir / "latest.pt")
 
     def try_resume(self) -> bool:
         ck = latest_checkpoint(self.ckpt_dir)
         restart = _restart_count()
-        if restart:   # torchrun --max-restarts (steps.train_dist): a learner of the previous attempt failed
-            log.warning("torchrun restart %d of %s: %s", restart, os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"),
-                        "resuming from the last checkpoint" if ck else "no checkpoint yet: starting from scratch")
+        if restart:  # torchrun --max-restarts (steps.train_dist): a learner of the previous attempt failed
+            log.warning(
+                "torchrun restart %d of %s: %s",
+                restart,
+                os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"),
+                "resuming from the last checkpoint" if ck else "no checkpoint yet: starting from scratch",
+            )
         if ck is None:
             return False
         st = load_checkpoint(ck)
@@ -160,8 +197,10 @@ class Trainer:
                 old.pop(key, None), new.pop(key, None)
             if old != new:
                 diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
-                raise AsrError(f"{ck} was written with other {section} settings {diff} (old, new): "
-                               f"resume needs the same settings; use another exp dir or delete {self.ckpt_dir}")
+                raise AsrError(
+                    f"{ck} was written with other {section} settings {diff} (old, new): "
+                    f"resume needs the same settings; use another exp dir or delete {self.ckpt_dir}"
+                )
         self.load_state_dict(st)
         log.info("resumed from %s: epoch %d, batch %d, step %d", ck, self.epoch, self.batch_in_epoch, self.step)
         return True
@@ -220,8 +259,15 @@ class Trainer:
         while self.epoch < self.tcfg.epochs:
             batches = self._epoch_batches(self.epoch)
             self._log_shard(batches)
-            bar = tqdm(total=len(batches), initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}",
-                       disable=not main, unit="batch", dynamic_ncols=True, mininterval=2.0)
+            bar = tqdm(
+                total=len(batches),
+                initial=self.batch_in_epoch,
+                desc=f"epoch {self.epoch + 1}",
+                disable=not main,
+                unit="batch",
+                dynamic_ncols=True,
+                mininterval=2.0,
+            )
             run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
             while self.batch_in_epoch < len(batches):
                 total, frames, nin = self.train_step(batches[self.batch_in_epoch])
@@ -242,15 +288,19 @@ class Trainer:
             self.algo.end_epoch(self.model, self.optimizer)
             dev = self.dev_loss()
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev,
-                                 **self.dev_extra})
+            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev, **self.dev_extra})
             if tb is not None and dev is not None:
                 tb.add_scalar(f"dev/{self.criterion.name}_loss", dev, self.step)
                 for name, value in self.dev_extra.items():
                     tb.add_scalar(f"dev/{name}", value, self.step)
-            log.info("epoch %d done: step %d, dev %s loss per frame %s%s", self.epoch, self.step,
-                     self.criterion.label, f"{dev:.4f}" if dev is not None else "n/a",
-                     "".join(f", {k} {v:.4f}" for k, v in self.dev_extra.items()))
+            log.info(
+                "epoch %d done: step %d, dev %s loss per frame %s%s",
+                self.epoch,
+                self.step,
+                self.criterion.label,
+                f"{dev:.4f}" if dev is not None else "n/a",
+                "".join(f", {k} {v:.4f}" for k, v in self.dev_extra.items()),
+            )
             self.save(f"epoch-{self.epoch}.pt")
             if main:
                 plot_losses(self.metrics, self.exp_dir / "loss.png")
@@ -264,22 +314,41 @@ class Trainer:
         empty = sum(1 for b in batches if not b)
         rank, world, epoch = self.algo.rank, self.algo.world_size, self.epoch + 1
         if empty and empty == len(batches):
-            log.warning("learner %d of %d has no data in epoch %d (fewer batches than learners): it takes part in "
-                        "all %d steps with empty batches", rank, world, epoch, empty)
+            log.warning(
+                "learner %d of %d has no data in epoch %d (fewer batches than learners): it takes part in "
+                "all %d steps with empty batches",
+                rank,
+                world,
+                epoch,
+                empty,
+            )
         elif empty:
-            log.info("learner %d of %d: %d of its %d steps in epoch %d have no data (uneven shard end)", rank, world,
-                     empty, len(batches), epoch)
+            log.info(
+                "learner %d of %d: %d of its %d steps in epoch %d have no data (uneven shard end)",
+                rank,
+                world,
+                empty,
+                len(batches),
+                epoch,
+            )
 
     def _log_train(self, tb, loss: float, frames_per_s: float) -> None:
         lr = self.optimizer.param_groups[0]["lr"]
-        self.metrics.append({"kind": "train", "step": self.step, "epoch": self.epoch, "loss": loss, "lr": lr,
-                             "frames_per_s": frames_per_s})
+        self.metrics.append(
+            {
+                "kind": "train",
+                "step": self.step,
+                "epoch": self.epoch,
+                "loss": loss,
+                "lr": lr,
+                "frames_per_s": frames_per_s,
+            }
+        )
         if tb is not None:
             tb.add_scalar(f"train/{self.criterion.name}_loss", loss, self.step)
             tb.add_scalar("train/lr", lr, self.step)
             tb.add_scalar("train/input_frames_per_s", frames_per_s, self.step)
-        log.info("step %d epoch %d loss %.4f lr %.2e %.0f frames/s", self.step, self.epoch + 1, loss, lr,
-                 frames_per_s)
+        log.info("step %d epoch %d loss %.4f lr %.2e %.0f frames/s", self.step, self.epoch + 1, loss, lr, frames_per_s)
 
     def finish(self) -> dict:
         dev = [m["loss"] for m in self.metrics if m["kind"] == "dev"]

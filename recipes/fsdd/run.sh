@@ -4,8 +4,8 @@
 #   ./run.sh --seeds "42 7 13"     # one model per seed and fold (exp/seed<S>/<fold>), combined by stages 8-9 into exp
 #   ./run.sh --stage 8 --fuse "exp exp_seed7 exp_seed13" --exp exp_combined     # combine finished experiments
 # Folds: loso_<spk> (leave one speaker out; the next speaker is dev) for every speaker, and split04 (the dataset's
-# own split: indices 0-4 test). Only stage 1 is corpus-specific (local/fsdd.py); stages 2-6 are the shared ones of
-# utils/recipe_stages.sh, run once per fold with data=<data>/<fold> and exp=<exp>/<fold>. Stage 7 writes
+# own split: indices 0-4 test). Only stage 1's preparation is corpus-specific (local/fsdd.py); the rest of stages 1-6
+# are the shared ones of asrlib/pipeline.py, run once per fold with data=<data>/<fold> and exp=<exp>/<fold>. Stage 7 writes
 # <exp>/RESULTS_fsdd_{tlg,greedy,isolated}.md (local.fsdd report). Stage 8 (only with --fuse): the models of several
 # experiment folders (e.g. training seeds) combined per fold on the test set: each candidate word's total CTC
 # probability summed over the models (steps.decode --method isolated), into --exp, with its own table; stage 9 (with
@@ -32,11 +32,10 @@ seeds=""            # training seeds (train.seed), e.g. "42 7 13": stages 4-7 on
 python=${PYTHON:-$ROOT/.venv/bin/python}
 __po_options="stage stop_stage config corpus_dir folds nj data exp cmd train_cmd python fuse seeds"
 . "$ROOT/utils/parse_options.sh"
-. "$ROOT/utils/recipe_stages.sh"
+. "$ROOT/utils/recipe_helpers.sh"
 at() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 
 corpus=$(cfg data.corpus)       # fsdd, or digits_fsdd (recipes/digits_fsdd/run.sh runs this script)
-eval_sets=$(cfg data.eval_sets)
 if at 1; then  # data: recordings → lhotse manifests, all/ (+ all_sp/), one Kaldi train/dev/test per fold
   run local.$corpus --config "$config" --out-dir "$data" --nj "$nj" ${corpus_dir:+--corpus-dir "$corpus_dir"}
 fi
@@ -61,18 +60,14 @@ for fold in $folds; do
   data=$(fold_data "$fold")
   [ -n "$data" ] || { echo "$0: unknown fold $fold (see $data_root/folds.txt)" >&2; exit 1; }
   echo "=== fold $fold: data $data" >&2
-  at 1 && stage_validate train dev $eval_sets
-  at 2 && stage_features train dev $eval_sets
-  at 3 && stage_lang train
+  plan_stages $((stage > 1 ? stage : 1)) $((stop_stage < 3 ? stop_stage : 3)) --skip-prepare   # validate, fbank, lang
   for s in $seed_list; do
     [ "$s" = none ] && s=""
     exp=$(seed_exp "$s")/$fold
     config_set=()
     [ -n "$s" ] && config_set=(--set train.seed="$s")
     echo "=== fold $fold: exp $exp" >&2
-    at 4 && stage_train train dev
-    at 5 && stage_decode $eval_sets
-    at 6 && stage_score $eval_sets
+    plan_stages $((stage > 4 ? stage : 4)) $((stop_stage < 6 ? stop_stage : 6))   # train, decode, score
   done
   config_set=()
 done

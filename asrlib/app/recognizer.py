@@ -1,6 +1,6 @@
 """Transcribe your own audio with a trained model: the Python API behind ``asr transcribe``.
 
-    from asrlib.recognizer import Recognizer
+    from asrlib.app.recognizer import Recognizer
 
     rec = Recognizer.from_dir("recipes/digits/exp/lstm_ctc")   # or a dir made by `asr package`
     result = rec.transcribe_file("my.wav")                      # any rate, mono or multi-channel, wav/flac/...
@@ -18,7 +18,7 @@ extended by one frame shift on each side (every frame depends only on its own 25
 
 **Segments**: a recording is decoded as segments cut at its pauses (``decode.segment``, :mod:`asrlib.decode.segment`):
 the network runs each segment from a zero state, chunk by chunk with the LSTM state carried within it (see
-:mod:`asrlib.model_dir`), and the search (TLG or greedy) runs over each segment's log-probabilities, so a long
+:mod:`asrlib.app.model_dir`), and the search (TLG or greedy) runs over each segment's log-probabilities, so a long
 recording costs memory bounded by ``segment_max_seconds``, and a model trained on utterances never carries its
 state across an hour. A short utterance is usually one segment, searched as the recipe's decode stage does;
 ``segment: none`` gives exactly the decode stage's search over the whole recording in one stream. Greedy decoding
@@ -37,6 +37,7 @@ spoken word. Words are in order and never overlap.
 greedy method, a word whose phones were all absent from the greedy phone string and filled in by the lexicon
 match has confidence 0 and ``start == end``.)
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy as np
 
 from asrlib.config import DecodeConfig
-from asrlib.io_utils import AsrError, PathLike
-from asrlib.model_dir import DECODE_KEYS, AcousticBackend, ModelDir, open_model_dir
+from asrlib.errors import AsrError, PathLike
+from asrlib.app.model_dir import DECODE_KEYS, AcousticBackend, ModelDir, open_model_dir
 
 METHODS = ("tlg", "greedy")
 MIN_SAMPLES_SECONDS = 0.025  # one 25 ms fbank window
@@ -58,15 +59,16 @@ MIN_SAMPLES_SECONDS = 0.025  # one 25 ms fbank window
 @dataclass
 class Word:
     word: str
-    start: float        # seconds
-    end: float          # seconds
-    confidence: float   # 0..1, see the module docstring
+    start: float  # seconds
+    end: float  # seconds
+    confidence: float  # 0..1, see the module docstring
 
 
 @dataclass
 class Segment:
     """A stretch of the recording decoded from a zero network state (see :mod:`asrlib.decode.segment`) that
     holds words: ``start``/``end`` bound the audio decoded (the words plus up to ``segment_pad`` of silence)."""
+
     start: float
     end: float
     text: str
@@ -77,15 +79,19 @@ class Segment:
 class Result:
     text: str
     words: List[Word] = field(default_factory=list)
-    duration: float = 0.0   # seconds of input audio
+    duration: float = 0.0  # seconds of input audio
     segments: List[Segment] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "duration": round(self.duration, 3),
-                "words": [{**asdict(w), "start": round(w.start, 3), "end": round(w.end, 3),
-                           "confidence": round(w.confidence, 3)} for w in self.words],
-                "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text}
-                             for s in self.segments]}
+        return {
+            "text": self.text,
+            "duration": round(self.duration, 3),
+            "words": [
+                {**asdict(w), "start": round(w.start, 3), "end": round(w.end, 3), "confidence": round(w.confidence, 3)}
+                for w in self.words
+            ],
+            "segments": [{"start": round(s.start, 3), "end": round(s.end, 3), "text": s.text} for s in self.segments],
+        }
 
 
 # ------------------------------------------------------------------------------------------------ audio
@@ -101,8 +107,9 @@ def _to_mono_float(samples: np.ndarray) -> np.ndarray:
         raise AsrError(f"audio samples must be numbers, got dtype {x.dtype}")
     if x.ndim == 2:
         if x.shape[1] > 64 and x.shape[0] < x.shape[1]:
-            raise AsrError(f"audio of shape {x.shape} looks like [channels, samples]; pass [samples, channels] "
-                           f"(transpose it)")
+            raise AsrError(
+                f"audio of shape {x.shape} looks like [channels, samples]; pass [samples, channels] (transpose it)"
+            )
         x = x.mean(axis=1)
     return np.ascontiguousarray(x, dtype=np.float32)
 
@@ -114,7 +121,7 @@ def _check_finite(block: np.ndarray, where: str) -> None:
 
 def _array_blocks(x: np.ndarray, block: int) -> Iterator[np.ndarray]:
     for i in range(0, len(x), block):
-        yield x[i:i + block]
+        yield x[i : i + block]
 
 
 def open_audio_blocks(path: PathLike, block_seconds: float = 10.0) -> Tuple[int, Iterator[np.ndarray]]:
@@ -179,15 +186,15 @@ def resample_stream(blocks: Iterable[np.ndarray], orig: int, new: int, block_hin
     ctx = math.ceil(rs.width / o) * o
     step = max(1, block_hint // o) * o
     skip = ctx // o * n
-    buf = np.zeros(ctx, np.float32)   # buf[ctx] is the next input sample to turn into output
+    buf = np.zeros(ctx, np.float32)  # buf[ctx] is the next input sample to turn into output
     total_in = produced = 0
     for blk in blocks:
         buf = np.concatenate([buf, blk])
         total_in += len(blk)
         while len(buf) >= ctx + step + ctx:
             with torch.no_grad():
-                y = rs(torch.from_numpy(buf[:ctx + step + ctx])).numpy()
-            out = y[skip: skip + step // o * n]
+                y = rs(torch.from_numpy(buf[: ctx + step + ctx])).numpy()
+            out = y[skip : skip + step // o * n]
             produced += len(out)
             yield out
             buf = buf[step:]
@@ -195,11 +202,12 @@ def resample_stream(blocks: Iterable[np.ndarray], orig: int, new: int, block_hin
     if total_out > produced:
         with torch.no_grad():
             y = rs(torch.from_numpy(np.concatenate([buf, np.zeros(ctx, np.float32)]))).numpy()
-        yield y[skip: skip + total_out - produced]
+        yield y[skip : skip + total_out - produced]
 
 
-def fbank_stream(blocks: Iterable[np.ndarray], extract, frames_per_chunk: int, shift: int = 160,
-                 min_samples: int = 400) -> Iterator[np.ndarray]:
+def fbank_stream(
+    blocks: Iterable[np.ndarray], extract, frames_per_chunk: int, shift: int = 160, min_samples: int = 400
+) -> Iterator[np.ndarray]:
     """Fbank frames of a stream of 16 kHz sample blocks, identical to ``extract(concatenation)``.
 
     ``extract(samples) -> [frames, dim]`` is lhotse's Kaldi-compatible fbank with ``snip_edges=False``: frame
@@ -209,8 +217,8 @@ def fbank_stream(blocks: Iterable[np.ndarray], extract, frames_per_chunk: int, s
     window was reflected at the chunk's edge. A recording shorter than ``min_samples`` (one window) is an error.
     """
     buf = np.zeros(0, np.float32)
-    buf_start = 0          # global index of buf[0]
-    f0 = 0                 # next frame to output
+    buf_start = 0  # global index of buf[0]
+    f0 = 0  # next frame to output
     total = 0
     for blk in blocks:
         buf = np.concatenate([buf, blk]) if len(buf) else np.asarray(blk, np.float32)
@@ -221,18 +229,20 @@ def fbank_stream(blocks: Iterable[np.ndarray], extract, frames_per_chunk: int, s
                 break
             feats = extract(buf[: f1 * shift + shift - buf_start])
             off = 0 if f0 == 0 else 1
-            yield feats[off: off + (f1 - f0)]
+            yield feats[off : off + (f1 - f0)]
             new_start = f1 * shift - shift
-            buf = buf[new_start - buf_start:]
+            buf = buf[new_start - buf_start :]
             buf_start, f0 = new_start, f1
     if total < min_samples:
-        raise AsrError(f"audio too short: {total} samples, need at least {min_samples} "
-                       f"({min_samples / (shift * 100):.3f} s) for one 25 ms frame")
+        raise AsrError(
+            f"audio too short: {total} samples, need at least {min_samples} "
+            f"({min_samples / (shift * 100):.3f} s) for one 25 ms frame"
+        )
     n_frames = (total + shift // 2) // shift
     if n_frames > f0:
         feats = extract(buf)
         off = 0 if f0 == 0 else 1
-        yield feats[off: off + (n_frames - f0)]
+        yield feats[off : off + (n_frames - f0)]
 
 
 # ------------------------------------------------------------------------------------------------ alignment
@@ -250,8 +260,9 @@ def token_runs(frame_tokens: Sequence[int]) -> List[Tuple[int, int, int]]:
     return runs
 
 
-def _match_exact(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
-                 ) -> Optional[List[Tuple[int, int]]]:
+def _match_exact(
+    words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
+) -> Optional[List[Tuple[int, int]]]:
     """Split ``toks`` into the words' pronunciations exactly: run-index spans ``[a, b)`` per word, or None.
 
     Depth-first over the pronunciation choices (iterative), remembering dead ends ``(word, position)``, so the
@@ -259,7 +270,7 @@ def _match_exact(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: 
     """
     toks = list(toks)
     failed = set()
-    stack: List[Tuple[int, int]] = []   # (start position, pronunciation index) of each matched word
+    stack: List[Tuple[int, int]] = []  # (start position, pronunciation index) of each matched word
     j = i = k = 0
     while True:
         advanced = False
@@ -267,7 +278,7 @@ def _match_exact(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: 
             ps = prons.get(words[j], [])
             while k < len(ps):
                 p = ps[k]
-                if (j + 1, i + len(p)) not in failed and toks[i:i + len(p)] == p:
+                if (j + 1, i + len(p)) not in failed and toks[i : i + len(p)] == p:
                     stack.append((i, k))
                     j, i, k = j + 1, i + len(p), 0
                     advanced = True
@@ -285,8 +296,9 @@ def _match_exact(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: 
         j, k = j - 1, k + 1
 
 
-def _match_edit(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
-                ) -> List[Optional[Tuple[int, int]]]:
+def _match_edit(
+    words: Sequence[str], prons: Dict[str, List[List[int]]], toks: Sequence[int]
+) -> List[Optional[Tuple[int, int]]]:
     """Minimum-edit alignment of ``toks`` to the words (any of each word's pronunciations): for each word the
     span ``[a, b)`` of the runs it matched or substituted, or None if all its phones were deletions.
 
@@ -299,13 +311,13 @@ def _match_edit(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: S
     # nodes: boundary node per word boundary, plus one node per phone position of each pronunciation
     rows: List[np.ndarray] = []
     back: List[Tuple[np.ndarray, np.ndarray, List[Tuple[int, int, int]]]] = []  # (choice, op, preds)
-    owner: List[int] = []   # word index owning a node's incoming phone (-1 for boundary nodes)
+    owner: List[int] = []  # word index owning a node's incoming phone (-1 for boundary nodes)
 
     def add_node(preds: List[Tuple[int, int, int]], word: int) -> int:
         """preds: (node, phone, is_boundary_join); returns the node id."""
         best = np.full(n + 1, np.inf)
         choice = np.full(n + 1, -1, dtype=np.int64)
-        op = np.zeros(n + 1, dtype=np.int8)   # 0 start, 1 sub/match, 2 delete phone, 3 insert run, 4 join
+        op = np.zeros(n + 1, dtype=np.int8)  # 0 start, 1 sub/match, 2 delete phone, 3 insert run, 4 join
         for k, (u, ph, join) in enumerate(preds):
             ru = rows[u]
             if join:
@@ -361,8 +373,9 @@ def _match_edit(words: Sequence[str], prons: Dict[str, List[List[int]]], toks: S
     return [(min(s), max(s) + 1) if s else None for s in spans]
 
 
-def align_words(words: Sequence[str], prons: Dict[str, List[List[int]]], runs: Sequence[Tuple[int, int, int]]
-                ) -> List[Optional[Tuple[int, int]]]:
+def align_words(
+    words: Sequence[str], prons: Dict[str, List[List[int]]], runs: Sequence[Tuple[int, int, int]]
+) -> List[Optional[Tuple[int, int]]]:
     """Run-index span ``[a, b)`` of each word (None: no run), exact when the runs spell the words."""
     toks = [r[0] for r in runs]
     exact = _match_exact(words, prons, toks)
@@ -378,8 +391,14 @@ class Recognizer:
     Not thread-safe (the search keeps state); use one Recognizer per thread or process.
     """
 
-    def __init__(self, model_dir: ModelDir, method: str = "tlg", decode: Optional[DecodeConfig] = None,
-                 chunk_seconds: float = 10.0, max_greedy_segment: float = 30.0) -> None:
+    def __init__(
+        self,
+        model_dir: ModelDir,
+        method: str = "tlg",
+        decode: Optional[DecodeConfig] = None,
+        chunk_seconds: float = 10.0,
+        max_greedy_segment: float = 30.0,
+    ) -> None:
         from asrlib.config import check_segment_settings
 
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
@@ -398,20 +417,28 @@ class Recognizer:
         lang = model_dir.lang_dir
         tokens = read_tokens(lang / "tokens.txt")
         if len(tokens) != self.backend.vocab_size:
-            raise AsrError(f"the model outputs {self.backend.vocab_size} tokens but {lang / 'tokens.txt'} has "
-                           f"{len(tokens)}: the lang dir does not belong to this model")
+            raise AsrError(
+                f"the model outputs {self.backend.vocab_size} tokens but {lang / 'tokens.txt'} has "
+                f"{len(tokens)}: the lang dir does not belong to this model"
+            )
         if method == "tlg":
             if not (lang / "TLG.fst").is_file():
                 raise AsrError(f"{lang} has no TLG.fst; build it (steps.prepare_lang) or use --method greedy")
             c = self.decode_config
-            self.decoder = TlgDecoder(lang, beam=c.beam, max_active=c.max_active, acoustic_scale=c.acoustic_scale,
-                                      blank_penalty=c.blank_penalty)
+            self.decoder = TlgDecoder(
+                lang,
+                beam=c.beam,
+                max_active=c.max_active,
+                acoustic_scale=c.acoustic_scale,
+                blank_penalty=c.blank_penalty,
+            )
         else:
             self.decoder = GreedyWordDecoder(lang)
         self.id2word = read_words(lang / "words.txt")
         self.prons = read_lexicon_ids(lang)
-        self._extractor = FbankExtractor(FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0,
-                                                       sample_rate=self.sample_rate))
+        self._extractor = FbankExtractor(
+            FbankOptions(num_mel_bins=self.backend.num_mel_bins, dither=0.0, sample_rate=self.sample_rate)
+        )
         self.frame_shift = float(model_dir.meta.get("frame_shift", 0.01))
         self.shift_samples = int(round(self.frame_shift * self.sample_rate))
         self.frame_seconds = self.frame_shift * self.backend.subsampling
@@ -420,8 +447,9 @@ class Recognizer:
         self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
 
     @classmethod
-    def from_dir(cls, path: PathLike, method: str = "tlg", chunk_seconds: float = 10.0,
-                 **decode: object) -> "Recognizer":
+    def from_dir(
+        cls, path: PathLike, method: str = "tlg", chunk_seconds: float = 10.0, **decode: object
+    ) -> "Recognizer":
         """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings (the
         :class:`DecodeConfig` fields recorded in the model dir: beam, max_active, acoustic_scale, blank_penalty and
         the ``segment*`` settings; else its defaults) can be overridden by keyword (None = keep)."""
@@ -436,10 +464,16 @@ class Recognizer:
 
     # -------------------------------------------------------------------------------- log-probs
     def _fbank(self, samples: np.ndarray) -> np.ndarray:
-        return self._extractor.features(samples)     # under torch.inference_mode
+        return self._extractor.features(samples)  # under torch.inference_mode
 
-    def _feature_stream(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str, counted: List[int],
-                        progress: Optional[Callable[[float], None]] = None) -> Iterator[np.ndarray]:
+    def _feature_stream(
+        self,
+        blocks: Iterable[np.ndarray],
+        sample_rate: int,
+        where: str,
+        counted: List[int],
+        progress: Optional[Callable[[float], None]] = None,
+    ) -> Iterator[np.ndarray]:
         """Raw fbank chunks of the recording (exactly those of the whole recording); ``counted[0]`` adds up the
         input samples; ``progress(seconds)`` is told each block's input seconds."""
         if int(sample_rate) != sample_rate or sample_rate <= 0:
@@ -472,8 +506,7 @@ class Recognizer:
     def _chunks(self, feats: np.ndarray) -> Iterator[np.ndarray]:
         return _array_blocks(feats, self._frames_per_chunk) if len(feats) else iter(())
 
-    def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str
-                          ) -> Tuple[np.ndarray, int]:
+    def _log_probs_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str) -> Tuple[np.ndarray, int]:
         """(log-probs [T, V] of the recording in one stream, number of input samples)."""
         counted = [0]
         lp = self._run_network(self._feature_stream(blocks, sample_rate, where, counted))
@@ -512,10 +545,10 @@ class Recognizer:
             final = chunk is None
             while len(buf) >= max_len * stack or final:
                 segs, keep = plan(buf, final)
-                for a, b in segs:   # a final segment takes the last partial stack too (the stream drops it)
+                for a, b in segs:  # a final segment takes the last partial stack too (the stream drops it)
                     end = len(buf) if final and b * stack >= len(buf) - stack else b * stack
-                    yield out0 + a, self._run_network(self._chunks(buf[a * stack: end]))
-                buf, out0 = buf[keep * stack:], out0 + keep
+                    yield out0 + a, self._run_network(self._chunks(buf[a * stack : end]))
+                buf, out0 = buf[keep * stack :], out0 + keep
                 if final:
                     break
 
@@ -524,8 +557,9 @@ class Recognizer:
         x = _to_mono_float(samples)
         if len(x) == 0:
             raise AsrError("audio: no samples")
-        return self._log_probs_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
-                                      sample_rate, "audio")[0]
+        return self._log_probs_blocks(
+            _array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))), sample_rate, "audio"
+        )[0]
 
     # -------------------------------------------------------------------------------- transcription
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> Result:
@@ -534,8 +568,9 @@ class Recognizer:
         x = _to_mono_float(samples)
         if len(x) == 0:
             raise AsrError("audio: no samples")
-        return self._transcribe_blocks(_array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))),
-                                       sample_rate, "audio")
+        return self._transcribe_blocks(
+            _array_blocks(x, max(1, int(self.chunk_seconds * sample_rate))), sample_rate, "audio"
+        )
 
     def transcribe_file(self, path: PathLike, progress: Optional[Callable[[float], None]] = None) -> Result:
         """Like :meth:`transcribe` for an audio file; problems are an :class:`AsrError` naming the file.
@@ -543,18 +578,26 @@ class Recognizer:
         sr, blocks = open_audio_blocks(path, self.chunk_seconds)
         return self._transcribe_blocks(blocks, sr, str(path), progress)
 
-    def _transcribe_blocks(self, blocks: Iterable[np.ndarray], sample_rate: int, where: str,
-                           progress: Optional[Callable[[float], None]] = None) -> Result:
+    def _transcribe_blocks(
+        self,
+        blocks: Iterable[np.ndarray],
+        sample_rate: int,
+        where: str,
+        progress: Optional[Callable[[float], None]] = None,
+    ) -> Result:
         counted: List[int] = [0]
         segments: List[Segment] = []
         for first, lp in self._segments(self._feature_stream(blocks, sample_rate, where, counted, progress)):
             words = self._decode_words(lp, None, first)
             if words:
                 fs = self.frame_seconds
-                segments.append(Segment(round(first * fs, 6), round((first + len(lp)) * fs, 6),
-                                        " ".join(w.word for w in words), words))
+                segments.append(
+                    Segment(
+                        round(first * fs, 6), round((first + len(lp)) * fs, 6), " ".join(w.word for w in words), words
+                    )
+                )
         duration = counted[0] / sample_rate
-        for seg in segments:                     # times past the end of the audio (its last partial frame)
+        for seg in segments:  # times past the end of the audio (its last partial frame)
             seg.end = min(seg.end, duration)
             for w in seg.words:
                 w.start, w.end = min(w.start, duration), min(w.end, duration)
@@ -579,8 +622,9 @@ class Recognizer:
         out: List[Word] = []
         for a, b, seg_words in pieces:
             runs = [(t, f0 + a, f1 + a) for t, f0, f1 in token_runs(frame_tokens[a:b])]
-            out.extend(self._words_with_times(seg_words, runs, lp, math.inf if duration is None else duration,
-                                              a, first))
+            out.extend(
+                self._words_with_times(seg_words, runs, lp, math.inf if duration is None else duration, a, first)
+            )
         return out
 
     def _search_tlg(self, lp: np.ndarray) -> Tuple[List[str], np.ndarray]:
@@ -593,7 +637,7 @@ class Recognizer:
         ok2, isyms, osyms, _ = kaldifst.get_linear_symbol_sequence(lattice) if ok else (False, [], [], None)
         if not ok2 or len(isyms) != len(lp) or [self.id2word[o] for o in osyms] != words:
             raise AsrError("internal error: the TLG best path does not have one token per frame")
-        return words, np.asarray(isyms, np.int64) - 1   # TLG input label = token id + 1
+        return words, np.asarray(isyms, np.int64) - 1  # TLG input label = token id + 1
 
     def _greedy_segments(self, frame_tokens: np.ndarray) -> List[Tuple[int, int]]:
         """Split frames into pieces of at most ``max_greedy_frames``, cutting in the middle of the longest run of
@@ -603,7 +647,7 @@ class Recognizer:
             return [(0, t_len)]
         pieces, a = [], 0
         while t_len - a > limit:
-            window = frame_tokens[a:a + limit]
+            window = frame_tokens[a : a + limit]
             blank = np.concatenate([[False], window == 0, [False]]).astype(np.int8)
             edges = np.flatnonzero(np.diff(blank))
             starts, ends = edges[::2], edges[1::2]
@@ -618,13 +662,20 @@ class Recognizer:
         pieces.append((a, t_len))
         return pieces
 
-    def _words_with_times(self, words: Sequence[str], runs: List[Tuple[int, int, int]], lp: np.ndarray,
-                          duration: float, seg_start: int, first: int = 0) -> List[Word]:
+    def _words_with_times(
+        self,
+        words: Sequence[str],
+        runs: List[Tuple[int, int, int]],
+        lp: np.ndarray,
+        duration: float,
+        seg_start: int,
+        first: int = 0,
+    ) -> List[Word]:
         """Words with times; ``runs`` index frames of ``lp``, whose frame 0 is the recording's frame ``first``."""
         spans = align_words(words, self.prons, runs)
         fs = self.frame_seconds
         runs = [(t, f0 + first, f1 + first) for t, f0, f1 in runs]
-        lp_rows = lambda f0, f1: lp[f0 - first:f1 - first + 1]  # noqa: E731
+        lp_rows = lambda f0, f1: lp[f0 - first : f1 - first + 1]  # noqa: E731
         out: List[Word] = []
         prev_end = round((seg_start + first) * fs, 6)
         for w, span in zip(words, spans):

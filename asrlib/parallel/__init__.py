@@ -4,12 +4,23 @@ model-update filtering), ``adpsgd`` / ``hadpsgd`` (asynchronous decentralized SG
 (asynchronous parameter server) and ``ring`` (ring-structured parallel strategy). Launch several learners with
 ``python -m steps.train_dist --num-learners N -- <steps.train arguments>`` (torchrun underneath).
 """
+
 from __future__ import annotations
 
 from asrlib.config import DistConfig
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring")
+
+
+def make_algo(cfg: DistConfig):
+    """The algorithm named by ``train.dist.algo`` (``local`` = one process, no communication: the trainer's
+    :class:`asrlib.train.algo.LocalAlgo`)."""
+    if cfg.algo == "local":
+        from asrlib.train.algo import LocalAlgo
+
+        return LocalAlgo()
+    return make_dist_algo(cfg)
 
 
 def make_dist_algo(cfg: DistConfig):
@@ -17,17 +28,17 @@ def make_dist_algo(cfg: DistConfig):
     if cfg.algo not in ALGOS:
         raise AsrError(f"train.dist.algo must be local or one of {', '.join(ALGOS)}, not {cfg.algo!r}")
     if cfg.algo == "sync":
-        from asrlib.dist.sync import SyncSgd as cls
+        from asrlib.parallel.sync import SyncSgd as cls
     elif cfg.algo == "ma":
-        from asrlib.dist.ma import ModelAveraging as cls
+        from asrlib.parallel.ma import ModelAveraging as cls
     elif cfg.algo == "bmuf":
-        from asrlib.dist.bmuf import Bmuf as cls
+        from asrlib.parallel.bmuf import Bmuf as cls
     elif cfg.algo == "adpsgd":
-        from asrlib.dist.adpsgd import Adpsgd as cls
+        from asrlib.parallel.adpsgd import Adpsgd as cls
     elif cfg.algo == "hadpsgd":
-        from asrlib.dist.adpsgd import HierarchicalAdpsgd as cls
+        from asrlib.parallel.adpsgd import HierarchicalAdpsgd as cls
     elif cfg.algo == "asgd":
-        from asrlib.dist.asgd import AsyncParameterServer as cls
+        from asrlib.parallel.asgd import AsyncParameterServer as cls
     else:
-        from asrlib.dist.ring import RingRsps as cls
+        from asrlib.parallel.ring import RingRsps as cls
     return cls(cfg)

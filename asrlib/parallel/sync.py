@@ -7,16 +7,17 @@ learner applies the identical update: parameters stay identical on all learners 
 (This is what DistributedDataParallel computes; it is done explicitly after ``backward`` rather than with DDP's
 bucketed hooks so that a learner without data can take part with weight 0 instead of hanging or halving the step.)
 """
+
 from __future__ import annotations
 
 import torch
 
-from asrlib.dist.base import DistAlgo
+from asrlib.parallel.base import DistAlgo
 
 
 class SyncSgd(DistAlgo):
     name = "sync"
-    per_rank_model = False   # identical on every learner: rank 0's model in the checkpoint is everyone's
+    per_rank_model = False  # identical on every learner: rank 0's model in the checkpoint is everyone's
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
         self.begin_update()

@@ -16,6 +16,7 @@ Resume: the global model, its version and every worker's model/optimizer/RNG are
 is synchronous, so none is in flight when all workers are in the checkpoint). Arrival order after resume depends
 on timing, so as for ADPSGD the run continues from the same state but is not bit-identical to an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,8 +28,8 @@ from typing import Any, Dict, Optional
 import torch
 import torch.distributed as dist
 
-from asrlib.dist.base import DistAlgo
-from asrlib.dist.env import gloo_group
+from asrlib.parallel.base import DistAlgo
+from asrlib.parallel.env import gloo_group
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,10 @@ class AsyncParameterServer(DistAlgo):
         super().__init__(cfg, info)
         self.group = gloo_group(list(range(self.world_size))) if self.world_size > 1 else None
         self.server_lock = threading.Lock()
-        self.global_W: Optional[torch.Tensor] = None   # rank 0 only
-        self.version = 0                               # rank 0: updates applied so far
+        self.global_W: Optional[torch.Tensor] = None  # rank 0 only
+        self.version = 0  # rank 0: updates applied so far
         self.staleness: collections.Counter = collections.Counter()
-        self.pulled: Optional[torch.Tensor] = None     # the global model this worker last received
+        self.pulled: Optional[torch.Tensor] = None  # the global model this worker last received
         self.pulled_version = 0
         self.thread: Optional[threading.Thread] = None
         self.error: Optional[BaseException] = None
@@ -144,8 +145,12 @@ class AsyncParameterServer(DistAlgo):
         n = sum(self.staleness.values())
         if not n:
             return {}
-        return {"pushes": n, "max": max(self.staleness), "mean": sum(k * c for k, c in self.staleness.items()) / n,
-                "histogram": {int(k): int(c) for k, c in sorted(self.staleness.items())}}
+        return {
+            "pushes": n,
+            "max": max(self.staleness),
+            "mean": sum(k * c for k, c in self.staleness.items()) / n,
+            "histogram": {int(k): int(c) for k, c in sorted(self.staleness.items())},
+        }
 
     # ---------------------------------------------------------------- state
     def shared_state(self) -> Dict[str, Any]:

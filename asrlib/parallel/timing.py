@@ -14,7 +14,7 @@ Quantities (seconds, per learner, per minibatch):
   no communication; c(1) = 1). Beyond the largest measured n, ``c`` grows in proportion to n; with no measurement
   ``c(n) = max(1, n / cores)``. Learners with a device each (``cores`` = None) do not contend.
 
-Per-minibatch time of one learner with n learners (the algorithms as implemented in asrlib.dist):
+Per-minibatch time of one learner with n learners (the algorithms as implemented in asrlib.parallel):
 
 - local (n = 1): ``T_calc + T_merge``
 - sync: ``T_calc + T_merge + T_allreduce(n)`` (the all-reduce follows the backward pass; no overlap)
@@ -33,6 +33,7 @@ Per-minibatch time of one learner with n learners (the algorithms as implemented
 Speed-up = throughput with n learners / throughput of one: ``n * t_local / t_algo(n)`` (samples per second; equal
 minibatch size per learner). It says nothing about convergence per sample (see the P1 benchmark for that).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,8 @@ import numpy as np
 @dataclass
 class Link:
     name: str
-    bandwidth: float   # bytes per second, per direction
-    latency: float     # seconds per message
+    bandwidth: float  # bytes per second, per direction
+    latency: float  # seconds per message
 
 
 LINKS: Dict[str, Link] = {
@@ -63,14 +64,14 @@ ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring")
 
 @dataclass
 class TimingParams:
-    t_calc: float            # s, forward + backward per minibatch (one learner, uncontended)
-    t_merge: float           # s, one optimizer step / vector merge of the model
+    t_calc: float  # s, forward + backward per minibatch (one learner, uncontended)
+    t_merge: float  # s, one optimizer step / vector merge of the model
     model_bytes: float
     link: Link
-    period: int = 4          # K (ma), tau (bmuf)
-    local_world: int = 8     # hadpsgd: learners per node
+    period: int = 4  # K (ma), tau (bmuf)
+    local_world: int = 8  # hadpsgd: learners per node
     intra_link: Link = field(default_factory=lambda: LINKS["nvlink"])
-    cores: Optional[int] = None   # learners share this many cores (None: each learner has its own device)
+    cores: Optional[int] = None  # learners share this many cores (None: each learner has its own device)
     contention: Dict[int, float] = field(default_factory=dict)  # n -> measured T_calc(n) / T_calc(1) on those cores
     allreduce_link: Optional[Link] = None  # all-reduce over ``link`` as timed (None: derived from ``link``)
 
@@ -132,8 +133,9 @@ def speedup(algo: str, n: int, p: TimingParams) -> float:
     return n * step_time("local", 1, p) / step_time(algo, n, p)
 
 
-def speedup_table(p: TimingParams, algos: Sequence[str] = ALGOS, ns: Iterable[int] = range(1, 65)
-                  ) -> Dict[str, List[Tuple[int, float]]]:
+def speedup_table(
+    p: TimingParams, algos: Sequence[str] = ALGOS, ns: Iterable[int] = range(1, 65)
+) -> Dict[str, List[Tuple[int, float]]]:
     return {a: [(n, speedup(a, n, p)) for n in ns] for a in algos}
 
 
@@ -158,7 +160,7 @@ def params_to_json(p: TimingParams) -> dict:
 
 def params_from_json(d: dict) -> TimingParams:
     d = dict(d)
-    d.pop("background_load", None)   # parameter files written before contention was measured
+    d.pop("background_load", None)  # parameter files written before contention was measured
     d["link"] = Link(**d["link"])
     d["intra_link"] = Link(**d["intra_link"])
     d["contention"] = {int(k): float(v) for k, v in d.get("contention", {}).items()}
@@ -167,7 +169,8 @@ def params_from_json(d: dict) -> TimingParams:
 
 
 def save_params(path: Path, p: TimingParams) -> None:
-    from asrlib.io_utils import write_json
+    from asrlib.io.atomic import write_json
+
     write_json(path, params_to_json(p))
 
 

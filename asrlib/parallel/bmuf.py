@@ -25,6 +25,7 @@ of training and every checkpoint first complete an exchange in flight (so resume
 ``W``, ``W_g``, ``Delta`` and the position in the current block are checkpointed (fairseq loses the block
 momentum on resume; this does not), and every learner's local model too, so resume is exact.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,8 @@ from typing import Any, Dict
 import torch
 import torch.distributed as dist
 
-from asrlib.dist.base import DistAlgo
-from asrlib.io_utils import AsrError
+from asrlib.parallel.base import DistAlgo
+from asrlib.errors import AsrError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Bmuf(DistAlgo):
         self.since_sync = 0
         self.blocks = 0
         self.W = self.Wg = self.delta = None
-        self.pending = None            # overlap: (all-reduce work, its buffer, W_i at the block end)
+        self.pending = None  # overlap: (all-reduce work, its buffer, W_i at the block end)
 
     def init_state(self) -> None:
         self._start_filter()
@@ -74,7 +75,7 @@ class Bmuf(DistAlgo):
                 self._start_filter()
             return
         self.since_sync += 1
-        if self.pending is not None:     # overlap: this step ran during the exchange; apply the block update now
+        if self.pending is not None:  # overlap: this step ran during the exchange; apply the block update now
             self.finish_sync()
         if self.since_sync >= self.cfg.period:
             self.start_sync() if self.cfg.overlap else self.block_sync()
@@ -97,7 +98,7 @@ class Bmuf(DistAlgo):
         moved = self.flat_params().sub_(at_start)
         self._apply_block(mean)
         self.set_flat_params(self.Wg + moved)
-        self.since_sync = int(bool(moved.any()))   # the kept step counts towards the next block
+        self.since_sync = int(bool(moved.any()))  # the kept step counts towards the next block
 
     def block_sync(self) -> None:
         if self.pending is not None:
@@ -129,23 +130,35 @@ class Bmuf(DistAlgo):
         if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
             self.block_sync()
 
-    def quiesce(self) -> None:      # before a checkpoint: no exchange in flight
+    def quiesce(self) -> None:  # before a checkpoint: no exchange in flight
         if self.pending is not None:
             self.finish_sync()
 
     def stop(self) -> None:
         self.sync_epoch()
         if self.W is not None:
-            self.set_flat_params(self.W)   # the final model is the filtered global model W
+            self.set_flat_params(self.W)  # the final model is the filtered global model W
 
     def shared_state(self) -> Dict[str, Any]:
-        return {"W": self.W, "Wg": self.Wg, "delta": self.delta, "since_sync": self.since_sync,
-                "blocks": self.blocks, "eta": self.eta, "zeta": self.zeta}
+        return {
+            "W": self.W,
+            "Wg": self.Wg,
+            "delta": self.delta,
+            "since_sync": self.since_sync,
+            "blocks": self.blocks,
+            "eta": self.eta,
+            "zeta": self.zeta,
+        }
 
     def load_shared(self, st: Dict[str, Any]) -> None:
         self.W, self.Wg, self.delta = (st[k].to(self.device) for k in ("W", "Wg", "delta"))
         self.since_sync, self.blocks = st["since_sync"], st["blocks"]
 
     def extra_summary(self) -> Dict[str, Any]:
-        return {"blocks": self.blocks, "block_momentum": self.eta, "block_lr": self.zeta, "tau": self.cfg.period,
-                "overlap": self.cfg.overlap}
+        return {
+            "blocks": self.blocks,
+            "block_momentum": self.eta,
+            "block_lr": self.zeta,
+            "tau": self.cfg.period,
+            "overlap": self.cfg.overlap,
+        }

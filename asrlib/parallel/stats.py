@@ -5,6 +5,7 @@ its own algorithm, so the volume put on the wire is the standard estimate: a rin
 ``n`` learners sends and receives ``2 (n-1)/n * B`` per learner; a broadcast sends ``(n-1) * B`` from the root and
 receives ``B`` elsewhere. ``payload_bytes`` is always the exact size of the tensors handed to the library.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,15 +17,15 @@ from typing import Dict, Iterator
 
 @dataclass
 class CommStats:
-    sent_bytes: float = 0.0        # bytes put on the wire by this learner (p2p exact, collectives estimated)
+    sent_bytes: float = 0.0  # bytes put on the wire by this learner (p2p exact, collectives estimated)
     recv_bytes: float = 0.0
-    payload_bytes: float = 0.0     # bytes of the tensors handed to the communication library
-    messages: int = 0              # collectives + point-to-point messages
-    comm_s: float = 0.0            # time the training thread spent blocked in communication
-    wait_s: float = 0.0            # time the training thread waited for a background exchange / the ring token
+    payload_bytes: float = 0.0  # bytes of the tensors handed to the communication library
+    messages: int = 0  # collectives + point-to-point messages
+    comm_s: float = 0.0  # time the training thread spent blocked in communication
+    wait_s: float = 0.0  # time the training thread waited for a background exchange / the ring token
     background_comm_s: float = 0.0  # communication on background threads (overlapped with computation)
     steps: int = 0
-    cycle_s: float = 0.0           # step cycles (backward to backward) inside epochs: the time per step
+    cycle_s: float = 0.0  # step cycles (backward to backward) inside epochs: the time per step
     cycles: int = 0
 
     def all_reduce(self, nbytes: int, n: int) -> None:

@@ -6,6 +6,7 @@ longer than a reader can take in is split between words into cues of at most :da
 guidance). The first cue of a segment starts with the segment, a later one with its first word; each cue ends
 where the next cue of its segment starts, the last one with the segment.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
@@ -30,16 +31,16 @@ def wrap(text: str) -> str:
         return text
     mid = len(text) / 2
     cut = min((i for i, ch in enumerate(text) if ch == " "), key=lambda i: abs(i - mid))
-    return text[:cut] + "\n" + text[cut + 1:]
+    return text[:cut] + "\n" + text[cut + 1 :]
 
 
 def cues(result: Dict) -> List[Tuple[float, float, str]]:
-    """``(start, end, text)`` of each cue of ``result`` (a :meth:`asrlib.recognizer.Result.to_dict`)."""
+    """``(start, end, text)`` of each cue of ``result`` (a :meth:`asrlib.app.recognizer.Result.to_dict`)."""
     words: Sequence[Dict] = result.get("words", [])
     out: List[Tuple[float, float, str]] = []
     k = 0
     for seg in result.get("segments", []):
-        seg_words = words[k:k + len(seg["text"].split())]
+        seg_words = words[k : k + len(seg["text"].split())]
         k += len(seg_words)
         groups: List[List[Dict]] = [[]]
         for w in seg_words:

@@ -19,21 +19,22 @@ Adaptive measures, in the spirit of Cong et al. (2017) — both off by default, 
   ``lr_ramp_steps``). Averaging N models that each took a step of size lr moves the average by about lr — like
   one learner with an N times larger batch — so without scaling, more learners means less progress per sample.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import warnings
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.distributed.algorithms.model_averaging.hierarchical_model_averager import HierarchicalModelAverager
 
-from asrlib.dist.base import DistAlgo
-from asrlib.io_utils import AsrError
+from asrlib.parallel.base import DistAlgo
+from asrlib.errors import AsrError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class ModelAveraging(DistAlgo):
         if cfg.lr_scale not in ("none", "sqrt", "linear"):
             raise AsrError(f"train.dist.lr_scale must be none, sqrt or linear, not {cfg.lr_scale!r}")
         self.period = cfg.period
-        self.since_sync = 0            # local steps since the last global average
+        self.since_sync = 0  # local steps since the last global average
         self.syncs = 0
         self.divergence: List[float] = []
         self.hierarchical = cfg.node_period > 0
@@ -107,8 +108,11 @@ class ModelAveraging(DistAlgo):
             self.stats.all_reduce(nbytes, self.info.local_world_size)
 
     def _sq_norm_sum(self) -> float:
-        sq = torch.tensor([sum(float(p.detach().double().pow(2).sum()) for p in self.params())],
-                          dtype=torch.float64, device=self.device)
+        sq = torch.tensor(
+            [sum(float(p.detach().double().pow(2).sum()) for p in self.params())],
+            dtype=torch.float64,
+            device=self.device,
+        )
         dist.all_reduce(sq)
         self.stats.all_reduce(8, self.world_size)
         return float(sq) / self.world_size
@@ -138,8 +142,12 @@ class ModelAveraging(DistAlgo):
 
     # state -----------------------------------------------------------------------------------------------
     def shared_state(self) -> Dict[str, Any]:
-        return {"period": self.period, "since_sync": self.since_sync, "syncs": self.syncs,
-                "divergence": list(self.divergence)}
+        return {
+            "period": self.period,
+            "since_sync": self.since_sync,
+            "syncs": self.syncs,
+            "divergence": list(self.divergence),
+        }
 
     def load_shared(self, st: Dict[str, Any]) -> None:
         self.period, self.since_sync, self.syncs = st["period"], st["since_sync"], st["syncs"]

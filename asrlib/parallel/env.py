@@ -9,6 +9,7 @@ Under torchrun every learner asks the kernel to SIGKILL it when its torchrun age
 (:func:`die_with_agent`): torchrun starts each learner in a session of its own, so killing the launcher's process
 group, even with SIGKILL, would otherwise leave the learners training on, orphaned, holding the exp dir's lock.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from asrlib.config import DistConfig
-from asrlib.io_utils import AsrError
+from asrlib.errors import AsrError
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,10 @@ log = logging.getLogger(__name__)
 class DistInfo:
     rank: int
     world_size: int
-    local_world_size: int   # learners per (real or simulated) node
-    node: int               # rank // local_world_size
+    local_world_size: int  # learners per (real or simulated) node
+    node: int  # rank // local_world_size
     backend: str
-    device: torch.device    # where collective buffers live
+    device: torch.device  # where collective buffers live
 
 
 def choose_backend(name: str) -> str:
@@ -57,13 +58,16 @@ def die_with_agent() -> None:
         return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # 1 = PR_SET_PDEATHSIG
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     except (OSError, AttributeError) as e:
-        log.warning("cannot tie this learner's life to its torchrun agent (%s): if the launcher is killed, kill "
-                    "the learners too", e)
+        log.warning(
+            "cannot tie this learner's life to its torchrun agent (%s): if the launcher is killed, kill "
+            "the learners too",
+            e,
+        )
         return
-    if os.getppid() == 1:   # the agent died before the prctl: nobody will restart or stop this learner
+    if os.getppid() == 1:  # the agent died before the prctl: nobody will restart or stop this learner
         log.error("the torchrun agent that started this learner is gone: exiting")
         os._exit(1)
 
@@ -81,15 +85,20 @@ def init_process_group(cfg: DistConfig) -> DistInfo:
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, timeout=timeout)
         else:
-            log.warning("train.dist.algo=%s without torchrun: running as a single learner "
-                        "(launch with python -m steps.train_dist --num-learners N for several)", cfg.algo)
+            log.warning(
+                "train.dist.algo=%s without torchrun: running as a single learner "
+                "(launch with python -m steps.train_dist --num-learners N for several)",
+                cfg.algo,
+            )
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     local = cfg.local_world_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if local < 1 or world % local != 0:
-        raise AsrError(f"{world} learners cannot be split into nodes of {local} (train.dist.local_world_size or "
-                       f"torchrun's LOCAL_WORLD_SIZE must divide the number of learners)")
+        raise AsrError(
+            f"{world} learners cannot be split into nodes of {local} (train.dist.local_world_size or "
+            f"torchrun's LOCAL_WORLD_SIZE must divide the number of learners)"
+        )
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     return DistInfo(rank, world, local, rank // local, backend, device)
 

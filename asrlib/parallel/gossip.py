@@ -19,6 +19,7 @@ side then adds half the difference to whatever its model has become meanwhile (`
 ``x += (a - p)/2``), applied by the training thread between steps. So the sum of all models is preserved exactly
 however exchanges interleave with local steps — the average model moves only by gradient steps.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,12 +31,12 @@ from typing import Callable, List, Optional
 import torch
 import torch.distributed as dist
 
-from asrlib.dist.stats import CommStats
+from asrlib.parallel.stats import CommStats
 
 log = logging.getLogger(__name__)
 
 REQ, DONE = 1, 2
-HEADER_TAG, MODEL_TAG = 11, 12   # separate tags: a header never matches a model message
+HEADER_TAG, MODEL_TAG = 11, 12  # separate tags: a header never matches a model message
 
 
 def is_active(pos: int, n: int) -> bool:
@@ -46,8 +47,16 @@ def is_active(pos: int, n: int) -> bool:
 class Gossip:
     """The communication thread of one ring member (see the module docstring)."""
 
-    def __init__(self, members: List[int], me: int, group, numel: int, dtype: torch.dtype,
-                 snapshot: Callable[[], torch.Tensor], stats: CommStats):
+    def __init__(
+        self,
+        members: List[int],
+        me: int,
+        group,
+        numel: int,
+        dtype: torch.dtype,
+        snapshot: Callable[[], torch.Tensor],
+        stats: CommStats,
+    ):
         self.members, self.me, self.group = members, me, group
         self.numel, self.dtype, self.snapshot, self.stats = numel, dtype, snapshot, stats
         n = len(members)
@@ -71,8 +80,7 @@ class Gossip:
         if not self.peers:
             return
         target = self._active_loop if self.active else self._passive_loop
-        self.thread = threading.Thread(target=self._guard, args=(target,), daemon=True,
-                                       name=f"gossip-{self.me}")
+        self.thread = threading.Thread(target=self._guard, args=(target,), daemon=True, name=f"gossip-{self.me}")
         self.thread.start()
 
     def _guard(self, target) -> None:

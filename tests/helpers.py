@@ -4,23 +4,28 @@ Four "phones" A–D, words W1–W4 (W4 = two phones), features whose frames are 
 Kaldi feats.ark/scp + global CMVN, a Kaldi ``text`` file and a lang dir (lexicon.txt, tokens.txt) — so a test can
 drive ``steps.train`` or the Trainer without the TTS corpus.
 """
+
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 
 from asrlib.features.cmvn import compute_global_cmvn
-from asrlib.io_utils import write_table
+from asrlib.io.tables import write_table
 from asrlib.kaldi_io import write_matrices
 
 PHONES = ["A", "B", "C", "D"]
 LEXICON = {"W1": ["A"], "W2": ["B"], "W3": ["C"], "W4": ["D", "A"]}
 
 
-def make_toy_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, feat_dim: int = 20,
-                       frames_per_phone: int = 9, seed: int = 0) -> Path:
+def make_toy_ctc_setup(
+    root: Path, num_utts: Dict[str, int] | None = None, feat_dim: int = 20, frames_per_phone: int = 9, seed: int = 0
+) -> Path:
     """Write ``root/{data,fbank}/<set>`` and ``root/lang``; returns ``root``."""
     root = Path(root)
     num_utts = num_utts or {"train": 40, "dev": 8}
@@ -37,7 +42,7 @@ def make_toy_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, feat_
             for w in ws:
                 for ph in LEXICON[w]:
                     k = PHONES.index(ph)
-                    segs.append(protos[k:k + 1].repeat(frames_per_phone + int(rng.integers(0, 4)), 0))
+                    segs.append(protos[k : k + 1].repeat(frames_per_phone + int(rng.integers(0, 4)), 0))
                 segs.append(protos[-1:].repeat(3, 0))
             x = np.concatenate(segs) + rng.normal(0, 1, size=(sum(len(s) for s in segs), feat_dim))
             feats.append((utt, x.astype(np.float32)))
@@ -55,11 +60,53 @@ def make_toy_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, feat_
 
 def toy_config_yaml(path: Path, feat_dim: int = 20, **train_overrides) -> Path:
     """A recipe config for the toy task (tiny model, few steps; ``feat_dim`` as in :func:`make_toy_ctc_setup`)."""
-    train = {"epochs": 2, "batch_seconds": 2.0, "lr": 0.01, "warmup_steps": 2, "checkpoint_every": 3,
-             "log_every": 2, "num_threads": 1, "spec_augment": True, **train_overrides}
+    train = {
+        "epochs": 2,
+        "batch_seconds": 2.0,
+        "lr": 0.01,
+        "warmup_steps": 2,
+        "checkpoint_every": 3,
+        "log_every": 2,
+        "num_threads": 1,
+        "spec_augment": True,
+        **train_overrides,
+    }
     import yaml
-    Path(path).write_text(yaml.safe_dump({
-        "features": {"num_mel_bins": feat_dim},
-        "model": {"num_layers": 1, "hidden_size": 24, "proj_size": 12, "stack": 3, "dropout": 0.1},
-        "train": train}))
+
+    Path(path).write_text(
+        yaml.safe_dump(
+            {
+                "features": {"num_mel_bins": feat_dim},
+                "model": {"num_layers": 1, "hidden_size": 24, "proj_size": 12, "stack": 3, "dropout": 0.1},
+                "train": train,
+            }
+        )
+    )
     return Path(path)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_recipe(recipe: str, *args: object, cwd: Path | None = None) -> "subprocess.CompletedProcess[str]":
+    """``recipes/<recipe>/run.sh ARGS --python <this interpreter>``, output captured (text)."""
+    cmd = [str(ROOT / "recipes" / recipe / "run.sh"), *map(str, args), "--python", sys.executable]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def tiny_config(src: Path, dst: Path, sections: Dict[str, dict]) -> Path:
+    """Write ``src`` (a recipe YAML) with ``sections``' values merged into its sections to ``dst``; returns ``dst``."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(src).read_text())
+    for section, vals in sections.items():
+        cfg.setdefault(section, {}).update(vals)
+    Path(dst).write_text(yaml.safe_dump(cfg))
+    return Path(dst)
+
+
+def toy_dirs(root: Path) -> List[str]:
+    """The directory options of a training step on the toy set-up written by :func:`make_toy_ctc_setup`."""
+    root = Path(root)
+    return ["--data-dir", str(root / "data"), "--feats-dir", str(root / "fbank"), "--lang-dir", str(root / "lang")]

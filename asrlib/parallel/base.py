@@ -12,6 +12,7 @@ Checkpoints: only rank 0 writes, but :meth:`state_dict` is collective: it gather
 where learners' models can differ (all but ``sync``), every learner's model and optimizer state, so resuming with
 the same number of learners restores each learner exactly.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 from asrlib.config import DistConfig
-from asrlib.dist.env import DistInfo, init_process_group
-from asrlib.dist.stats import CommStats
+from asrlib.parallel.env import DistInfo, init_process_group
+from asrlib.parallel.stats import CommStats
 from asrlib.train.algo import TrainAlgo
 from asrlib.train.checkpoint import rng_state, set_rng_state
 
@@ -55,7 +56,7 @@ def unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
     with torch.no_grad():
         for t in tensors:
             n = t.numel()
-            t.copy_(flat[offset:offset + n].view_as(t))
+            t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
 
 
@@ -73,22 +74,22 @@ class DistAlgo(TrainAlgo):
     """Base of the torch.distributed algorithms (see the module docstring for the shared rules)."""
 
     name = "dist"
-    per_rank_model = True   # learners' models can differ: checkpoint every learner's model and optimizer
+    per_rank_model = True  # learners' models can differ: checkpoint every learner's model and optimizer
 
     def __init__(self, cfg: DistConfig, info: Optional[DistInfo] = None):
         self.cfg = cfg
         self.info = info or init_process_group(cfg)
         self.rank, self.world_size = self.info.rank, self.info.world_size
         self.device = self.info.device
-        self.stats = CommStats()       # training thread
-        self.bg_stats = CommStats()    # background communication threads
+        self.stats = CommStats()  # training thread
+        self.bg_stats = CommStats()  # background communication threads
         self.lock = threading.RLock()  # guards parameters against background merges (async algorithms)
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._epoch_mark = (CommStats(), time.perf_counter())
         self.epoch_stats: List[Dict[str, float]] = []
-        self.steps_done = 0            # completed training steps (the trainer's step counter)
+        self.steps_done = 0  # completed training steps (the trainer's step counter)
         self._t_cycle: Optional[float] = None
 
     # ------------------------------------------------------------------ data
@@ -96,7 +97,7 @@ class DistAlgo(TrainAlgo):
         return shard_round_robin(batches, self.rank, self.world_size)
 
     def shard_eval(self, batches: Sequence[List[str]]) -> List[List[str]]:
-        return [list(b) for b in batches[self.rank::self.world_size]]
+        return [list(b) for b in batches[self.rank :: self.world_size]]
 
     def reduce_metric(self, total: float, count: float) -> tuple:
         t = torch.tensor([float(total), float(count)], dtype=torch.float64, device=self.device)
@@ -178,12 +179,21 @@ class DistAlgo(TrainAlgo):
             self.steps_done = st.get("steps", 0)
             self.load_local({k: v for k, v in mine.items() if k not in ("rng", "model", "optimizer")})
             self.load_shared(st.get("shared", {}))
-            log.info("learner %d/%d: restored its own model, optimizer, RNG and %s state", self.rank,
-                     self.world_size, self.name)
+            log.info(
+                "learner %d/%d: restored its own model, optimizer, RNG and %s state",
+                self.rank,
+                self.world_size,
+                self.name,
+            )
         else:
             if st is not None:
-                log.warning("checkpoint was written by %s learners, now %d: every learner restarts from rank 0's "
-                            "model and the %s state starts afresh", st.get("world_size"), self.world_size, self.name)
+                log.warning(
+                    "checkpoint was written by %s learners, now %d: every learner restarts from rank 0's "
+                    "model and the %s state starts afresh",
+                    st.get("world_size"),
+                    self.world_size,
+                    self.name,
+                )
             self.broadcast_params(0)
             if self.rank > 0:  # own dropout / SpecAugment randomness per learner
                 seed = torch.initial_seed() + 1000003 * self.rank
@@ -204,18 +214,29 @@ class DistAlgo(TrainAlgo):
         self.stats.steps += 1
 
     def end_epoch(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self._t_cycle = None   # the dev loss and checkpoint between epochs are not part of a step
+        self._t_cycle = None  # the dev loss and checkpoint between epochs are not part of a step
         self.sync_epoch()
         now, t = self.total_stats(), time.perf_counter()
         d = (now - self._epoch_mark[0]).as_dict()
         d["wall_s"] = t - self._epoch_mark[1]
         self._epoch_mark = (now, t)
         self.epoch_stats.append(d)
-        log.info("learner %d/%d %s epoch: %d steps in %.1f s (%.3f s per step); sent %.2f MB, received %.2f MB "
-                 "in %d messages; blocked in communication %.2f s, waiting %.2f s, background communication %.2f s",
-                 self.rank, self.world_size, self.name, d["steps"], d["wall_s"], d["cycle_s"] / max(d["cycles"], 1),
-                 d["sent_bytes"] / 1e6, d["recv_bytes"] / 1e6, d["messages"], d["comm_s"], d["wait_s"],
-                 d["background_comm_s"])
+        log.info(
+            "learner %d/%d %s epoch: %d steps in %.1f s (%.3f s per step); sent %.2f MB, received %.2f MB "
+            "in %d messages; blocked in communication %.2f s, waiting %.2f s, background communication %.2f s",
+            self.rank,
+            self.world_size,
+            self.name,
+            d["steps"],
+            d["wall_s"],
+            d["cycle_s"] / max(d["cycles"], 1),
+            d["sent_bytes"] / 1e6,
+            d["recv_bytes"] / 1e6,
+            d["messages"],
+            d["comm_s"],
+            d["wait_s"],
+            d["background_comm_s"],
+        )
 
     def end_training(self, model: torch.nn.Module) -> None:
         self.stop()
@@ -261,8 +282,13 @@ class DistAlgo(TrainAlgo):
             shared = _to_cpu(self.shared_state())
         gathered: Optional[List[Any]] = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
-        return {"algo": self.name, "world_size": self.world_size, "steps": self.steps_done, "per_rank": gathered,
-                "shared": shared}
+        return {
+            "algo": self.name,
+            "world_size": self.world_size,
+            "steps": self.steps_done,
+            "per_rank": gathered,
+            "shared": shared,
+        }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Keep the state; :meth:`setup` applies this learner's part (after the trainer restored rank 0's)."""
@@ -273,9 +299,16 @@ class DistAlgo(TrainAlgo):
         return self.stats + self.bg_stats
 
     def summary(self) -> Dict[str, Any]:
-        return {"algo": self.name, "rank": self.rank, "world_size": self.world_size,
-                "local_world_size": self.info.local_world_size, "backend": self.info.backend,
-                "total": self.total_stats().as_dict(), "epochs": self.epoch_stats, **self.extra_summary()}
+        return {
+            "algo": self.name,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_world_size": self.info.local_world_size,
+            "backend": self.info.backend,
+            "total": self.total_stats().as_dict(),
+            "epochs": self.epoch_stats,
+            **self.extra_summary(),
+        }
 
     def extra_summary(self) -> Dict[str, Any]:
         return {}

@@ -5,7 +5,7 @@ model it last held; then it receives the travelling model from its predecessor (
 gradient into it with its optimizer step, and sends the new model on to its successor without waiting
 (``isend``) — the transfer overlaps its next minibatch. One model transmission per minibatch per learner.
 
-Timing (see :mod:`asrlib.dist.timing`): while the model's lap ``n*T_transmit + (n-1)*T_merge`` fits inside one
+Timing (see :mod:`asrlib.parallel.timing`): while the model's lap ``n*T_transmit + (n-1)*T_merge`` fits inside one
 ``T_calc``, no learner waits and the speed-up is n; beyond that every learner waits ``T_wait`` per minibatch.
 
 Each learner's gradient is computed on a model that is n-1 merges old (the staleness is exactly n-1). The token
@@ -14,6 +14,7 @@ starts at rank 0 and, after the last step, comes home to rank 0 and is broadcast
 Every learner does the same operations in the same order whatever the timing, so a run is deterministic and resume
 is exact: at a checkpoint rank 0 first takes in the model that is on its way to it and saves it with its state.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,8 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from asrlib.dist.base import DistAlgo
-from asrlib.dist.env import gloo_group
+from asrlib.parallel.base import DistAlgo
+from asrlib.parallel.env import gloo_group
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ class RingRsps(DistAlgo):
         n = self.world_size
         self.prev, self.next = (self.rank - 1) % n, (self.rank + 1) % n
         self.group = gloo_group(list(range(n))) if n > 1 else None
-        self.holding = self.rank == 0          # rank 0 holds the model at the start
-        self.token: Optional[torch.Tensor] = None   # a received model not yet used (rank 0 at a checkpoint)
+        self.holding = self.rank == 0  # rank 0 holds the model at the start
+        self.token: Optional[torch.Tensor] = None  # a received model not yet used (rank 0 at a checkpoint)
         self.outstanding: List = []
         self.received = 0
 
@@ -60,7 +61,7 @@ class RingRsps(DistAlgo):
         else:
             token = self._recv_token()
         if token is not None:
-            self.set_flat_params(token.to(self.device))   # this learner's gradient is merged into the ring's model
+            self.set_flat_params(token.to(self.device))  # this learner's gradient is merged into the ring's model
         return has_data
 
     def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:

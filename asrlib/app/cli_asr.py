@@ -7,20 +7,21 @@
 
 MODEL is a packaged model dir (``asr package``), a mobile bundle (``steps.export_mobile``: int8 ONNX run with ONNX
 Runtime, the files sherpa-onnx deploys) or a training experiment dir (``final.pt``; its lang dir is found as
-described in :mod:`asrlib.model_dir`). INPUTs are audio files (wav, flac, ogg, mp3: any sample rate, any
+described in :mod:`asrlib.app.model_dir`). INPUTs are audio files (wav, flac, ogg, mp3: any sample rate, any
 number of channels), directories (searched recursively for those extensions) or Kaldi ``wav.scp`` files
 (``KEY PATH`` lines; a file named ``*.scp``). A file's key is its name without the extension; keys must be unique.
 
 Output (stdout, or ``-o FILE`` written atomically): ``--format text`` gives Kaldi ``text`` lines ``KEY WORD...``;
 ``--format jsonl`` gives one JSON object per input: ``{"key", "path", "text", "duration", "words": [{"word",
-"start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.recognizer` for how times and confidences
+"start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.app.recognizer` for how times and confidences
 are defined) and ``"segments": [{"start", "end", "text"}]`` (the stretches decoded from a zero network state,
 cut at pauses: :mod:`asrlib.decode.segment`), or ``{"key", "path", "error"}`` for an input that could not be
-transcribed; ``--format srt`` / ``vtt`` gives subtitles (:mod:`asrlib.subtitles`), one file per input with ``-o
+transcribed; ``--format srt`` / ``vtt`` gives subtitles (:mod:`asrlib.app.subtitles`), one file per input with ``-o
 DIR`` when there are several. A file of a minute or more shows its own progress bar. Every failed input is
 also reported on stderr; the others are still transcribed, and the exit status is then 1. A problem with the
 model or the arguments stops everything with exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,17 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from asrlib.config import SEGMENT_METHODS
-from asrlib.io_utils import AsrError, atomic_open, read_table
-from asrlib.subtitles import subtitles
+from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_open
+from asrlib.io.tables import read_table
+from asrlib.app.subtitles import subtitles
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus")
 FORMATS = ("text", "jsonl", "srt", "vtt")
 SUBTITLE_FORMATS = ("srt", "vtt")
-LONG_FILE_SECONDS = 60.0   # a file at least this long gets its own progress bar (nj 1)
+LONG_FILE_SECONDS = 60.0  # a file at least this long gets its own progress bar (nj 1)
 
-Item = Tuple[str, str, Optional[str]]   # key, path, error found while listing (e.g. a piped wav.scp entry)
+Item = Tuple[str, str, Optional[str]]  # key, path, error found while listing (e.g. a piped wav.scp entry)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -63,8 +66,14 @@ def collect_inputs(inputs: List[str]) -> List[Item]:
                 if not val:
                     items.append((key, "", f"{p}: entry '{key}' has no path"))
                 elif val.endswith("|") or len(val.split()) != 1:
-                    items.append((key, val, f"{p}: entry '{key}' is a command ('{val}'); only file paths are "
-                                            f"supported (convert the audio to files first)"))
+                    items.append(
+                        (
+                            key,
+                            val,
+                            f"{p}: entry '{key}' is a command ('{val}'); only file paths are "
+                            f"supported (convert the audio to files first)",
+                        )
+                    )
                 else:
                     items.append((key, val, None))
         else:
@@ -72,8 +81,10 @@ def collect_inputs(inputs: List[str]) -> List[Item]:
     seen = {}
     for key, path, _ in items:
         if key in seen:
-            raise AsrError(f"two inputs have the key '{key}' ({seen[key]} and {path}); keys must be unique: "
-                           f"rename a file or list the inputs in a wav.scp with unique keys")
+            raise AsrError(
+                f"two inputs have the key '{key}' ({seen[key]} and {path}); keys must be unique: "
+                f"rename a file or list the inputs in a wav.scp with unique keys"
+            )
         seen[key] = path
     if not items:
         raise AsrError("no inputs")
@@ -85,14 +96,22 @@ _worker_rec = None
 
 
 def _make_recognizer(a: argparse.Namespace):
-    from asrlib.recognizer import Recognizer
+    from asrlib.app.recognizer import Recognizer
 
-    return Recognizer.from_dir(a.model, method=a.method, chunk_seconds=a.chunk_seconds, beam=a.beam,
-                               max_active=a.max_active, acoustic_scale=a.acoustic_scale,
-                               blank_penalty=a.blank_penalty, segment=a.segment,
-                               segment_min_silence=a.segment_min_silence, segment_pad=a.segment_pad,
-                               segment_max_seconds=a.segment_max_seconds,
-                               segment_threshold_db=a.segment_threshold_db)
+    return Recognizer.from_dir(
+        a.model,
+        method=a.method,
+        chunk_seconds=a.chunk_seconds,
+        beam=a.beam,
+        max_active=a.max_active,
+        acoustic_scale=a.acoustic_scale,
+        blank_penalty=a.blank_penalty,
+        segment=a.segment,
+        segment_min_silence=a.segment_min_silence,
+        segment_pad=a.segment_pad,
+        segment_max_seconds=a.segment_max_seconds,
+        segment_threshold_db=a.segment_threshold_db,
+    )
 
 
 def _init_worker(a: argparse.Namespace) -> None:
@@ -103,8 +122,7 @@ def _init_worker(a: argparse.Namespace) -> None:
     _worker_rec = _make_recognizer(a)
 
 
-def _transcribe_item(item: Item, rec=None, show_progress: bool = False
-                     ) -> Tuple[Item, Optional[dict], Optional[str]]:
+def _transcribe_item(item: Item, rec=None, show_progress: bool = False) -> Tuple[Item, Optional[dict], Optional[str]]:
     key, path, err = item
     if err:
         return item, None, err
@@ -130,9 +148,16 @@ def _file_progress(key: str, path: str):
         return None
     if seconds < LONG_FILE_SECONDS:
         return None
-    return tqdm(total=round(seconds, 1), desc=key, unit="s", unit_scale=False, leave=False, mininterval=1.0,
-                file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio "
-                                            "[{elapsed}<{remaining}]")
+    return tqdm(
+        total=round(seconds, 1),
+        desc=key,
+        unit="s",
+        unit_scale=False,
+        leave=False,
+        mininterval=1.0,
+        file=sys.stderr,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -146,8 +171,10 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
     subtitles_dir = None
     if a.format in SUBTITLE_FORMATS and len(items) > 1:
         if a.output is None:
-            raise AsrError(f"--format {a.format} with {len(items)} inputs writes one file per input: give "
-                           f"-o DIR (each input's KEY.{a.format} is written there)")
+            raise AsrError(
+                f"--format {a.format} with {len(items)} inputs writes one file per input: give "
+                f"-o DIR (each input's KEY.{a.format} is written there)"
+            )
         if a.output.exists() and not a.output.is_dir():
             raise AsrError(f"-o {a.output}: with --format {a.format} and several inputs, -o is a directory")
         subtitles_dir = a.output
@@ -157,7 +184,7 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(a.num_threads)
-        rec = _make_recognizer(a)          # model problems stop here, before any output
+        rec = _make_recognizer(a)  # model problems stop here, before any output
         results = (_transcribe_item(it, rec, show_progress=not a.quiet) for it in items)
         pool = None
         load_note = f"; model loaded in {time.perf_counter() - t0:.2f} s"
@@ -165,19 +192,25 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
     else:
         import multiprocessing as mp
 
-        from asrlib.model_dir import open_model_dir
+        from asrlib.app.model_dir import open_model_dir
 
-        open_model_dir(a.model)            # fail fast, in the parent, with one clear message
+        open_model_dir(a.model)  # fail fast, in the parent, with one clear message
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         pool = ctx.Pool(nj, initializer=_init_worker, initargs=(a,))
         load_note = " including the workers' start-up"
         results = pool.imap(_transcribe_item, items, chunksize=1)
     failed, audio_seconds = [], 0.0
     try:
-        with (atomic_open(a.output) if a.output and not subtitles_dir else _Stdout()) as out:
-            for (key, path, _), res, err in tqdm(results, total=len(items), desc="transcribe", unit="file",
-                                                 disable=a.quiet or len(items) < 2, mininterval=1.0,
-                                                 file=sys.stderr):
+        with atomic_open(a.output) if a.output and not subtitles_dir else _Stdout() as out:
+            for (key, path, _), res, err in tqdm(
+                results,
+                total=len(items),
+                desc="transcribe",
+                unit="file",
+                disable=a.quiet or len(items) < 2,
+                mininterval=1.0,
+                file=sys.stderr,
+            ):
                 if err is not None:
                     failed.append(key)
                     tqdm.write(f"ERROR [asr]: {key}: {err}", file=sys.stderr)
@@ -202,12 +235,17 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     if not a.quiet:
         rtf = f", RTF {wall / audio_seconds:.3f}" if audio_seconds > 0 else ""
-        print(f"asr transcribe: {len(items) - len(failed)} of {len(items)} inputs transcribed "
-              f"({audio_seconds:.1f} s of audio in {wall:.2f} s{rtf}, nj={nj}{load_note})",
-              file=sys.stderr)
+        print(
+            f"asr transcribe: {len(items) - len(failed)} of {len(items)} inputs transcribed "
+            f"({audio_seconds:.1f} s of audio in {wall:.2f} s{rtf}, nj={nj}{load_note})",
+            file=sys.stderr,
+        )
     if failed:
-        print(f"ERROR [asr]: {len(failed)} of {len(items)} inputs failed (reasons above): "
-              f"{' '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}", file=sys.stderr)
+        print(
+            f"ERROR [asr]: {len(failed)} of {len(items)} inputs failed (reasons above): "
+            f"{' '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -222,21 +260,30 @@ class _Stdout:
 
 def cmd_info(a: argparse.Namespace) -> int:
     from asrlib.lang.lexicon import read_lexicon, read_tokens, read_words
-    from asrlib.model_dir import DECODE_KEYS, open_model_dir, verify_files
+    from asrlib.app.model_dir import DECODE_KEYS, open_model_dir, verify_files
 
     md = open_model_dir(a.model)
     backend = md.load_backend()
     lang = md.lang_dir
     words = [w for w in read_words(lang / "words.txt").values() if not (w.startswith("#") or w.startswith("<"))]
     kind = "mobile bundle" if md.type == "onnx-bundle" else "packaged" if md.packaged else "experiment dir"
-    info = {"model_dir": str(md.root), "kind": kind,
-            "type": md.type, "format_version": md.meta.get("format_version"), "model_file": str(md.model_path),
-            "lang_dir": str(lang), "sample_rate": md.sample_rate, "num_mel_bins": backend.num_mel_bins,
-            "subsampling": backend.subsampling, "tokens": len(read_tokens(lang / "tokens.txt")),
-            "words": len(words), "lexicon_entries": sum(len(p) for p in read_lexicon(lang / "lexicon.txt").values()),
-            "tlg": (lang / "TLG.fst").is_file(),
-            "decode": {k: getattr(md.decode_config(), k) for k in DECODE_KEYS},
-            "network": backend.describe()}
+    info = {
+        "model_dir": str(md.root),
+        "kind": kind,
+        "type": md.type,
+        "format_version": md.meta.get("format_version"),
+        "model_file": str(md.model_path),
+        "lang_dir": str(lang),
+        "sample_rate": md.sample_rate,
+        "num_mel_bins": backend.num_mel_bins,
+        "subsampling": backend.subsampling,
+        "tokens": len(read_tokens(lang / "tokens.txt")),
+        "words": len(words),
+        "lexicon_entries": sum(len(p) for p in read_lexicon(lang / "lexicon.txt").values()),
+        "tlg": (lang / "TLG.fst").is_file(),
+        "decode": {k: getattr(md.decode_config(), k) for k in DECODE_KEYS},
+        "network": backend.describe(),
+    }
     for k in ("asrlib_version", "source", "decode_source"):
         if md.meta.get(k) is not None:
             info[k] = md.meta[k]
@@ -257,7 +304,7 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def cmd_package(a: argparse.Namespace) -> int:
     from asrlib.config import DecodeConfig, load_config
-    from asrlib.model_dir import package_model
+    from asrlib.app.model_dir import package_model
 
     decode, sample_rate = DecodeConfig(), 16000
     if a.config:
@@ -277,9 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcribe", help="transcribe audio files, directories or wav.scp lists")
     t.add_argument("model", help="packaged model dir (asr package), mobile bundle dir or training experiment dir")
     t.add_argument("inputs", nargs="+", help="audio files, directories, or Kaldi wav.scp files")
-    t.add_argument("--format", choices=FORMATS, default="text",
-                   help="text: Kaldi text lines; jsonl: words and segments with times; srt / vtt: subtitles "
-                        "(several inputs: -o DIR gets one KEY.srt / KEY.vtt each)")
+    t.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text: Kaldi text lines; jsonl: words and segments with times; srt / vtt: subtitles "
+        "(several inputs: -o DIR gets one KEY.srt / KEY.vtt each)",
+    )
     t.add_argument("--method", choices=["tlg", "greedy"], default="tlg")
     t.add_argument("--nj", type=int, default=1, help="parallel processes (files are spread over them)")
     t.add_argument("--num-threads", type=int, default=1, help="torch threads per process")
@@ -288,18 +339,35 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-active", type=int)
     t.add_argument("--acoustic-scale", type=float)
     t.add_argument("--blank-penalty", type=float)
-    t.add_argument("--chunk-seconds", type=float, default=10.0,
-                   help="audio processed per step (bounds memory; does not change the result)")
-    seg = t.add_argument_group("long recordings", "cut at pauses, each segment decoded from a zero network "
-                                                   "state (default: the model dir's decode settings)")
-    seg.add_argument("--segment", choices=SEGMENT_METHODS,
-                     help="energy: pauses by log mel energy; blank: by the network's CTC blank; none: one stream")
+    t.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=10.0,
+        help="audio processed per step (bounds memory; does not change the result)",
+    )
+    seg = t.add_argument_group(
+        "long recordings",
+        "cut at pauses, each segment decoded from a zero network state (default: the model dir's decode settings)",
+    )
+    seg.add_argument(
+        "--segment",
+        choices=SEGMENT_METHODS,
+        help="energy: pauses by log mel energy; blank: by the network's CTC blank; none: one stream",
+    )
     seg.add_argument("--segment-min-silence", type=float, metavar="SECONDS", help="a pause this long ends a segment")
     seg.add_argument("--segment-pad", type=float, metavar="SECONDS", help="silence kept on each side of a cut")
-    seg.add_argument("--segment-max-seconds", type=float, metavar="SECONDS",
-                     help="longest segment (cut at its longest non-speech run)")
-    seg.add_argument("--segment-threshold-db", type=float, metavar="DB",
-                     help="frames within this of the local energy floor are quiet")
+    seg.add_argument(
+        "--segment-max-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="longest segment (cut at its longest non-speech run)",
+    )
+    seg.add_argument(
+        "--segment-threshold-db",
+        type=float,
+        metavar="DB",
+        help="frames within this of the local energy floor are quiet",
+    )
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
     t.set_defaults(func=cmd_transcribe)
 
@@ -311,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("package", help="copy a trained model and its lang files into a self-contained model dir")
     k.add_argument("exp_dir", help="experiment dir holding final.pt (or the .pt file)")
-    k.add_argument("lang_dir", help="the lang dir the model was trained with (tokens.txt, words.txt, lexicon.txt, "
-                                    "TLG.fst)")
+    k.add_argument(
+        "lang_dir", help="the lang dir the model was trained with (tokens.txt, words.txt, lexicon.txt, TLG.fst)"
+    )
     k.add_argument("out_dir")
     k.add_argument("--config", help="recipe config: its decode settings and data.sample_rate are recorded")
     k.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")

@@ -1,4 +1,4 @@
-"""A trained model as a directory that ``asr transcribe`` and :class:`asrlib.recognizer.Recognizer` can load.
+"""A trained model as a directory that ``asr transcribe`` and :class:`asrlib.app.recognizer.Recognizer` can load.
 
 Three layouts are accepted by :func:`open_model_dir`:
 
@@ -32,6 +32,7 @@ recording is processed in bounded memory: the torch backend carries the LSTM sta
 trained with per-utterance CMN (which needs the recording's mean), collects the frames and runs them at the end
 (see :class:`_WholeRecordingStream`).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ from typing import Callable, Dict, List, Optional, Protocol
 import numpy as np
 
 from asrlib.config import DecodeConfig
-from asrlib.io_utils import AsrError, PathLike, atomic_open, sha256_file
+from asrlib.errors import AsrError, PathLike
+from asrlib.io.atomic import atomic_open
+from asrlib.io.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,17 @@ LANG_FILES_REQUIRED = ("tokens.txt", "words.txt", "lexicon.txt")
 LANG_FILES_OPTIONAL = ("TLG.fst",)
 FRAME_SHIFT = 0.01  # seconds per fbank frame (asrlib.features.fbank)
 # DecodeConfig fields kept in model.json: the search, and how long recordings are segmented
-DECODE_KEYS = ("beam", "max_active", "acoustic_scale", "blank_penalty", "segment", "segment_min_silence",
-               "segment_pad", "segment_max_seconds", "segment_threshold_db")
+DECODE_KEYS = (
+    "beam",
+    "max_active",
+    "acoustic_scale",
+    "blank_penalty",
+    "segment",
+    "segment_min_silence",
+    "segment_pad",
+    "segment_max_seconds",
+    "segment_threshold_db",
+)
 
 
 # ------------------------------------------------------------------------------------------------ backends
@@ -76,7 +88,7 @@ class AcousticBackend(Protocol):
     """What a model type provides to the recognizer."""
 
     num_mel_bins: int
-    subsampling: int          # fbank frames per output frame
+    subsampling: int  # fbank frames per output frame
     vocab_size: int
 
     def stream(self) -> AcousticStream:
@@ -117,7 +129,7 @@ class _UnidirectionalStream(_StackedStream):
         self.saved, self.model = saved, saved.model
         super().__init__(self.model.stack, self.model.feat_dim, self.model.vocab_size)
         self.state: List[Optional[tuple]] = [None] * len(self.model.layers)
-        self.cmvn, self.cmvn_state = saved.cmvn, None   # features.cmvn online: the running mean is carried too
+        self.cmvn, self.cmvn_state = saved.cmvn, None  # features.cmvn online: the running mean is carried too
 
     def _run(self, feats: np.ndarray) -> np.ndarray:
         import torch
@@ -162,7 +174,8 @@ class _WholeRecordingStream:
             return np.zeros((0, self.saved.model.vocab_size), np.float32)
         if self.saved.cmn == "utterance":
             from asrlib.features.cmvn import utterance_cmn
-            feats = utterance_cmn(feats)       # over every frame, as the feature readers do
+
+            feats = utterance_cmn(feats)  # over every frame, as the feature readers do
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
             if t_out <= self.window + 2 * self.context:
@@ -171,8 +184,8 @@ class _WholeRecordingStream:
             for s in range(0, t_out, self.window):
                 e = min(s + self.window, t_out)
                 a, b = max(0, s - self.context), min(t_out, e + self.context)
-                lp = self.saved.log_probs(feats[a * stack: b * stack])
-                outs.append(lp[s - a: s - a + (e - s)])
+                lp = self.saved.log_probs(feats[a * stack : b * stack])
+                outs.append(lp[s - a : s - a + (e - s)])
             return np.concatenate(outs)
 
 
@@ -185,10 +198,12 @@ class TorchBackend:
         self.model_path = Path(model_path)
         self.saved = load_model(self.model_path)
         if self.saved.cmn == "speaker":
-            raise AsrError(f"{self.model_path} was trained with per-speaker CMN (features.cmvn: speaker): its input "
-                           f"needs the mean of all of a speaker's audio, which a recording-at-a-time recognizer does "
-                           f"not have; decode a data dir with steps.compute_fbank, steps.compute_cmvn --utt2spk and "
-                           f"steps.compute_logprobs instead, or train with features.cmvn: global")
+            raise AsrError(
+                f"{self.model_path} was trained with per-speaker CMN (features.cmvn: speaker): its input "
+                f"needs the mean of all of a speaker's audio, which a recording-at-a-time recognizer does "
+                f"not have; decode a data dir with steps.compute_fbank, steps.compute_cmvn --utt2spk and "
+                f"steps.compute_logprobs instead, or train with features.cmvn: global"
+            )
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
@@ -227,8 +242,7 @@ class OnnxBundleBackend:
 
         self.bundle = check_bundle(bundle_dir, verify=False)  # open_model_dir has verified the files
         self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
-        self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins,
-                                        num_threads)
+        self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
         self.vocab_size = self.model.vocab_size
 
     def stream(self) -> AcousticStream:
@@ -236,10 +250,15 @@ class OnnxBundleBackend:
 
     def describe(self) -> Dict[str, object]:
         m, files = self.model, self.bundle.info.get("files", {})
-        return {"engine": "onnxruntime (int8)", "layers": m.num_layers, "state_dim": m.state_dim,
-                "cell_dim": m.hidden, "vocab_size": m.vocab_size,
-                "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
-                **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")}}
+        return {
+            "engine": "onnxruntime (int8)",
+            "layers": m.num_layers,
+            "state_dim": m.state_dim,
+            "cell_dim": m.hidden,
+            "vocab_size": m.vocab_size,
+            "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
+            **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")},
+        }
 
 
 #: model.json ``type`` → loader(model dir, model.json dict) → backend. A new bundle type registers itself here.
@@ -253,11 +272,12 @@ BACKENDS: Dict[str, Callable[[Path, dict], AcousticBackend]] = {
 @dataclass
 class ModelDir:
     """A resolved model directory: where its files are and the settings to run it with."""
+
     root: Path
     type: str
     model_path: Path
     lang_dir: Path
-    meta: dict = field(default_factory=dict)      # model.json (synthesised for an experiment dir)
+    meta: dict = field(default_factory=dict)  # model.json (synthesised for an experiment dir)
     packaged: bool = False
 
     @property
@@ -297,12 +317,16 @@ def _read_model_json(path: Path) -> dict:
     if version > MODEL_DIR_VERSION:
         from asrlib import __version__
 
-        raise AsrError(f"{path.parent} is a model dir of format version {version}, made by a newer asrlib "
-                       f"({meta.get('asrlib_version', '?')}); this asrlib {__version__} reads format versions "
-                       f"up to {MODEL_DIR_VERSION}: upgrade asrlib")
+        raise AsrError(
+            f"{path.parent} is a model dir of format version {version}, made by a newer asrlib "
+            f"({meta.get('asrlib_version', '?')}); this asrlib {__version__} reads format versions "
+            f"up to {MODEL_DIR_VERSION}: upgrade asrlib"
+        )
     if meta.get("type") not in BACKENDS:
-        raise AsrError(f"{path}: model type '{meta.get('type')}' is not supported by this asrlib "
-                       f"(known types: {', '.join(sorted(BACKENDS))})")
+        raise AsrError(
+            f"{path}: model type '{meta.get('type')}' is not supported by this asrlib "
+            f"(known types: {', '.join(sorted(BACKENDS))})"
+        )
     return meta
 
 
@@ -330,13 +354,17 @@ def open_model_dir(path: PathLike) -> ModelDir:
         missing = [str(p.relative_to(path)) for p in (model_path,) if not p.exists()]
         missing += [str((lang_dir / f).relative_to(path)) for f in _missing_lang_files(lang_dir)]
         if missing:
-            raise AsrError(f"model dir {path} is incomplete: missing {', '.join(missing)} "
-                           f"(copy the whole directory, or re-create it with `asr package`)")
+            raise AsrError(
+                f"model dir {path} is incomplete: missing {', '.join(missing)} "
+                f"(copy the whole directory, or re-create it with `asr package`)"
+            )
         for name, info in meta.get("files", {}).items():
             p = path / name
             if p.is_file() and "size" in info and p.stat().st_size != info["size"]:
-                raise AsrError(f"model dir {path}: {name} has {p.stat().st_size} bytes, model.json says "
-                               f"{info['size']} (truncated or replaced copy?); re-copy the model dir")
+                raise AsrError(
+                    f"model dir {path}: {name} has {p.stat().st_size} bytes, model.json says "
+                    f"{info['size']} (truncated or replaced copy?); re-copy the model dir"
+                )
         return ModelDir(path, meta["type"], model_path, lang_dir, meta, packaged=True)
     return _experiment_dir(path, path / "final.pt")
 
@@ -347,22 +375,35 @@ def _bundle_dir(path: Path) -> ModelDir:
 
     b = check_bundle(path)
     if not (path / "lexicon.txt").is_file():
-        raise AsrError(f"bundle {path} has no lexicon.txt (made by an older asrlib), which `asr transcribe` needs "
-                       f"for word times: re-run steps.export_mobile, or copy the recipe's data/lang/lexicon.txt "
-                       f"into the bundle")
+        raise AsrError(
+            f"bundle {path} has no lexicon.txt (made by an older asrlib), which `asr transcribe` needs "
+            f"for word times: re-run steps.export_mobile, or copy the recipe's data/lang/lexicon.txt "
+            f"into the bundle"
+        )
     dec = b.info.get("decode", {})
-    meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "onnx-bundle",
-            "model": "model.streaming.int8.onnx", "lang": ".", "sample_rate": b.sample_rate,
-            "num_mel_bins": b.feat_dim, "frame_shift": b.info.get("frame_shift_ms", 10) / 1000,
-            "subsampling": b.subsampling, "decode": {k: v for k, v in dec.items() if k in DECODE_KEYS},
-            "files": b.info.get("files", {}), "bundle": {k: b.info[k] for k in ("format", "version")}}
+    meta = {
+        "format": MODEL_DIR_FORMAT,
+        "format_version": MODEL_DIR_VERSION,
+        "type": "onnx-bundle",
+        "model": "model.streaming.int8.onnx",
+        "lang": ".",
+        "sample_rate": b.sample_rate,
+        "num_mel_bins": b.feat_dim,
+        "frame_shift": b.info.get("frame_shift_ms", 10) / 1000,
+        "subsampling": b.subsampling,
+        "decode": {k: v for k, v in dec.items() if k in DECODE_KEYS},
+        "files": b.info.get("files", {}),
+        "bundle": {k: b.info[k] for k in ("format", "version")},
+    }
     return ModelDir(path, "onnx-bundle", path / "model.streaming.int8.onnx", path, meta, packaged=True)
 
 
 def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
     if not model_path.is_file():
-        raise AsrError(f"{exp_dir} has no model.json and no {model_path.name}: give a packaged model dir "
-                       f"(`asr package`) or a training experiment dir whose training has finished")
+        raise AsrError(
+            f"{exp_dir} has no model.json and no {model_path.name}: give a packaged model dir "
+            f"(`asr package`) or a training experiment dir whose training has finished"
+        )
     lang_dir = exp_dir / "lang"
     if not lang_dir.is_dir():
         import torch
@@ -370,20 +411,30 @@ def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
         info = torch.load(model_path, map_location="cpu", weights_only=False).get("info", {})
         recorded = info.get("lang_dir")
         if not recorded:
-            raise AsrError(f"{exp_dir} has no lang/ dir and {model_path} does not record its lang dir; "
-                           f"package it with `asr package {exp_dir} LANG_DIR OUT_DIR`")
+            raise AsrError(
+                f"{exp_dir} has no lang/ dir and {model_path} does not record its lang dir; "
+                f"package it with `asr package {exp_dir} LANG_DIR OUT_DIR`"
+            )
         rec = Path(recorded)
-        found = rec if rec.is_absolute() and rec.is_dir() else (None if rec.is_absolute() else
-                                                                 _find_relative(rec, exp_dir))
+        found = (
+            rec if rec.is_absolute() and rec.is_dir() else (None if rec.is_absolute() else _find_relative(rec, exp_dir))
+        )
         if found is None:
-            raise AsrError(f"{exp_dir} has no lang/ dir and the lang dir recorded in {model_path} ('{recorded}') "
-                           f"is not found; package the model with `asr package {exp_dir} LANG_DIR OUT_DIR`")
+            raise AsrError(
+                f"{exp_dir} has no lang/ dir and the lang dir recorded in {model_path} ('{recorded}') "
+                f"is not found; package the model with `asr package {exp_dir} LANG_DIR OUT_DIR`"
+            )
         lang_dir = found
     missing = _missing_lang_files(lang_dir)
     if missing:
         raise AsrError(f"lang dir {lang_dir} lacks {', '.join(missing)}; run the lang stage (steps.prepare_lang)")
-    meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "torch",
-            "model": os.path.relpath(model_path, exp_dir), **_recipe_decode_settings(exp_dir, model_path)}
+    meta = {
+        "format": MODEL_DIR_FORMAT,
+        "format_version": MODEL_DIR_VERSION,
+        "type": "torch",
+        "model": os.path.relpath(model_path, exp_dir),
+        **_recipe_decode_settings(exp_dir, model_path),
+    }
     return ModelDir(exp_dir, "torch", model_path, lang_dir, meta, packaged=False)
 
 
@@ -418,8 +469,14 @@ def verify_files(md: ModelDir) -> List[str]:
     return problems
 
 
-def package_model(exp_dir: PathLike, lang_dir: PathLike, out_dir: PathLike, decode: Optional[DecodeConfig] = None,
-                  sample_rate: int = 16000, force: bool = False) -> Path:
+def package_model(
+    exp_dir: PathLike,
+    lang_dir: PathLike,
+    out_dir: PathLike,
+    decode: Optional[DecodeConfig] = None,
+    sample_rate: int = 16000,
+    force: bool = False,
+) -> Path:
     """Copy ``exp_dir/final.pt`` and the lang files into a new self-contained ``out_dir`` with ``model.json``.
 
     ``exp_dir`` may also be the path of a ``.pt`` model file. The directory is built under a temporary name
@@ -442,8 +499,10 @@ def package_model(exp_dir: PathLike, lang_dir: PathLike, out_dir: PathLike, deco
     backend = TorchBackend(model_path)  # checks the model file's format version
     num_tokens = len(read_tokens(lang_dir / "tokens.txt"))
     if num_tokens != backend.vocab_size:
-        raise AsrError(f"{model_path} outputs {backend.vocab_size} tokens but {lang_dir / 'tokens.txt'} has "
-                       f"{num_tokens}: this lang dir is not the one the model was trained with")
+        raise AsrError(
+            f"{model_path} outputs {backend.vocab_size} tokens but {lang_dir / 'tokens.txt'} has "
+            f"{num_tokens}: this lang dir is not the one the model was trained with"
+        )
     lang_files = [f for f in LANG_FILES_REQUIRED + LANG_FILES_OPTIONAL if (lang_dir / f).is_file()]
     if "TLG.fst" not in lang_files:
         log.warning("%s has no TLG.fst: the packaged model can only decode with --method greedy", lang_dir)
@@ -456,14 +515,21 @@ def package_model(exp_dir: PathLike, lang_dir: PathLike, out_dir: PathLike, deco
         for f in lang_files:
             shutil.copyfile(lang_dir / f, tmp / "lang" / f)
         names = ["final.pt"] + [f"lang/{f}" for f in lang_files]
-        meta = {"format": MODEL_DIR_FORMAT, "format_version": MODEL_DIR_VERSION, "type": "torch",
-                "model": "final.pt", "lang": "lang", "sample_rate": int(sample_rate),
-                "num_mel_bins": backend.num_mel_bins, "frame_shift": FRAME_SHIFT,
-                "subsampling": backend.subsampling,
-                "decode": {k: v for k, v in asdict(decode or DecodeConfig()).items() if k in DECODE_KEYS},
-                "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names},
-                "asrlib_version": __version__,
-                "source": {"model": str(model_path.resolve()), "lang_dir": str(lang_dir.resolve())}}
+        meta = {
+            "format": MODEL_DIR_FORMAT,
+            "format_version": MODEL_DIR_VERSION,
+            "type": "torch",
+            "model": "final.pt",
+            "lang": "lang",
+            "sample_rate": int(sample_rate),
+            "num_mel_bins": backend.num_mel_bins,
+            "frame_shift": FRAME_SHIFT,
+            "subsampling": backend.subsampling,
+            "decode": {k: v for k, v in asdict(decode or DecodeConfig()).items() if k in DECODE_KEYS},
+            "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names},
+            "asrlib_version": __version__,
+            "source": {"model": str(model_path.resolve()), "lang_dir": str(lang_dir.resolve())},
+        }
         with atomic_open(tmp / "model.json") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
             f.write("\n")

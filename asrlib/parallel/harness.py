@@ -3,7 +3,7 @@
 :func:`run_learners` starts ``world`` spawned processes that join one process group through a file store, runs
 ``fn(rank, world, *args)`` in each and returns their results; a learner that hangs (deadlock) or fails is reported
 with its traceback instead of hanging the caller. :func:`train_toy` trains on a toy set-up written by
-:func:`asrlib.testing.make_toy_ctc_setup` with the real Trainer and a distributed algorithm, and can check after
+``make_toy_ctc_setup`` (tests/helpers.py) with the real Trainer and a distributed algorithm, and can check after
 every step that the learners that should hold identical parameters do.
 
 Faults of real jobs (``steps.train_dist``, learners under torchrun): :func:`learner_pids` finds a learner's process
@@ -12,6 +12,7 @@ a SIGKILL from outside lands mid-epoch after a checkpoint, and :func:`restart_re
 how many steps were done before the failure, which checkpoint step the next attempt resumed from and the steps
 lost (exact with ``train.log_every=1``).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,13 @@ import torch.multiprocessing as mp
 from asrlib.cli import option_values
 
 
-def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, args: tuple,
-           env: Dict[str, str], threads: int) -> None:
+def _entry(
+    fn: Callable, rank: int, world: int, init_file: str, out_dir: str, args: tuple, env: Dict[str, str], threads: int
+) -> None:
     os.environ.update(env)
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % int(
-        env.get("LOCAL_WORLD_SIZE", world)))})
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % int(env.get("LOCAL_WORLD_SIZE", world)))}
+    )
     torch.set_num_threads(threads)
     out = Path(out_dir)
     try:
@@ -47,14 +50,24 @@ def _entry(fn: Callable, rank: int, world: int, init_file: str, out_dir: str, ar
         raise SystemExit(1)
 
 
-def run_learners(fn: Callable, world: int, args: Sequence[Any] = (), timeout: float = 120.0,
-                 env: Optional[Dict[str, str]] = None, threads: int = 1) -> List[Any]:
+def run_learners(
+    fn: Callable,
+    world: int,
+    args: Sequence[Any] = (),
+    timeout: float = 120.0,
+    env: Optional[Dict[str, str]] = None,
+    threads: int = 1,
+) -> List[Any]:
     """Run ``fn(rank, world, *args)`` in ``world`` processes in one Gloo process group; return the results."""
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="learners.") as tmp:
         init_file = os.path.join(tmp, "store")
-        procs = [ctx.Process(target=_entry, args=(fn, r, world, init_file, tmp, tuple(args), dict(env or {}),
-                                                   threads), daemon=True) for r in range(world)]
+        procs = [
+            ctx.Process(
+                target=_entry, args=(fn, r, world, init_file, tmp, tuple(args), dict(env or {}), threads), daemon=True
+            )
+            for r in range(world)
+        ]
         for p in procs:
             p.start()
         deadline = time.time() + timeout
@@ -65,8 +78,9 @@ def run_learners(fn: Callable, world: int, args: Sequence[Any] = (), timeout: fl
             if p.is_alive():
                 p.kill()
                 p.join()
-        errors = {r: Path(tmp, f"error.{r}.txt").read_text() for r in range(world)
-                  if Path(tmp, f"error.{r}.txt").is_file()}
+        errors = {
+            r: Path(tmp, f"error.{r}.txt").read_text() for r in range(world) if Path(tmp, f"error.{r}.txt").is_file()
+        }
         if errors:
             r, tb = sorted(errors.items())[0]
             raise RuntimeError(f"learner {r} failed:\n{tb}")
@@ -91,7 +105,7 @@ def identical_groups(algo) -> Optional[List[List[int]]]:
         if name == "ma" and algo.hierarchical and k < n and algo.since_sync % algo.cfg.node_period == 0:
             return [list(range(s, s + k)) for s in range(0, n, k)]
         return None
-    if name in ("ma", "bmuf"):   # warm-up: synchronous SGD
+    if name in ("ma", "bmuf"):  # warm-up: synchronous SGD
         return [list(range(n))]
     if name == "hadpsgd" and algo.node_size > 1:
         k = algo.node_size
@@ -129,8 +143,17 @@ class StopAfter(Exception):
     """Raised by :func:`train_toy` after the checkpoint at step ``stop_after`` (simulates a crash)."""
 
 
-def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequence[str], exp_dir: str,
-              watch: bool = False, stop_after: int = 0, uneven: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+def train_toy(
+    rank: int,
+    world: int,
+    setup: str,
+    config: str,
+    overrides: Sequence[str],
+    exp_dir: str,
+    watch: bool = False,
+    stop_after: int = 0,
+    uneven: Optional[Sequence[int]] = None,
+) -> Dict[str, Any]:
     """Train on a toy set-up with the algorithm of ``train.dist`` (each learner in its own process).
 
     ``uneven``: per-learner batch counts to use instead of the round-robin split (each learner gets that many
@@ -142,7 +165,7 @@ def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequenc
     """
     from asrlib.config import load_config
     from asrlib.models.lstm import build_model
-    from asrlib.train.algo import make_algo
+    from asrlib.parallel import make_algo
     from asrlib.train.data import CtcDataset, read_token_ids
     from asrlib.train.trainer import Trainer
 
@@ -152,18 +175,22 @@ def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequenc
     cmvn = root / "fbank" / "train" / "cmvn.scp"
 
     def ds(name: str) -> CtcDataset:
-        return CtcDataset(root / "fbank" / name / "feats.scp", root / "data" / name / "text", root / "lang", cmvn,
-                          cfg.model.stack)
+        return CtcDataset(
+            root / "fbank" / name / "feats.scp", root / "data" / name / "text", root / "lang", cmvn, cfg.model.stack
+        )
 
     train_ds, dev_ds = ds("train"), ds("dev")
-    model = build_model(train_ds.features(train_ds.utts[0].utt).shape[1],
-                        len(read_token_ids(root / "lang" / "tokens.txt")), cfg.model)
+    model = build_model(
+        train_ds.features(train_ds.utts[0].utt).shape[1], len(read_token_ids(root / "lang" / "tokens.txt")), cfg.model
+    )
     algo = make_algo(cfg.train.dist)
     if uneven is not None:
+
         def shard(batches, epoch, counts=tuple(uneven)):
-            start = sum(counts[:algo.rank])
-            mine = [list(b) for b in batches[start:start + counts[algo.rank]]]
+            start = sum(counts[: algo.rank])
+            mine = [list(b) for b in batches[start : start + counts[algo.rank]]]
             return mine + [[] for _ in range(max(counts) - len(mine))]
+
         algo.shard_batches = shard
     record = {"max_diff": 0.0, "checks": 0}
     if watch:
@@ -177,15 +204,21 @@ def train_toy(rank: int, world: int, setup: str, config: str, overrides: Sequenc
             if trainer.step == stop_after and name == "latest.pt":
                 dist.barrier()  # rank 0 has written the checkpoint before anyone goes on to resume from it
                 raise StopAfter(stop_after)
+
         trainer.save = save_then_stop
     t0 = time.perf_counter()
     try:
         summary = trainer.fit()
     except StopAfter:
         return {"stopped_at": stop_after}
-    return {"params": {k: v.detach().clone() for k, v in model.state_dict().items()}, "summary": summary,
-            "metrics": trainer.metrics, "algo": algo.summary() if hasattr(algo, "summary") else None,
-            "identity": record, "fit_s": time.perf_counter() - t0}
+    return {
+        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "summary": summary,
+        "metrics": trainer.metrics,
+        "algo": algo.summary() if hasattr(algo, "summary") else None,
+        "identity": record,
+        "fit_s": time.perf_counter() - t0,
+    }
 
 
 def run_toy_scenarios(rank: int, world: int, scenarios: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -195,7 +228,7 @@ def run_toy_scenarios(rank: int, world: int, scenarios: Sequence[Dict[str, Any]]
 
 # ------------------------------------------------------------------------------ faults of steps.train_dist jobs
 STEP_RE = re.compile(r"\] step (\d+) epoch \d+ loss ")
-START_RE = re.compile(r"INFO \[train\] model: ")   # steps.train logs it once per attempt, on every learner
+START_RE = re.compile(r"INFO \[train\] model: ")  # steps.train logs it once per attempt, on every learner
 RESUMED_RE = re.compile(r"resumed from \S+: epoch \d+, batch \d+, step (\d+)")
 RESTART_RE = re.compile(r"torchrun restart (\d+) of")
 
@@ -216,9 +249,12 @@ def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
                 continue
             if Path(os.readlink(d / "cwd"), exp).resolve() != want:
                 continue
-            env = dict(kv.split("=", 1) for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
-                       if "=" in kv)
-        except OSError:   # the process ended meanwhile, or is not ours
+            env = dict(
+                kv.split("=", 1)
+                for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in kv
+            )
+        except OSError:  # the process ended meanwhile, or is not ours
             continue
         if "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == str(attempt):
             out[int(env["RANK"])] = int(d.name)
@@ -270,6 +306,11 @@ def restart_report(exp_dir: Union[str, Path]) -> Dict[str, Any]:
     rank0 = log_attempts(Path(exp_dir, "log", "train.log"))
     before = max((max(a[0]["steps"], default=0) for a in per_log if a), default=0)
     resumed = (rank0[1]["resumed"] or 0) if len(rank0) > 1 else 0
-    return {"attempts": len(rank0), "restarts": sum(1 for a in rank0 if a["restart"]),
-            "steps_before_failure": before, "resumed_step": resumed, "steps_lost": before - resumed,
-            "final_step": max(rank0[-1]["steps"], default=0) if rank0 else 0}
+    return {
+        "attempts": len(rank0),
+        "restarts": sum(1 for a in rank0 if a["restart"]),
+        "steps_before_failure": before,
+        "resumed_step": resumed,
+        "steps_lost": before - resumed,
+        "final_step": max(rank0[-1]["steps"], default=0) if rank0 else 0,
+    }

@@ -37,6 +37,9 @@ class DataConfig:
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
     mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
     level_db: float = 0.0  # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
+    # local.kaldi_import: run the `cmd |` entries of an imported wav.scp (they run any program the file names; off:
+    # such an entry is an error naming its line)
+    allow_pipes: bool = False
     # a corpus' train/test convention where it has several ("" = its default), e.g. yesno: lhotse (even/odd
     # positions) | kaldi (sorted halves, egs/yesno)
     split: str = ""
@@ -344,7 +347,9 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
     if not path.is_file():
         raise AsrError(f"config file {path} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise AsrError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise AsrError(f"{path}: not valid YAML: {e}") from None
     for ov in overrides or []:

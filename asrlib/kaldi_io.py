@@ -150,6 +150,8 @@ def read_scp(scp_path: PathLike) -> Dict[str, str]:
     for key, rx in read_table(scp_path):
         if not rx:
             raise AsrError(f"{scp_path}: entry '{key}' has no archive location")
+        if "\0" in rx:
+            raise AsrError(f"{scp_path}: entry '{key}' has a NUL byte in its location (a damaged file)")
         if key in out:
             raise AsrError(f"{scp_path}: duplicate key '{key}'")
         out[key] = rx
@@ -157,14 +159,59 @@ def read_scp(scp_path: PathLike) -> Dict[str, str]:
 
 
 def _read_item(reader: Callable[[str], object], rx: str, key: str, scp: Path):
+    check_matrix_header(rx, key, scp)
     try:
         return reader(rx)
-    except RuntimeError as e:
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else "read error"
+    except (RuntimeError, UnicodeDecodeError, ValueError, MemoryError) as e:  # kaldi_native_io's read errors
+        text = str(e) if not isinstance(e, UnicodeDecodeError) else "unreadable data"
+        msg = text.strip().splitlines()[-1] if text.strip() else "read error"
         raise AsrError(
             f"{scp}: cannot read '{key}' from {rx} ({msg}); the archive is missing or corrupt — "
             f"delete the stage's output directory and rerun it"
         ) from None
+
+
+# bytes per element of Kaldi's binary matrix types (token -> (element bytes, compressed))
+_MATRIX_TOKENS = {b"FM": 4, b"DM": 8, b"CM": 1, b"CM2": 2, b"CM3": 1}
+
+
+def check_matrix_header(rx: str, key: str, scp: Path) -> None:
+    """Before a binary matrix at ``path:offset`` is read, check that the rows x columns its header claims fit in
+    the bytes the file has after it, so a damaged header can never make the reader allocate more than the file
+    holds (an :class:`AsrError` naming the entry). Text-mode and unrecognised entries are left to the reader."""
+    path, _, offset = rx.rpartition(":")
+    if not offset.isdigit():
+        return
+    try:
+        with open(path, "rb") as f:
+            f.seek(int(offset))
+            head = f.read(32)
+            f.seek(0, 2)
+            left = f.tell() - int(offset)
+    except (OSError, ValueError, OverflowError):
+        return  # the reader says what is missing
+    if not head.startswith(b"\0B"):
+        return
+    token, _, rest = head[2:].partition(b" ")
+    if token not in _MATRIX_TOKENS:
+        return
+    import struct
+
+    if token.startswith(b"CM"):  # global header: min, range (float32), rows, cols (int32)
+        if len(rest) < 16:
+            raise AsrError(f"{scp}: '{key}' at {rx}: truncated compressed-matrix header")
+        rows, cols = struct.unpack("<ii", rest[8:16])
+        need = rows * cols * _MATRIX_TOKENS[token] + (cols * 8 if token == b"CM" else 0)
+    else:  # <size byte 4> rows <size byte 4> cols
+        if len(rest) < 10 or rest[0] != 4 or rest[5] != 4:
+            raise AsrError(f"{scp}: '{key}' at {rx}: damaged matrix header")
+        rows, cols = struct.unpack("<i", rest[1:5])[0], struct.unpack("<i", rest[6:10])[0]
+        need = rows * cols * _MATRIX_TOKENS[token]
+    if rows < 0 or cols < 0 or need > left:
+        raise AsrError(
+            f"{scp}: '{key}' at {rx} claims a {rows} x {cols} matrix, more than the {left} bytes the file has "
+            f"there: the archive is corrupt; delete the stage's output directory and rerun it"
+        )
 
 
 class MatrixReader:

@@ -213,7 +213,7 @@ def integrity_problems(work: Path) -> List[str]:
                     for line in f:
                         json.loads(line)
             elif p.suffix == ".pt":
-                torch.load(p, map_location="cpu", weights_only=False)
+                torch.load(p, map_location="cpu", weights_only=True)
             elif p.name.endswith(".done") or p.name == ".validated":
                 json.loads(p.read_text())
         except Exception as e:  # anything at all: that is what the check is for
@@ -260,7 +260,7 @@ def _content(p: Path) -> Any:
     if p.suffix == ".pt":
         import torch
 
-        return _untimed(torch.load(p, map_location="cpu", weights_only=False))
+        return _untimed(torch.load(p, map_location="cpu", weights_only=True))
     raw = p.read_bytes()
     if p.name.endswith(".gz"):
         raw = gzip.decompress(raw)

@@ -223,7 +223,7 @@ def kill_run(
 
     same = None
     if (exp / "final.pt").is_file() and (ref / "final.pt").is_file():
-        a, b = (torch.load(e / "final.pt", weights_only=False)["model"] for e in (ref, exp))
+        a, b = (torch.load(e / "final.pt", weights_only=True)["model"] for e in (ref, exp))
         same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     return {
         "algo": "sync",

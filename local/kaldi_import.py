@@ -9,8 +9,12 @@
 
 **Import** reads ``wav.scp`` (plain paths, ``command |`` pipes, ``foo.ark:123`` wave-archive entries), optional
 ``segments``, ``text``, ``utt2spk``/``spk2utt``, optional ``feats.scp``/``cmvn.scp``. The features stage reads
-plain files only, so every pipe or archive entry is *materialised*: the command runs once (``bash -c``) and its
-WAV output is written to ``<dst>/wav/<recording>.wav``; a failing command, non-WAV output or a missing file
+plain files only, so every pipe or archive entry is *materialised* and its WAV output written to
+``<dst>/wav/<recording>.wav``. A pipe runs a program named by whoever wrote the ``wav.scp``: it is refused (an error
+naming the file and line) unless the user allows pipes (``--allow-pipes``, ``data.allow_pipes: true``); an allowed
+command runs once, without a shell when it is one plain command (no ``|``, ``;``, ``&``, redirections, ``$``,
+backquotes or wildcards; else ``bash -c`` with ``pipefail``), in ``--base-dir``, for at most
+:data:`PIPE_TIMEOUT_S` seconds; a failing command, non-WAV output or a missing file
 excludes the recording's utterances, each listed in ``<dst>/excluded.txt`` with the reason. A source dir that is
 unsorted or inconsistent (utt2spk vs spk2utt, utterances missing from text/wav.scp/segments, duplicates) is an
 error that lists the problems; with ``--fix`` it is repaired (sorted, spk2utt regenerated) and the inconsistent
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -47,6 +52,7 @@ from asrlib.io.tables import read_table, write_table
 log = logging.getLogger("local.kaldi_import")
 
 PIPE_TIMEOUT_S = 600
+SHELL_SYNTAX = set("|&;<>()$`*?~{}[]\n")  # a command with any of these needs a shell
 
 
 # ------------------------------------------------------------------------------------------------ audio entries
@@ -61,6 +67,17 @@ def wav_entry_kind(entry: str) -> str:
     return "file"
 
 
+def pipe_argv(cmd: str) -> Optional[List[str]]:
+    """The argument list of a wav.scp command that is one plain program call (run without a shell), or None when it
+    needs a shell (pipes inside it, ``;``, redirections, ``$``, wildcards, ... or unbalanced quotes)."""
+    if SHELL_SYNTAX & set(cmd):
+        return None
+    try:
+        return shlex.split(cmd) or None
+    except ValueError:
+        return None
+
+
 def read_entry_audio(entry: str, base_dir: Path) -> Tuple[Optional[np.ndarray], int, str]:
     """(int16 samples (n,) or (n, channels), sample rate, "") or (None, 0, reason) for one wav.scp entry."""
     import soundfile as sf
@@ -68,10 +85,16 @@ def read_entry_audio(entry: str, base_dir: Path) -> Tuple[Optional[np.ndarray], 
     kind = wav_entry_kind(entry)
     if kind == "pipe":
         cmd = entry.strip()[:-1].strip()
+        argv = pipe_argv(cmd)
         try:
             r = subprocess.run(
-                ["bash", "-c", f"set -o pipefail; {cmd}"], cwd=base_dir, capture_output=True, timeout=PIPE_TIMEOUT_S
+                argv or ["bash", "-c", f"set -o pipefail; {cmd}"],
+                cwd=base_dir,
+                capture_output=True,
+                timeout=PIPE_TIMEOUT_S,
             )
+        except FileNotFoundError:
+            return None, 0, f"pipe-failed: program not found: {cmd}"
         except subprocess.TimeoutExpired:
             return None, 0, f"pipe-failed: command ran over {PIPE_TIMEOUT_S} s: {cmd}"
         if r.returncode != 0:
@@ -147,8 +170,10 @@ def import_kaldi_dir(
     fix: bool = False,
     base_dir: Optional[PathLike] = None,
     wav_dir: Optional[PathLike] = None,
+    allow_pipes: bool = False,
 ) -> ImportReport:
-    """Import the Kaldi data dir ``src`` into ``dst`` (see the module docstring)."""
+    """Import the Kaldi data dir ``src`` into ``dst`` (see the module docstring); ``allow_pipes``: run the
+    ``cmd |`` entries of its wav.scp (else they are an error)."""
     src, dst = Path(src), Path(dst)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     wav_dir = Path(wav_dir) if wav_dir is not None else dst / "wav"
@@ -177,6 +202,17 @@ def import_kaldi_dir(
     paths: Dict[str, str] = {}
     bad_rec: Dict[str, str] = {}
     recs = sorted(set(rec_of.values()), key=byte_key)
+    pipes = [r for r in recs if r in wav and wav_entry_kind(wav[r]) == "pipe"]
+    if pipes and not allow_pipes:
+        scp = src / "wav.scp"
+        lines = scp.read_text(encoding="utf-8", errors="replace").splitlines()
+        line = next((i for i, ln in enumerate(lines, 1) if ln.split(maxsplit=1)[:1] == [pipes[0]]), 0)
+        raise AsrError(
+            f"{scp}:{line}: '{wav[pipes[0]].strip()}' is a command (a pipe), and {len(pipes)} of its {len(recs)} "
+            f"recordings are; running them runs whatever program the file names, so asrlib does not unless told: "
+            f"read the commands, then pass --allow-pipes (python -m local.kaldi_import import) or set "
+            f"data.allow_pipes: true (a recipe's stage 1)"
+        )
     n_mat = 0
     from tqdm import tqdm
 
@@ -402,7 +438,12 @@ def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None
             f"{corpus_dir} lacks the Kaldi data dir(s) {missing} (each needs wav.scp, text, utt2spk); "
             "set data.eval_sets to the sets it has"
         )
-    counts = {s: import_kaldi_dir(corpus_dir / s, out_dir / s, base_dir=corpus_dir.parent).num_utts for s in sets}
+    counts = {
+        s: import_kaldi_dir(
+            corpus_dir / s, out_dir / s, base_dir=corpus_dir.parent, allow_pipes=data.allow_pipes
+        ).num_utts
+        for s in sets
+    }
     mark_done(marker, {"utterances": counts}, fingerprint=fp)
 
 
@@ -420,6 +461,11 @@ def _sub_main(argv: Sequence[str]) -> int:
         type=Path,
         help="relative paths in wav.scp/feats.scp and pipe commands are relative to this (default: the current folder)",
     )
+    pi.add_argument(
+        "--allow-pipes",
+        action="store_true",
+        help="run the `cmd |` entries of wav.scp (they run any program the file names: read them first)",
+    )
     pe = sub.add_parser("export", help="pipeline data dir -> Kaldi data dir")
     pe.add_argument("--src", type=Path, required=True)
     pe.add_argument("--dst", type=Path, required=True)
@@ -432,7 +478,7 @@ def _sub_main(argv: Sequence[str]) -> int:
 
     setup_logging()
     if a.cmd == "import":
-        r = import_kaldi_dir(a.src, a.dst, a.fix, a.base_dir)
+        r = import_kaldi_dir(a.src, a.dst, a.fix, a.base_dir, allow_pipes=a.allow_pipes)
         print(
             f"{a.dst}: {r.num_utts} utterances, {r.num_materialised} recordings materialised, "
             f"{len(r.excluded)} excluded (see {a.dst / 'excluded.txt'})"

@@ -139,7 +139,7 @@ def test_mono_align_ce_then_ctc_from_ce_end_to_end(tmp_path):
         )
         == 0
     )
-    info = torch.load(root / "exp" / "ctc" / "final.pt", weights_only=False)["info"]
+    info = torch.load(root / "exp" / "ctc" / "final.pt", weights_only=True)["info"]
     assert info["init"] == "ce" and info["init_tensors"] > 0 and info["final_dev_loss"] < 1.0
     assert read_int_vectors(ali / "dev" / "pdf.scp")
     assert time.time() - t0 < 180
@@ -180,7 +180,7 @@ def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):
     for step in ("steps.train_mono", "steps.align", "steps.train_ce", "steps.train "):
         assert f"+ {step}" in r.stderr
     assert (root / "exp" / "mono" / ".done").is_file() and (root / "exp" / "mono_ali" / "dev" / "pdf.scp").is_file()
-    info = torch.load(exp / "final.pt", weights_only=False)["info"]
+    info = torch.load(exp / "final.pt", weights_only=True)["info"]
     assert info["init"] == "ce" and info["init_model"] == f"{exp}_ce/final.pt"
     # stages 5-6 with train.init: ce also decode and score the monophone GMM-HMM itself (method "mono")
     from asrlib.lang.graphs import build_tlg

@@ -59,8 +59,8 @@ def test_killed_distributed_run_resumes_exactly(tmp_path):
     resumed = _launch(setup, cfg, exp)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in (exp / "log" / "train.log").read_text()
-    a = torch.load(tmp_path / "ref" / "final.pt", weights_only=False)["model"]
-    b = torch.load(exp / "final.pt", weights_only=False)["model"]
+    a = torch.load(tmp_path / "ref" / "final.pt", weights_only=True)["model"]
+    b = torch.load(exp / "final.pt", weights_only=True)["model"]
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert (exp / ".train.done").is_file() and (exp / "log" / "train.rank1.log").is_file()

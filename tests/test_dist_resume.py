@@ -41,6 +41,6 @@ def test_resume_is_exact(tmp_path):
                 return [m["loss"] for m in r["metrics"] if m["kind"] == "dev"]
 
             assert dev(ref) == dev(resumed), algo
-    ck = torch.load(tmp_path / "bmuf_res" / "checkpoints" / "latest.pt", weights_only=False)["algo"]
+    ck = torch.load(tmp_path / "bmuf_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
     assert ck["world_size"] == 2 and len(ck["per_rank"]) == 2
     assert {"W", "Wg", "delta"} <= set(ck["shared"]) and float(ck["shared"]["delta"].abs().sum()) > 0

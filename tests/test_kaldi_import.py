@@ -10,7 +10,7 @@ import soundfile as sf
 
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table
-from local.kaldi_import import check_kaldi_dir, export_kaldi_dir, import_kaldi_dir, wav_entry_kind
+from local.kaldi_import import check_kaldi_dir, export_kaldi_dir, import_kaldi_dir, pipe_argv, wav_entry_kind
 
 SR = 8000
 
@@ -69,10 +69,37 @@ def test_entry_kinds(tmp_path):
     assert wav_entry_kind("/data/x.wav") == "file"
 
 
+def test_pipes_are_refused_unless_allowed(kaldi_dir, tmp_path):
+    """A wav.scp command runs a program its author chose: refused by default, naming the file and line; run (in
+    --base-dir) only with allow_pipes."""
+    src, _ = kaldi_dir
+    lines = (src / "wav.scp").read_text().splitlines()
+    pipe_line = next(i for i, ln in enumerate(lines, 1) if ln.rstrip().endswith("|"))
+    with pytest.raises(AsrError, match=rf"wav.scp:{pipe_line}: .* is a command .*--allow-pipes"):
+        import_kaldi_dir(src, tmp_path / "a")
+    assert not (tmp_path / "a" / "wav.scp").exists()
+    rep = import_kaldi_dir(src, tmp_path / "b", allow_pipes=True)
+    assert rep.num_materialised == 3 and not rep.excluded
+
+
+def test_a_plain_command_runs_without_a_shell():
+    assert pipe_argv("sph2pipe -f wav -p -c 1 /data/a.sph") == ["sph2pipe", "-f", "wav", "-p", "-c", "1", "/data/a.sph"]
+    assert pipe_argv("cat 'my file.wav'") == ["cat", "my file.wav"]
+    for needs_shell in (
+        "sph2pipe a.sph | sox -t wav - -r 8000 -t wav -",
+        "cat a.wav; rm -rf x",
+        "cat $HOME/a.wav",
+        "cat a.wav > b",
+        "cat *.wav",
+        "cat 'unbalanced",
+    ):
+        assert pipe_argv(needs_shell) is None, needs_shell
+
+
 def test_import_materialises_pipes_and_keeps_segments(kaldi_dir, tmp_path):
     src, sig = kaldi_dir
     dst = tmp_path / "data" / "train"
-    rep = import_kaldi_dir(src, dst)
+    rep = import_kaldi_dir(src, dst, allow_pipes=True)
     assert rep.num_utts == 5 and rep.num_materialised == 3 and not rep.excluded
     wav = dict(read_table(dst / "wav.scp"))
     assert all(wav_entry_kind(v) == "file" and Path(v).is_file() for v in wav.values())
@@ -92,7 +119,7 @@ def test_round_trip_with_features(kaldi_dir, tmp_path):
 
     src, _ = kaldi_dir
     ours = tmp_path / "data" / "train"
-    import_kaldi_dir(src, ours)
+    import_kaldi_dir(src, ours, allow_pipes=True)
     fb = tmp_path / "data" / "fbank"
     compute_fbank(ours, fb, nj=1, num_mel_bins=23, sample_rate=SR, show_progress=False)
     compute_global_cmvn(fb / "feats.scp", fb, show_progress=False)
@@ -106,7 +133,7 @@ def test_round_trip_with_features(kaldi_dir, tmp_path):
     dur = dict(read_table(out / "utt2dur"))
     assert float(dur["a-3"]) == pytest.approx(1.0)
     again = tmp_path / "again" / "train"
-    rep = import_kaldi_dir(out, again)
+    rep = import_kaldi_dir(out, again, allow_pipes=True)
     assert rep.num_materialised == 0  # the export holds plain files only
     for name in ("wav.scp", "segments", "text", "utt2spk", "spk2utt"):
         assert read_table(again / name) == read_table(ours / name), name
@@ -118,8 +145,8 @@ def test_unsorted_dir_is_refused_then_fixed(kaldi_dir, tmp_path):
     lines = (src / "utt2spk").read_text().splitlines()
     (src / "utt2spk").write_text("\n".join(reversed(lines)) + "\n")
     with pytest.raises(AsrError, match=r"not sorted.*\n.*--fix"):
-        import_kaldi_dir(src, tmp_path / "x")
-    rep = import_kaldi_dir(src, tmp_path / "x", fix=True)
+        import_kaldi_dir(src, tmp_path / "x", allow_pipes=True)
+    rep = import_kaldi_dir(src, tmp_path / "x", fix=True, allow_pipes=True)
     assert rep.num_utts == 5 and any("unsorted" in r for r in rep.repairs)
     assert [k for k, _ in read_table(tmp_path / "x" / "utt2spk")] == ["a-1", "a-2", "a-3", "b-1", "b-2"]
 
@@ -131,8 +158,8 @@ def test_inconsistent_dir_lists_exclusions(kaldi_dir, tmp_path):
     )  # a-2 has no transcript
     (src / "spk2utt").write_text("a a-1 a-2 a-3 b-1\nb b-2\n")  # b-1 under the wrong speaker
     with pytest.raises(AsrError, match="inconsistent"):
-        import_kaldi_dir(src, tmp_path / "x")
-    rep = import_kaldi_dir(src, tmp_path / "x", fix=True)
+        import_kaldi_dir(src, tmp_path / "x", allow_pipes=True)
+    rep = import_kaldi_dir(src, tmp_path / "x", fix=True, allow_pipes=True)
     excluded = dict(read_table(tmp_path / "x" / "excluded.txt"))
     assert "a-2" in excluded and excluded["a-2"].startswith("missing-transcript")
     assert rep.num_utts == 4
@@ -143,7 +170,7 @@ def test_failing_pipe_excludes_its_utterances(kaldi_dir, tmp_path):
     src, _ = kaldi_dir
     scp = (src / "wav.scp").read_text().replace("cat ", "cat /no/such/file ", 1)
     (src / "wav.scp").write_text(scp)
-    rep = import_kaldi_dir(src, tmp_path / "x")
+    rep = import_kaldi_dir(src, tmp_path / "x", allow_pipes=True)
     assert set(rep.excluded) == {"a-3"} and rep.excluded["a-3"].startswith("pipe-failed")
     assert "a-3 pipe-failed" in (tmp_path / "x" / "excluded.txt").read_text()
     assert "r2" not in dict(read_table(tmp_path / "x" / "wav.scp"))
@@ -152,7 +179,7 @@ def test_failing_pipe_excludes_its_utterances(kaldi_dir, tmp_path):
 def test_check_finds_kaldi_problems(kaldi_dir, tmp_path):
     src, _ = kaldi_dir
     d = tmp_path / "x"
-    import_kaldi_dir(src, d)
+    import_kaldi_dir(src, d, allow_pipes=True)
     (d / "utt2dur").write_text("a-1 0.6\n")
     (d / "cmvn.scp").write_text("a /x.ark:1\n")
     problems = check_kaldi_dir(d)

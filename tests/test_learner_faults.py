@@ -96,7 +96,7 @@ def _run(cmd: list, out: Path) -> int:
 
 
 def _weights(exp: Path) -> dict:
-    return torch.load(exp / "final.pt", weights_only=False)["model"]
+    return torch.load(exp / "final.pt", weights_only=True)["model"]
 
 
 def _assert_same_weights(a: Path, b: Path) -> None:
@@ -162,7 +162,7 @@ def test_bmuf_job_killed_mid_block_and_rerun_ends_bit_identical(toy):
     while learner_pids(exp) and time.time() < deadline:
         time.sleep(0.1)
     assert learner_pids(exp) == {}, "learners outlived their killed launcher"
-    ck = torch.load(exp / "checkpoints" / "latest.pt", weights_only=False)
+    ck = torch.load(exp / "checkpoints" / "latest.pt", weights_only=True)
     assert ck["step"] == 4 and ck["algo"]["shared"]["since_sync"] == 1, "the kill did not land mid-block"
     assert not (exp / "final.pt").exists()
     assert _run(cmd, toy.parent / "bmuf_rerun.out") == 0, (toy.parent / "bmuf_rerun.out").read_text()[-3000:]

@@ -30,7 +30,7 @@ def _train(setup: Path, cfg: Path, exp: Path, *extra: str) -> subprocess.Complet
 
 
 def _params(path: Path):
-    return torch.load(path, weights_only=False)["model"]
+    return torch.load(path, weights_only=True)["model"]
 
 
 @pytest.mark.parametrize("augment", [{}, {"noise_prob": 0.5, "freq_warp": 0.1}], ids=["specaug", "noise+warp"])
@@ -76,7 +76,7 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
     ck = tmp_path / "exp" / "checkpoints"
     assert os.path.samefile(ck / "epoch-6.pt", ck / "latest.pt")
     assert not os.path.samefile(ck / "epoch-5.pt", ck / "latest.pt")
-    assert torch.load(ck / "epoch-5.pt", weights_only=False)["epoch"] == 5
+    assert torch.load(ck / "epoch-5.pt", weights_only=True)["epoch"] == 5
 
 
 def test_link_checkpoint_replaces_only_its_own_path(tmp_path):

@@ -3,6 +3,7 @@
     asr transcribe MODEL INPUT... [--format text|jsonl|srt|vtt] [--nj N] [--method tlg|greedy] [-o OUT]
                    [--segment energy|blank|none] [--segment-min-silence S] [--segment-max-seconds S] ...
     asr info MODEL [--json] [--verify]
+    asr convert-model --trust FILE_OR_DIR...
     asr package EXP_DIR LANG_DIR OUT_DIR [--config recipes/digits/config.yaml] [--force]
 
 MODEL is a packaged model dir (``asr package``), a mobile bundle (``steps.export_mobile``: int8 ONNX run with ONNX
@@ -42,6 +43,7 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus")
 FORMATS = ("text", "jsonl", "srt", "vtt")
 SUBTITLE_FORMATS = ("srt", "vtt")
 LONG_FILE_SECONDS = 60.0  # a file at least this long gets its own progress bar (nj 1)
+DEFAULT_MAX_DURATION = 7200.0  # seconds of audio per input, at most (--max-duration)
 
 Item = Tuple[str, str, Optional[str]]  # key, path, error found while listing (e.g. a piped wav.scp entry)
 
@@ -98,19 +100,14 @@ _worker_rec = None
 def _make_recognizer(a: argparse.Namespace):
     from asrlib.app.recognizer import Recognizer
 
+    from asrlib.app.model_dir import DECODE_KEYS
+
     return Recognizer.from_dir(
         a.model,
         method=a.method,
         chunk_seconds=a.chunk_seconds,
-        beam=a.beam,
-        max_active=a.max_active,
-        acoustic_scale=a.acoustic_scale,
-        blank_penalty=a.blank_penalty,
-        segment=a.segment,
-        segment_min_silence=a.segment_min_silence,
-        segment_pad=a.segment_pad,
-        segment_max_seconds=a.segment_max_seconds,
-        segment_threshold_db=a.segment_threshold_db,
+        max_duration=a.max_duration or None,
+        **{k: getattr(a, k) for k in DECODE_KEYS},  # each has its option; None keeps the model dir's setting
     )
 
 
@@ -302,6 +299,38 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def model_files(paths: List[str]) -> List[Path]:
+    """The model files of ``paths``: files as given; in a directory, every ``*.pt`` and ``*.mdl`` below it."""
+    out: List[Path] = []
+    for s in paths:
+        p = Path(s)
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.suffix in (".pt", ".mdl") and f.is_file())
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise AsrError(f"{p} does not exist")
+    if not out:
+        raise AsrError(f"no model files (*.pt, *.mdl) in {' '.join(paths)}")
+    return out
+
+
+def cmd_convert_model(a: argparse.Namespace) -> int:
+    from asrlib.gmm.model import convert_trusted_gmm
+    from asrlib.io.torchfile import convert_trusted
+
+    files = model_files(a.paths)
+    if not a.trust:
+        raise AsrError(
+            "convert-model loads each file the old way, which runs whatever code the file holds: do it only for "
+            "files you trust (your own, or from a source you trust), and say so with --trust"
+        )
+    for f in files:
+        done = convert_trusted_gmm(f) if f.suffix == ".mdl" else convert_trusted(f)
+        print(f"{f}: {'converted' if done else 'already in the safe format'}")
+    return 0
+
+
 def cmd_package(a: argparse.Namespace) -> int:
     from asrlib.config import DecodeConfig, load_config
     from asrlib.app.model_dir import package_model
@@ -368,6 +397,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DB",
         help="frames within this of the local energy floor are quiet",
     )
+    t.add_argument(
+        "--max-duration",
+        type=float,
+        default=DEFAULT_MAX_DURATION,
+        metavar="SECONDS",
+        help="refuse a longer input (bounds the work one input can cause; 0 = no limit)",
+    )
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
     t.set_defaults(func=cmd_transcribe)
 
@@ -376,6 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.add_argument("--verify", action="store_true", help="re-hash the files of a packaged model dir")
     i.set_defaults(func=cmd_info)
+
+    c = sub.add_parser(
+        "convert-model",
+        help="rewrite trusted model files of an older asrlib (pickles) in the format that loads without running code",
+    )
+    c.add_argument("paths", nargs="+", help="model files (final.pt, checkpoints, final.mdl) or dirs holding them")
+    c.add_argument("--trust", action="store_true", help="you trust these files: loading them the old way may run code")
+    c.set_defaults(func=cmd_convert_model)
 
     k = sub.add_parser("package", help="copy a trained model and its lang files into a self-contained model dir")
     k.add_argument("exp_dir", help="experiment dir holding final.pt (or the .pt file)")

@@ -322,12 +322,46 @@ def _read_model_json(path: Path) -> dict:
             f"({meta.get('asrlib_version', '?')}); this asrlib {__version__} reads format versions "
             f"up to {MODEL_DIR_VERSION}: upgrade asrlib"
         )
+    _check_fields(meta, path)
     if meta.get("type") not in BACKENDS:
         raise AsrError(
             f"{path}: model type '{meta.get('type')}' is not supported by this asrlib "
             f"(known types: {', '.join(sorted(BACKENDS))})"
         )
     return meta
+
+
+def _check_fields(meta: dict, path: Path) -> None:
+    """The values ``model.json`` (or ``bundle.json``) gives are of the right kind and range: an :class:`AsrError`
+    naming the file and the field otherwise (a damaged or crafted file never reaches the recognizer)."""
+    from asrlib.config import _build, check_segment_settings
+
+    ranges = {
+        "sample_rate": (int, 1000, 384000),
+        "num_mel_bins": (int, 1, 1024),
+        "subsampling": (int, 1, 64),
+        "frame_shift": (float, 1e-4, 1.0),
+    }
+    for key, (kind, lo, hi) in ranges.items():
+        v = meta.get(key)
+        ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
+        if not ok or (kind is int and v is not None and v != int(v)):
+            raise AsrError(f"{path}: \"{key}\" must be {kind.__name__} in [{lo}, {hi}], got {v!r}")
+    decode = meta.get("decode", {})
+    if not isinstance(decode, dict):
+        raise AsrError(f"{path}: \"decode\" must be a mapping, got {type(decode).__name__}")
+    cfg = _build(DecodeConfig, {k: v for k, v in decode.items() if k in DECODE_KEYS}, f"{path}: decode")
+    check_segment_settings(cfg, str(path))
+    files = meta.get("files", {})
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("size", 0), int) and isinstance(f.get("sha256", ""), str)
+        for f in files.values()
+    ):
+        raise AsrError(f"{path}: \"files\" must map names to {{\"size\": int, \"sha256\": str}}")
+    for key in ("model", "lang"):
+        v = meta.get(key)
+        if v is not None and (not isinstance(v, str) or "\0" in v or Path(v).is_absolute() or ".." in Path(v).parts):
+            raise AsrError(f"{path}: \"{key}\" must be a path inside the model dir, got {v!r}")
 
 
 def open_model_dir(path: PathLike) -> ModelDir:
@@ -395,6 +429,7 @@ def _bundle_dir(path: Path) -> ModelDir:
         "files": b.info.get("files", {}),
         "bundle": {k: b.info[k] for k in ("format", "version")},
     }
+    _check_fields(meta, path / "bundle.json")
     return ModelDir(path, "onnx-bundle", path / "model.streaming.int8.onnx", path, meta, packaged=True)
 
 
@@ -406,9 +441,9 @@ def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
         )
     lang_dir = exp_dir / "lang"
     if not lang_dir.is_dir():
-        import torch
+        from asrlib.io.torchfile import load_torch
 
-        info = torch.load(model_path, map_location="cpu", weights_only=False).get("info", {})
+        info = load_torch(model_path).get("info", {})
         recorded = info.get("lang_dir")
         if not recorded:
             raise AsrError(

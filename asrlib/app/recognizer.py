@@ -398,6 +398,7 @@ class Recognizer:
         decode: Optional[DecodeConfig] = None,
         chunk_seconds: float = 10.0,
         max_greedy_segment: float = 30.0,
+        max_duration: Optional[float] = None,
     ) -> None:
         from asrlib.config import check_segment_settings
 
@@ -443,12 +444,18 @@ class Recognizer:
         self.shift_samples = int(round(self.frame_shift * self.sample_rate))
         self.frame_seconds = self.frame_shift * self.backend.subsampling
         self.chunk_seconds = float(chunk_seconds)
+        self.max_duration = max_duration  # seconds of input audio, at most (None: no limit)
         self._frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
         self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
 
     @classmethod
     def from_dir(
-        cls, path: PathLike, method: str = "tlg", chunk_seconds: float = 10.0, **decode: object
+        cls,
+        path: PathLike,
+        method: str = "tlg",
+        chunk_seconds: float = 10.0,
+        max_duration: Optional[float] = None,
+        **decode: object,
     ) -> "Recognizer":
         """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings (the
         :class:`DecodeConfig` fields recorded in the model dir: beam, max_active, acoustic_scale, blank_penalty and
@@ -460,7 +467,7 @@ class Recognizer:
                 raise AsrError(f"unknown decode setting '{k}' (known: {', '.join(DECODE_KEYS)})")
             if v is not None:
                 setattr(cfg, k, type(getattr(cfg, k))(v))
-        return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds)
+        return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds, max_duration=max_duration)
 
     # -------------------------------------------------------------------------------- log-probs
     def _fbank(self, samples: np.ndarray) -> np.ndarray:
@@ -484,6 +491,11 @@ class Recognizer:
             for b in blocks:
                 _check_finite(b, where)
                 counted[0] += len(b)
+                if self.max_duration is not None and counted[0] > self.max_duration * sample_rate:
+                    raise AsrError(
+                        f"{where}: longer than the {self.max_duration:g} s allowed (--max-duration; 0 = no "
+                        f"limit): not transcribed"
+                    )
                 if progress is not None:
                     progress(len(b) / sample_rate)
                 yield b

@@ -2,9 +2,13 @@
 
 Files of a model directory (``exp/mono``):
 
-- ``final.mdl``: the whole model (a Python pickle, see :data:`FORMAT`: kaldi-hmm-gmm 1.1.4 cannot write Kaldi's
-  binary ``.mdl`` but its objects pickle and round-trip exactly), holding the transition model, the GMMs, the tree,
-  the topology text, the phone table and the feature settings;
+- ``final.mdl``: the whole model (:data:`FORMAT` version :data:`VERSION`), holding the transition model, the GMMs,
+  the tree, the topology text, the phone table and the feature settings. kaldi-hmm-gmm 1.1.4 cannot write Kaldi's
+  binary ``.mdl``; its objects expose their exact state (``__getstate__``: numbers, lists, arrays and nested objects
+  of its own types), which is stored as a numpy ``.npz`` archive: the arrays, and the structure as JSON. Loading
+  reads it with ``allow_pickle=False`` and rebuilds only the kaldi-hmm-gmm types of :data:`KHG_TYPES` from their
+  state, so a model file cannot run code (an older asrlib wrote a Python pickle: ``asr convert-model --trust``
+  rewrites a trusted one);
 - ``tree``: the phonetic decision tree in Kaldi's binary format (``ContextDependency::Write``; readable by Kaldi's
   ``tree-info``);
 - ``topo``, ``phones.txt``: Kaldi text formats, for inspection and Kaldi tools.
@@ -12,6 +16,7 @@ Files of a model directory (``exp/mono``):
 
 from __future__ import annotations
 
+import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +32,10 @@ from asrlib.gmm.feats import GmmFeatureMaker
 from asrlib.gmm.lang import GmmLang, make_topology
 
 FORMAT = "asrlib-gmm-hmm"
-VERSION = 1
+VERSION = 2  # 1: a Python pickle (refused; asr convert-model --trust)
+# the kaldi-hmm-gmm classes a model file may hold, rebuilt from their state (nothing else is ever constructed)
+KHG_TYPES = ("AmDiagGmm", "ContextDependency", "DiagGmm", "HmmState", "HmmTopology", "TransitionModel",
+             "TransitionModelTuple")  # fmt: skip
 
 
 @dataclass
@@ -122,6 +130,52 @@ def init_mono(
     )
 
 
+def _encode(obj, arrays: List[np.ndarray]):
+    """``obj`` as JSON-able data; arrays (and bytes) appended to ``arrays`` and referred to by index."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (np.ndarray, bytes)):
+        arrays.append(np.frombuffer(obj, np.uint8) if isinstance(obj, bytes) else np.asarray(obj))
+        return {"$bytes" if isinstance(obj, bytes) else "$array": len(arrays) - 1}
+    if isinstance(obj, list):
+        return [_encode(v, arrays) for v in obj]
+    if isinstance(obj, tuple):
+        return {"$tuple": [_encode(v, arrays) for v in obj]}
+    if isinstance(obj, dict):
+        return {"$dict": [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    name = type(obj).__name__
+    if name in KHG_TYPES and type(obj).__module__.lstrip("_") == "kaldi_hmm_gmm":
+        return {"$khg": name, "state": _encode(obj.__getstate__(), arrays)}
+    raise TypeError(f"cannot store a {type(obj).__module__}.{name} in a GMM model file")
+
+
+def _decode(x, arrays, where: Path):
+    """The inverse of :func:`_encode`: plain data, arrays, and objects of :data:`KHG_TYPES` only."""
+    if isinstance(x, list):
+        return [_decode(v, arrays, where) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if "$array" in x or "$bytes" in x:
+        key = f"a{int(x.get('$array', x.get('$bytes')))}"
+        if key not in arrays:
+            raise AsrError(f"{where}: damaged GMM model (array {key} missing); rerun steps.train_mono")
+        return arrays[key] if "$array" in x else arrays[key].tobytes()
+    if "$tuple" in x:
+        return tuple(_decode(v, arrays, where) for v in x["$tuple"])
+    if "$dict" in x:
+        return {_decode(k, arrays, where): _decode(v, arrays, where) for k, v in x["$dict"]}
+    if x.get("$khg") in KHG_TYPES:
+        import _kaldi_hmm_gmm
+
+        cls = getattr(_kaldi_hmm_gmm, x["$khg"])
+        obj = cls.__new__(cls)
+        obj.__setstate__(_decode(x["state"], arrays, where))
+        return obj
+    raise AsrError(f"{where}: damaged GMM model (unknown entry {str(x)[:80]}); rerun steps.train_mono")
+
+
 def save_gmm(model: GmmModel, model_dir: PathLike, name: str = "final.mdl") -> Path:
     """Write ``name`` (pickle), ``tree`` (Kaldi binary), ``topo`` and ``phones.txt`` atomically."""
     model_dir = Path(model_dir)
@@ -141,8 +195,10 @@ def save_gmm(model: GmmModel, model_dir: PathLike, name: str = "final.mdl") -> P
         "cmvn_inv_std": model.cmvn_inv_std,
         "info": model.info,
     }
+    arrays: List[np.ndarray] = []
+    structure = json.dumps(_encode(state, arrays)).encode("utf-8")
     with atomic_open(path, "wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        np.savez(f, structure=np.frombuffer(structure, np.uint8), **{f"a{i}": a for i, a in enumerate(arrays)})
     with atomic_path(model_dir / "tree") as tmp:
         model.tree.write(True, str(tmp))
     write_text(model_dir / "topo", model.topo_text)
@@ -155,23 +211,45 @@ def load_gmm(path: PathLike) -> GmmModel:
     path = Path(path)
     if not path.is_file():
         raise AsrError(f"GMM model {path} does not exist (run steps.train_mono first)")
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head[:1] == b"\x80":  # a pickle (protocol 2+): what asrlib wrote before VERSION 2
+        raise AsrError(
+            f"{path} is a GMM model in the old format, a Python pickle, which could run code when loaded; asrlib "
+            f"refuses it. If you trust where it came from, convert it once with `asr convert-model --trust {path}`, "
+            f"or rerun steps.train_mono"
+        )
     try:
-        with open(path, "rb") as f:
-            st = pickle.load(f)
-    except Exception as e:  # a truncated or foreign file
-        raise AsrError(f"{path} is not a readable GMM model ({type(e).__name__}: {e}); rerun steps.train_mono")
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        st = _decode(json.loads(arrays.pop("structure").tobytes().decode("utf-8")), arrays, path)
+    except AsrError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file: zip, JSON or kaldi-hmm-gmm errors
+        raise AsrError(
+            f"{path} is not a readable GMM model ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+            f"rerun steps.train_mono"
+        ) from None
     if not isinstance(st, dict) or st.get("format") != FORMAT or st.get("version") != VERSION:
         raise AsrError(f"{path} is not an {FORMAT} model of version {VERSION}; rerun steps.train_mono")
-    return GmmModel(
-        st["topo_text"],
-        st["tree"],
-        st["transition_model"],
-        st["am"],
-        st["phones"],
-        st["sil_phone"],
-        st["feature_type"],
-        st["num_ceps"],
-        st["cmvn_mean"],
-        st["cmvn_inv_std"],
-        st.get("info", {}),
-    )
+    return _from_state(st)
+
+
+def _from_state(st: dict) -> GmmModel:
+    keys = ("topo_text", "tree", "transition_model", "am", "phones", "sil_phone", "feature_type", "num_ceps",
+            "cmvn_mean", "cmvn_inv_std")  # fmt: skip
+    return GmmModel(*(st[k] for k in keys), st.get("info", {}))
+
+
+def convert_trusted_gmm(path: PathLike) -> bool:
+    """Rewrite a trusted GMM model of the old pickle format in the current one, in place (atomically). Returns False
+    when it is already in the current format."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(1) != b"\x80":
+            load_gmm(path)  # the current format (or a clear error)
+            return False
+        st = pickle.load(f.seek(0) or f)  # the user vouched for this file
+    save_gmm(_from_state(st), path.parent, path.name)
+    load_gmm(path)
+    return True

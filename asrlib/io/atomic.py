@@ -103,14 +103,6 @@ def write_text(path: PathLike, text: str) -> None:
         f.write(text)
 
 
-def save_torch(path: PathLike, obj) -> None:
-    """``torch.save`` atomically: the file either is complete or does not exist."""
-    import torch
-
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
-
-
 def write_json(path: PathLike, obj) -> None:
     with atomic_open(path) as f:
         json.dump(obj, f, indent=2, sort_keys=True)

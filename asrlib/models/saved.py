@@ -14,7 +14,7 @@ from asrlib.config import ModelConfig
 from asrlib.features.cmvn import Cmvn, check_cmvn_mode
 from asrlib.errors import AsrError
 from asrlib.models.lstm import StackedLstmAcousticModel, build_model
-from asrlib.io.atomic import save_torch
+from asrlib.io.torchfile import load_torch, save_torch
 
 FORMAT_VERSION = 1
 
@@ -97,7 +97,7 @@ def load_model(
     path = Path(path)
     if not path.is_file():
         raise AsrError(f"model file {path} does not exist (has the train stage finished?)")
-    st = torch.load(path, map_location="cpu", weights_only=False)
+    st = load_torch(path)
     if st.get("format_version") != FORMAT_VERSION:
         raise AsrError(
             f"{path}: model format version {st.get('format_version')} is not supported "
@@ -108,4 +108,5 @@ def load_model(
         restructure(model, st)
     model.load_state_dict(st["model"])
     model.eval()
-    return SavedModel(model, st["cmvn_mean"], st["cmvn_inv_std"], trained_cmn(st), trained_online_prior(st))
+    mean, inv_std = (np.asarray(st[k], np.float32) for k in ("cmvn_mean", "cmvn_inv_std"))
+    return SavedModel(model, mean, inv_std, trained_cmn(st), trained_online_prior(st))

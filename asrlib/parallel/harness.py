@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from asrlib.io.torchfile import save_torch
 from asrlib.cli import option_values
 
 
@@ -42,7 +43,7 @@ def _entry(
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
         result = fn(rank, world, *args)
-        torch.save(result, out / f"result.{rank}.pt")
+        save_torch(out / f"result.{rank}.pt", result)
         dist.barrier()
         dist.destroy_process_group()
     except BaseException:
@@ -89,7 +90,7 @@ def run_learners(
         bad = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0}
         if bad:
             raise RuntimeError(f"learners exited abnormally: {bad}")
-        return [torch.load(Path(tmp, f"result.{r}.pt"), weights_only=False) for r in range(world)]
+        return [torch.load(Path(tmp, f"result.{r}.pt"), weights_only=True) for r in range(world)]
 
 
 def identical_groups(algo) -> Optional[List[List[int]]]:

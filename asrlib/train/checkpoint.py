@@ -11,7 +11,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
-from asrlib.io.atomic import atomic_path, save_torch
+from asrlib.io.atomic import atomic_path
+from asrlib.io.torchfile import load_torch, save_torch
 
 
 def seed_everything(seed: int) -> None:
@@ -28,7 +29,8 @@ def rng_state() -> Dict[str, Any]:
 
 def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]  # its key array comes back as a tensor (asrlib.io.torchfile.plain)
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
     random.setstate(state["python"])
 
 
@@ -50,7 +52,7 @@ def link_checkpoint(src: Path, dst: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return load_torch(path, "checkpoint")
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Optional[Path]:

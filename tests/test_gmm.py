@@ -146,7 +146,7 @@ def test_model_round_trips_and_features_match(toy):
     from asrlib.gmm.model import load_gmm, save_gmm
     from asrlib.kaldi_io import MatrixReader
 
-    root, _, mono, _ = toy
+    root, _, mono, ali = toy
     m = load_gmm(mono / "final.mdl")
     from asrlib.features.cmvn import load_cmvn
 
@@ -158,6 +158,15 @@ def test_model_round_trips_and_features_match(toy):
     for pdf in range(int(m.tm.num_pdfs)):
         assert m.am.log_likelihood(pdf, x[3]) == m2.am.log_likelihood(pdf, x[3])
     assert (root / "copy" / "tree").read_bytes() == (mono / "tree").read_bytes()
+    # the copy (written, then read back from the .npz format) aligns bit-identically
+    from steps import align
+
+    from asrlib.kaldi_io import read_int_vectors
+
+    args = ["--config", str(root / "c.yaml"), *toy_dirs(root), "--sets", "dev", "--num-plot", "0"]
+    assert align.main(args + ["--model", str(root / "copy" / "final.mdl"), "--out-dir", str(root / "ali_copy")]) == 0
+    a, b = (read_int_vectors(d / "dev" / "ali.scp") for d in (ali, root / "ali_copy"))
+    assert a and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_mfcc_from_fbank_and_deltas():

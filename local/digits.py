@@ -427,7 +427,9 @@ def _write_speakers(out_dir: Path, plans: Dict[str, List[UttPlan]]) -> None:
 def _load_cuts(out_dir: Path, split: str) -> "lhotse.CutSet":
     from lhotse import CutSet
 
-    return CutSet.from_file(manifest_paths(out_dir, split)["cuts"])
+    from asrlib.data.corpus import load_manifest
+
+    return load_manifest(manifest_paths(out_dir, split)["cuts"], CutSet)
 
 
 def _check_params(out_dir: Path, params: dict) -> None:

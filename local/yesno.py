@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import DataConfig
-from asrlib.data.corpus import check_speed_factors, corpus_main, save_manifest, write_excluded, write_kaldi_dir
+from asrlib.data.corpus import (
+    check_speed_factors,
+    corpus_main,
+    load_manifest,
+    save_manifest,
+    write_excluded,
+    write_kaldi_dir,
+)
 from asrlib.errors import AsrError
 from asrlib.io.stage import is_done, mark_done
 
@@ -85,8 +92,8 @@ def prepare_yesno(
         log.info("yesno data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
         return {
             s: {
-                "recordings": RecordingSet.from_file(mdir / f"yesno_recordings_{s}.jsonl.gz"),
-                "supervisions": SupervisionSet.from_file(mdir / f"yesno_supervisions_{s}.jsonl.gz"),
+                "recordings": load_manifest(mdir / f"yesno_recordings_{s}.jsonl.gz", RecordingSet),
+                "supervisions": load_manifest(mdir / f"yesno_supervisions_{s}.jsonl.gz", SupervisionSet),
             }
             for s in ("train", "test")
         }

@@ -272,6 +272,47 @@ def read_gmm(p: Path):
     return load_gmm(p)
 
 
+def _seed_arpa(d: Path) -> Path:
+    from asrlib.lang.lexicon import write_lang_files
+
+    write_lang_files(d / "lang", {"HELLO": [["HH", "AH"]], "WORLD": [["W", "ER"]], "YES": [["Y", "EH"]]})
+    p = d / "lm.arpa"
+    p.write_text(
+        "\\data\\\nngram 1=5\nngram 2=3\n\n\\1-grams:\n-0.7\t</s>\n-99\t<s>\t-0.3\n-0.7\tHELLO\t-0.2\n"
+        "-0.7\tWORLD\t-0.2\n-0.9\tYES\t-0.2\n\n\\2-grams:\n-0.3\t<s> HELLO\n-0.2\tHELLO WORLD\n"
+        "-0.1\tWORLD </s>\n\n\\end\\\n"
+    )
+    return p
+
+
+def read_arpa(p: Path):
+    from asrlib.lang.graphs import make_arpa_fst
+
+    return make_arpa_fst(p, p.parent / "lang" / "words.txt", 2)
+
+
+def _seed_manifest(d: Path) -> Path:
+    from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+    wav = _seed_wav(d)
+    rec = Recording.from_file(wav, recording_id="r1")
+    RecordingSet.from_recordings([rec]).to_file(d / "recordings.jsonl.gz")
+    sups = [SupervisionSegment(f"s{i}", "r1", start=0.1 * i, duration=0.1, text="HELLO") for i in range(3)]
+    SupervisionSet.from_segments(sups).to_file(d / "supervisions.jsonl")
+    return d / "supervisions.jsonl"
+
+
+def read_manifest(p: Path):
+    from asrlib.data.corpus import load_manifest
+
+    return len(load_manifest(p))
+
+
+def _seed_manifest_gz(d: Path) -> Path:
+    _seed_manifest(d)
+    return d / "recordings.jsonl.gz"
+
+
 READERS = {
     "table": (_seed_table, read_table),
     "data_dir": (_seed_data_dir, read_data_dir),
@@ -285,7 +326,11 @@ READERS = {
     "model_json": (_seed_model_json, read_model_json),
     "torch": (_seed_torch, read_torch),
     "gmm": (_seed_gmm, read_gmm),
+    "manifest": (_seed_manifest, read_manifest),
+    "manifest_gz": (_seed_manifest_gz, read_manifest),
+    "arpa": (_seed_arpa, read_arpa),  # parsed by kaldilm in a child process: fewer cases (about 0.3 s each)
 }
+SLOW_READERS = {"arpa": 10}  # cases in make test for readers slower than the others
 
 
 def fuzz(name: str, cases: int, tmp_path: Path) -> None:
@@ -301,10 +346,10 @@ def fuzz(name: str, cases: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(READERS))
 def test_mutated_files_end_in_a_clear_error(name, tmp_path):
-    fuzz(name, FUZZ_CASES, tmp_path)
+    fuzz(name, SLOW_READERS.get(name, FUZZ_CASES), tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(READERS))
 def test_mutated_files_end_in_a_clear_error_many(name, tmp_path):
-    fuzz(name, FUZZ_CASES_SLOW, tmp_path)
+    fuzz(name, FUZZ_CASES_SLOW // 5 if name in SLOW_READERS else FUZZ_CASES_SLOW, tmp_path)

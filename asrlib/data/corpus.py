@@ -164,6 +164,46 @@ def save_manifest(manifest, path: PathLike) -> None:
             tmp.unlink()
 
 
+def load_manifest(path: PathLike, kind=None):
+    """A lhotse manifest (``.jsonl`` or ``.jsonl.gz``; ``kind``: RecordingSet, SupervisionSet, CutSet, or None for
+    whatever the file holds), read completely; anything unreadable is an :class:`AsrError` naming the file and,
+    where one line is at fault, the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"manifest {path} does not exist")
+    try:
+        if kind is None:
+            from lhotse import load_manifest as lhotse_load
+
+            return lhotse_load(path)
+        return kind.from_file(path)
+    except Exception as e:  # noqa: BLE001 - gzip, JSON and lhotse's own errors all mean "not a manifest"
+        line, reason = _bad_manifest_line(path)
+        where = f"{path}:{line}" if line else str(path)
+        why = reason or f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        raise AsrError(f"{where}: not a readable lhotse manifest ({why})") from None
+
+
+def _bad_manifest_line(path: Path) -> Tuple[int, str]:
+    """The first line of a JSON-lines manifest that is not a JSON object, with why (0, "" if every line is)."""
+    import gzip
+    import json
+
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    if not isinstance(json.loads(raw), dict):
+                        return n, "not a JSON object"
+                except ValueError as e:
+                    return n, f"not JSON: {str(e)[:100]}"
+    except Exception as e:  # noqa: BLE001 - a damaged gzip stream: OSError, EOFError, zlib.error
+        return 0, f"damaged file: {' '.join(str(e).split())[:150]}"
+    return 0, ""
+
+
 def write_excluded(data_dir: PathLike, rows: Iterable[Tuple[str, str]]) -> int:
     """Write ``data_dir/excluded.txt`` (``<item> <reason>``, sorted); returns the count. The validation step keeps
     these lines (items not in the directory are carried over)."""

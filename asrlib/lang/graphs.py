@@ -191,6 +191,9 @@ def make_known_length(words: Dict[str, int], count: int) -> kaldifst.StdVectorFs
     return _word_grammar(words, count)
 
 
+KALDILM_TIMEOUT_S = 120.0
+
+
 def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:
     """G from an ARPA n-gram through kaldilm, run in a child process (kaldilm must not share a process with
     kaldi_hmm_gmm); back-off arcs read ``#0``."""
@@ -207,7 +210,11 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kald
         "--max-arpa-warnings=-1",
         str(arpa),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    limit = KALDILM_TIMEOUT_S + arpa.stat().st_size / 1e5  # about 10 s more per MB of ARPA
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise AsrError(f"kaldilm did not finish converting {arpa} within {limit:.0f} s") from None
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
         raise AsrError(
@@ -227,7 +234,10 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kald
     text = proc.stdout.strip() + "\n"
     if not text.strip():
         raise AsrError(f"kaldilm produced an empty grammar from {arpa}")
-    return kaldifst.compile(text)
+    try:
+        return kaldifst.compile(text)
+    except Exception as e:  # noqa: BLE001 - kaldifst's parse errors (RuntimeError, ...)
+        raise AsrError(f"the grammar kaldilm made from {arpa} does not compile ({' '.join(str(e).split())[:200]})")
 
 
 # ---------------------------------------------------------------- the whole graph

@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from asrlib.cli import run_main, setup_logging
 from asrlib.config import DataConfig, load_config
+from asrlib.data.corpus import save_manifest
 from asrlib.data.kaldi_dir import byte_key, write_data_dir
 from asrlib.data.noise import NOISE_KINDS, shaped_noise
 from asrlib.errors import AsrError
@@ -332,17 +333,6 @@ def synthesize(plan: UttPlan) -> Tuple[str, int]:
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-def _save_manifest(manifest, path: Path) -> None:
-    """Write a lhotse manifest atomically (the temp name keeps the .jsonl.gz suffix lhotse dispatches on)."""
-    tmp = path.with_name(f".tmp{os.getpid()}.{path.name}")
-    try:
-        manifest.to_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def manifest_paths(out_dir: Path, split: str) -> Dict[str, Path]:
     return {
         kind: out_dir / "manifests" / f"digits_{kind}_{split}.jsonl.gz"
@@ -391,9 +381,9 @@ def _write_split_outputs(out_dir: Path, split: str, plans: List[UttPlan], num_sa
     cuts = cuts.modify_ids(lambda cid: cid.rsplit("-", 1)[0])  # lhotse names cuts '<rec>-<index>'
     paths = manifest_paths(out_dir, split)
     paths["cuts"].parent.mkdir(parents=True, exist_ok=True)
-    _save_manifest(recordings, paths["recordings"])
-    _save_manifest(supervisions, paths["supervisions"])
-    _save_manifest(cuts, paths["cuts"])
+    save_manifest(recordings, paths["recordings"])
+    save_manifest(supervisions, paths["supervisions"])
+    save_manifest(cuts, paths["cuts"])
     write_data_dir(
         out_dir / split,
         wav={p.utt: p.path for p in plans},

@@ -110,3 +110,26 @@ def toy_dirs(root: Path) -> List[str]:
     """The directory options of a training step on the toy set-up written by :func:`make_toy_ctc_setup`."""
     root = Path(root)
     return ["--data-dir", str(root / "data"), "--feats-dir", str(root / "fbank"), "--lang-dir", str(root / "lang")]
+
+
+TINY_TRAIN = {
+    "epochs": 1,
+    "batch_seconds": 4,
+    "warmup_steps": 2,
+    "checkpoint_every": 10,
+    "num_threads": 1,
+    "dist": {"algo": "local"},
+}
+
+
+def tiny_recipe_run(recipe: str, tmp_path: Path, sections: Dict[str, dict]) -> "subprocess.CompletedProcess[str]":
+    """Stages 1-4 of ``recipe`` with its config changed by ``sections`` (plus one tiny training epoch, one job) into
+    ``tmp_path/{data,exp}``."""
+    conf = tiny_config(
+        ROOT / "recipes" / recipe / "config.yaml",
+        tmp_path / "tiny.yaml",
+        {"features": {"nj": 1}, "train": TINY_TRAIN, **sections},
+    )
+    return run_recipe(
+        recipe, "--config", conf, "--stop-stage", 4, "--nj", 1, "--data", tmp_path / "data", "--exp", tmp_path / "exp"
+    )

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import yaml
-from helpers import run_recipe
+from helpers import tiny_recipe_run
 
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table_dict
@@ -83,28 +82,12 @@ def test_tiny_training_step_through_run_sh(tmp_path):
     corpus = make_librispeech(tmp_path)
     arpa = tmp_path / "lm.arpa"
     _unigram_arpa(arpa, " ".join(SENTENCES).split())
-    cfg = yaml.safe_load((ROOT / "recipes/librispeech/config.yaml").read_text())
-    cfg["data"].update(corpus_dir=str(corpus), speed_perturb=[], min_duration=0.3)
-    cfg["features"]["nj"] = 1
-    cfg["lang"]["arpa"] = str(arpa)
-    cfg["model"].update(num_layers=1, hidden_size=32, proj_size=16, peephole=True)
-    cfg["train"].update(epochs=1, batch_seconds=4, warmup_steps=2, checkpoint_every=10, num_threads=1)
-    cfg["train"]["dist"] = {"algo": "local"}
-    conf = tmp_path / "tiny.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
-    r = run_recipe(
-        "librispeech",
-        "--config",
-        conf,
-        "--stop-stage",
-        "4",
-        "--nj",
-        "1",
-        "--data",
-        tmp_path / "data",
-        "--exp",
-        tmp_path / "exp",
-    )
+    sections = {
+        "data": {"corpus_dir": str(corpus), "speed_perturb": [], "min_duration": 0.3},
+        "lang": {"arpa": str(arpa)},
+        "model": {"num_layers": 1, "hidden_size": 32, "proj_size": 16, "peephole": True},
+    }
+    r = tiny_recipe_run("librispeech", tmp_path, sections)
     assert r.returncode == 0, r.stderr[-3000:]
     for s in ("train", "dev", "test", "test_other"):
         assert (tmp_path / "data/fbank" / s / "feats.scp").is_file()

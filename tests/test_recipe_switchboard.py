@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import yaml
-from helpers import run_recipe
+from helpers import tiny_recipe_run
 
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, read_table_dict
@@ -92,27 +91,12 @@ def test_prepare_sides_segments_and_exclusions(tmp_path):
 
 def test_tiny_training_step_through_run_sh(tmp_path):
     corpus = make_switchboard(tmp_path)
-    cfg = yaml.safe_load((ROOT / "recipes/switchboard/config.yaml").read_text())
-    cfg["data"].update(corpus_dir=str(corpus))  # the recipe's speed perturbation and lang section as they are:
-    cfg["features"]["nj"] = 1  # the 3-gram is estimated from data/train_nosp/text
-    cfg["model"].update(num_layers=1, hidden_size=32, proj_size=16, bidirectional=True)
-    cfg["train"].update(epochs=1, batch_seconds=4, warmup_steps=2, checkpoint_every=10, num_threads=1)
-    cfg["train"]["dist"] = {"algo": "local"}
-    conf = tmp_path / "tiny.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
-    r = run_recipe(
-        "switchboard",
-        "--config",
-        conf,
-        "--stop-stage",
-        "4",
-        "--nj",
-        "1",
-        "--data",
-        tmp_path / "data",
-        "--exp",
-        tmp_path / "exp",
-    )
+    # the recipe's speed perturbation and lang section as they are: the 3-gram is estimated from data/train_nosp/text
+    sections = {
+        "data": {"corpus_dir": str(corpus)},
+        "model": {"num_layers": 1, "hidden_size": 32, "proj_size": 16, "bidirectional": True},
+    }
+    r = tiny_recipe_run("switchboard", tmp_path, sections)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(read_table(tmp_path / "data/fbank/test/feats.scp")) == 6
     assert len(read_table(tmp_path / "data/train/text")) == 3 * 24  # speed-perturbed x 3

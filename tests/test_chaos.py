@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from asrlib.io.torchfile import save_torch
+
 from asrlib.kaldi_io import write_matrices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,9 +47,9 @@ def test_integrity_check_finds_partial_archives_manifests_and_checkpoints(tmp_pa
 def _outputs(d: Path, weight: float = 1.0, feat_scale: float = 1.0, beam: int = 16, seconds: float = 0.1) -> None:
     """A miniature of a recipe's outputs: an archive + scp, a checkpoint, a stage marker and a log."""
     write_matrices(d / "fbank/feats.ark", [("u0", np.arange(20, dtype=np.float32).reshape(5, 4) * feat_scale)])
-    torch.save(
-        {"model": {"w": torch.tensor([1.0, 1.0, weight])}, "rng": {"numpy": np.arange(4)}, "wall_s": seconds},
+    save_torch(  # as the trainer writes its checkpoints (numpy arrays stored as tensors)
         d / "final.pt",
+        {"model": {"w": torch.tensor([1.0, 1.0, weight])}, "rng": {"numpy": np.arange(4)}, "wall_s": seconds},
     )
     (d / ".done").write_text(
         json.dumps({"settings": {"beam": beam}, "search_seconds": seconds, "model_mtime_ns": int(seconds * 1e9)})

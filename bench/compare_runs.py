@@ -5,7 +5,8 @@ fixed dev CTC loss, final dev loss, and the %WER of every scored decode dir.
 
 Reads each dir's ``metrics.json`` (dev loss per epoch, written by the trainer), ``log/train.log`` (time stamps),
 ``final.pt`` (parameters) and ``decode_*/wer.json`` (steps.score). Nothing is trained here: ``--quick`` is accepted
-for the bench convention and changes nothing. Prints a Markdown table, then one JSON line.
+for the bench convention and changes nothing; without experiment dirs it summarises the digits
+recipe's. Prints a Markdown table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -69,11 +70,15 @@ def summarise(exp: Path, target: float) -> Dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("exps", nargs="+", type=Path)
+    p.add_argument("exps", nargs="*", type=Path, help="experiment dirs (default: the digits recipe's, from make run)")
     p.add_argument("--target-loss", type=float, default=0.06, help="dev CTC loss per frame to reach")
     p.add_argument("--quick", action="store_true", help="(no effect: nothing is trained)")
     a = p.parse_args(argv)
-    rows = [summarise(e, a.target_loss) for e in a.exps]
+    exps = a.exps or [Path(__file__).resolve().parents[1] / "recipes/digits/exp/lstm_ctc"]
+    missing = [str(e) for e in exps if not (e / "final.pt").is_file()]
+    if missing:
+        raise SystemExit(f"no finished training in {' '.join(missing)} (run `make run` first)")
+    rows = [summarise(e, a.target_loss) for e in exps]
     sets = sorted({k for r in rows for k in r["wer"]})
     print(
         f"| run | model | parameters | epochs | steps to dev loss {a.target_loss} | final dev loss | train s | "

@@ -27,9 +27,9 @@ write_conf() {
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))   # MB, leaving the OS a tenth
   mkdir -p "$dir"/{spool,state,log,run} /etc/slurm
   cat > "$conf" <<EOF
-# written by tools/slurm_local.sh: a one-node test cluster on $host
+# written by tools/slurm_local.sh: a one-node test cluster on $host, loopback only
 ClusterName=asrlib-local
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

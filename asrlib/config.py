@@ -50,6 +50,9 @@ class FeatureConfig:
     num_mel_bins: int = 80  # log mel filterbank channels (the network's input dimension)
     nj: int = 2  # parallel feature-extraction jobs
     dither: float = 0.0  # fbank dither (0 = off; seeded per utterance when on)
+    # store features as Kaldi compressed matrices (copy-feats --compress=true: about 0.26 of float32's bytes, WER
+    # unchanged on digits: docs/data.md); false: float32 archives
+    compress: bool = True
     # global: one mean/variance from the training set, folded into the model. speaker: Kaldi's default for
     # GMM and nnet recipes (compute-cmvn-stats --spk2utt + apply-cmvn --utt2spk, means only): every set's features
     # minus the mean of their speaker (over all of that speaker's utterances in the set, test speakers included:

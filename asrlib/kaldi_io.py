@@ -127,6 +127,19 @@ def write_matrices(ark_path: PathLike, items: Iterable[Tuple[str, np.ndarray]]) 
     return _write_table(ark_path, items, knio.FloatMatrixWriter, _as_matrix(np.float32))
 
 
+class _SpeechFeatureWriter(knio.CompressedMatrixWriter):
+    def write(self, key: str, value: np.ndarray, method=knio.CompressionMethod.kSpeechFeature) -> None:
+        super().write(key, value, method)
+
+
+def write_compressed_matrices(ark_path: PathLike, items: Iterable[Tuple[str, np.ndarray]]) -> int:
+    """Like :func:`write_matrices`, stored as Kaldi compressed matrices (``copy-feats --compress=true``'s
+    speech-feature method: one byte per value plus per-column quantiles, about 0.26 of float32's bytes on fbank).
+    Every reader here (and Kaldi's own) decompresses them transparently."""
+
+    return _write_table(ark_path, items, _SpeechFeatureWriter, _as_matrix(np.float32))
+
+
 def write_double_matrices(ark_path: PathLike, items: Iterable[Tuple[str, np.ndarray]]) -> int:
     """Like :func:`write_matrices` for float64 matrices (e.g. CMVN statistics)."""
     return _write_table(ark_path, items, knio.DoubleMatrixWriter, _as_matrix(np.float64))

@@ -33,15 +33,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         "num_mel_bins": cfg.features.num_mel_bins,
         "dither": cfg.features.dither,
         "sample_rate": cfg.data.sample_rate,
+        "compress": cfg.features.compress,
     }
     marker = out_dir / ".done"
     if is_done(marker):
         import json
 
         done = json.loads(marker.read_text() or "{}")
-        if done.get("settings", settings) != settings:
+        old = {"compress": False, **done.get("settings", settings)}  # markers before features.compress: float32
+        if old != settings and {**old, "compress": settings["compress"]} == settings:
+            print(f"{out_dir}: features already computed, stored with compress={old['compress']}; kept")
+            return 0
+        if old != settings:
             raise AsrError(
-                f"{out_dir} holds features made with {done['settings']}, but the config asks for "
+                f"{out_dir} holds features made with {old}, but the config asks for "
                 f"{settings}; delete {out_dir} to recompute"
             )
         print(f"{out_dir}: features already computed ({done.get('num_utts')} utterances), skipping")

@@ -271,3 +271,17 @@ def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
         cfg.write_text(bad + "\n")
         with pytest.raises(AsrError, match=why):
             load_config(cfg)
+
+
+def test_compressed_features_are_a_quarter_of_float32_and_close(data_dir, tmp_path):
+    """features.compress: Kaldi compressed matrices, read back by the same readers, within the quantisation step."""
+    compute_fbank(data_dir, tmp_path / "f32", nj=1, show_progress=False)
+    compute_fbank(data_dir, tmp_path / "cm", nj=1, show_progress=False, compress=True)
+    full, comp = _all_feats(tmp_path / "f32"), _all_feats(tmp_path / "cm")
+    assert list(full) == list(comp)
+    for k in full:
+        assert comp[k].dtype == np.float32 and comp[k].shape == full[k].shape
+        span = full[k].max(axis=0) - full[k].min(axis=0)  # per-column range: the 8-bit quantiser's scale
+        assert (np.abs(comp[k] - full[k]) <= span / 64 + 1e-3).all()
+    size = {d: sum(p.stat().st_size for p in (tmp_path / d).glob("feats.*.ark")) for d in ("f32", "cm")}
+    assert size["cm"] <= 0.35 * size["f32"]

@@ -40,7 +40,7 @@ from tqdm import tqdm
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import disk_write_error, write_json
 from asrlib.io.tables import read_table, read_table_dict, write_table
-from asrlib.kaldi_io import write_matrices
+from asrlib.kaldi_io import write_compressed_matrices, write_matrices
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class FbankOptions:
     num_mel_bins: int = 80
     dither: float = 0.0
     sample_rate: int = 16000
+    compress: bool = False  # Kaldi compressed matrices (kaldi_io.write_compressed_matrices) instead of float32
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def _run_job(
             frames.append((seg.utt, str(len(feats))))
             yield seg.utt, feats
 
-    write_matrices(files["ark"], items())
+    (write_compressed_matrices if opts.compress else write_matrices)(files["ark"], items())
     write_table(files["frames"], frames)
     write_table(files["excluded"], excluded)
     write_json(files["marker"], {"hash": job_hash, "num_utts": len(frames), "num_excluded": len(excluded)})
@@ -337,6 +338,7 @@ def compute_fbank(
     dither: float = 0.0,
     sample_rate: int = 16000,
     show_progress: bool = True,
+    compress: bool = False,
 ) -> FbankResult:
     """Compute log-mel fbank for every utterance of ``data_dir`` into ``out_dir`` using ``nj`` processes.
 
@@ -354,7 +356,7 @@ def compute_fbank(
     segs = read_segments(data_dir)
     if not segs:
         raise AsrError(f"{data_dir} has no utterances")
-    opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate)
+    opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate, compress=compress)
     out_dir.mkdir(parents=True, exist_ok=True)
     for tmp in out_dir.glob(".tmp*.feats.*"):  # left by a killed earlier run (never a final file)
         tmp.unlink(missing_ok=True)

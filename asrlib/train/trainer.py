@@ -286,6 +286,8 @@ class Trainer:
                     os.kill(os.getpid(), signal.SIGKILL)
             bar.close()
             self.algo.end_epoch(self.model, self.optimizer)
+            for name, value in self.algo.epoch_scalars().items() if tb is not None else ():
+                tb.add_scalar(name, value, self.step)  # the algorithm's figures, e.g. bytes sent per learner
             dev = self.dev_loss()
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
             self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev, **self.dev_extra})

@@ -3,7 +3,8 @@
 The trainer calls, in order, for each step: ``shard_batches`` once per epoch, then per batch ``after_backward``
 (e.g. gradient all-reduce) and ``after_step`` (e.g. periodic model averaging, BMUF block update); ``end_epoch``
 before the dev loss (computed on ``shard_eval`` of the dev batches, summed by ``reduce_metric``) and
-``end_training`` after the last epoch. An empty batch ``[]`` in a shard means "no data for this learner at this
+``end_training`` after the last epoch (``epoch_scalars`` after each ``end_epoch``: the algorithm's figures for
+TensorBoard). An empty batch ``[]`` in a shard means "no data for this learner at this
 step, but take part in the step's communication" (uneven shard ends). The algorithm's own state is saved in every
 checkpoint through ``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo``
 is the
@@ -49,6 +50,10 @@ class TrainAlgo:
 
     def end_training(self, model: torch.nn.Module) -> None:
         """The last epoch is done: leave the final model in ``model`` (stop background work)."""
+
+    def epoch_scalars(self) -> Dict[str, float]:
+        """Figures of the epoch just ended (after ``end_epoch``) for TensorBoard, e.g. ``comm/sent_MB_per_learner``."""
+        return {}
 
     def reduce_metric(self, total: float, count: float) -> tuple:
         """Sum a (total, count) metric over learners (identity for one learner)."""

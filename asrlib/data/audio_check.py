@@ -79,8 +79,15 @@ def _riff_data_chunk(path: Path) -> Tuple[Optional[str], Optional[int], Optional
     return "corrupt-header: too many chunks before 'data'", None, None, 0
 
 
+def _is_flac(path: Path) -> bool:
+    """A file named ``*.flac`` that starts like one (a FLAC file under another name is still not-a-wav)."""
+    with open(path, "rb") as f:
+        return path.suffix.lower() == ".flac" and f.read(4) == b"fLaC"
+
+
 def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -> AudioStatus:
-    """Check that ``path`` is a readable, complete, mono, non-silent PCM WAV at ``expected_sample_rate``."""
+    """Check that ``path`` is a readable, complete, mono, non-silent PCM WAV (or ``.flac``) at
+    ``expected_sample_rate``."""
     path = Path(path)
     if not path.exists():
         return AudioStatus("missing-file: no such file (check the path in wav.scp)")
@@ -90,7 +97,8 @@ def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -
     if size == 0:
         return AudioStatus("empty-file: 0 bytes (re-create or re-copy it)")
     try:
-        problem, declared, offset, block_align = _riff_data_chunk(path)
+        flac = _is_flac(path)  # a .flac file is read in place (soundfile), never converted
+        problem, declared, offset, block_align = (None, 0, 0, 0) if flac else _riff_data_chunk(path)
     except PermissionError:
         return AudioStatus("unreadable: permission denied (chmod +r the file)")
     except OSError as e:
@@ -99,7 +107,7 @@ def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -
         return AudioStatus(problem)
     assert declared is not None and offset is not None
     available = size - offset
-    if declared not in _UNKNOWN_SIZES and declared < _STREAMED_MIN:
+    if not flac and declared not in _UNKNOWN_SIZES and declared < _STREAMED_MIN:
         if declared > available:
             return AudioStatus(
                 f"truncated: header promises {declared} bytes of audio but the file holds "
@@ -111,7 +119,7 @@ def inspect_audio(path: PathLike, expected_sample_rate: Optional[int] = 16000) -
         return AudioStatus("unreadable: permission denied (chmod +r the file)")
     except RuntimeError as e:  # soundfile.LibsndfileError
         return AudioStatus(f"corrupt-header: {str(e).splitlines()[-1][:120]}")
-    if info.format not in ("WAV", "WAVEX", "RF64"):
+    if info.format not in ("WAV", "WAVEX", "RF64") + (("FLAC",) if flac else ()):
         return AudioStatus(f"not-a-wav: contains {info.format} audio (convert: sox IN -b 16 OUT.wav)")
     if block_align and declared not in _UNKNOWN_SIZES and declared < _STREAMED_MIN and declared % block_align:
         return AudioStatus(

@@ -43,6 +43,9 @@ class DataConfig:
     # a corpus' train/test convention where it has several ("" = its default), e.g. yesno: lhotse (even/odd
     # positions) | kaldi (sorted halves, egs/yesno)
     split: str = ""
+    # an4: training speakers held out as the dev set ([] = 5 spread over the sorted speaker list)
+    dev_speakers: List[str] = field(default_factory=list)
+    max_speakers: int = 0  # an4: keep only the first N speakers (sorted) of each set; 0 = all (tiny test runs)
 
 
 @dataclass
@@ -82,6 +85,19 @@ class LangConfig:
     # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
     # decode.set_words
     grammar_words: Optional[List[str]] = None
+    # the CTC output units: phone (pronunciations from lang.lexicon, then CMUdict, then lang.g2p) | bpe (sentencepiece
+    # pieces trained on the training transcripts, a word's lexicon entry is its segmentation) | char (a word's
+    # letters after a word-start token); asrlib/lang/units.py, docs/lexicon-units.md
+    units: str = "phone"
+    # a pronunciation lexicon (WORD p1 p2 ..., one line per variant) tried before CMUdict; its words join the
+    # vocabulary (Kaldi's data/local/dict). A relative path names a file of the data dir (the lang dir's parent)
+    lexicon: Optional[str] = None
+    # words without a pronunciation in lang.lexicon or CMUdict: "" = an error listing them; cmudict = a Phonetisaurus
+    # G2P trained on CMUdict (once, into <data dir>/local/g2p_cmudict); else the folder of a model made by
+    # asrlib.lang.g2p.train_g2p (relative: a folder of the data dir)
+    g2p: str = ""
+    bpe_vocab_size: int = 30  # units bpe: sentencepiece pieces (ESPnet's an4 recipe: 30)
+    bpe_model_type: str = "unigram"  # units bpe: unigram | bpe
 
 
 @dataclass
@@ -278,6 +294,7 @@ def is_grammar(grammar: str) -> bool:
 
 @dataclass
 class RecipeConfig:
+UNITS = ("phone", "bpe", "char")  # lang.units (asrlib.lang.units)
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     lang: LangConfig = field(default_factory=LangConfig)
@@ -397,6 +414,11 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                     f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
                     f"grammar arpa has its own vocabulary"
                 )
+    if cfg.lang.units not in UNITS or cfg.lang.bpe_model_type not in ("unigram", "bpe"):
+        raise AsrError(
+            f"{path}: lang.units must be one of {', '.join(UNITS)} and lang.bpe_model_type unigram or bpe, got "
+            f"{cfg.lang.units!r}, {cfg.lang.bpe_model_type!r}"
+        )
     return cfg
 
 

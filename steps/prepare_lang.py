@@ -1,4 +1,4 @@
-"""Build the lang directory: CMUdict lexicon, tokens, words, and the decoding graphs T/L/G → TLG.fst.
+"""Build the lang directory: lexicon, tokens, words, and the decoding graphs T/L/G → TLG.fst.
 
     python -m steps.prepare_lang --text data/train/text --lang-dir data/lang --config recipes/digits/config.yaml \
         [--set lang.grammar=arpa --set lang.arpa=path/lm.arpa --set lang.ngram_order=2]
@@ -10,8 +10,11 @@ The vocabulary is every word of the Kaldi ``text`` file (``utt-id word word ...`
 finished directory is skipped — delete ``.done`` to rebuild). With ``lang.grammar: arpa`` and ``lang.lm_text``
 instead of ``lang.arpa``, G's n-gram is first estimated into ``lm_<order>gram.arpa`` there (relative
 ``lm_text`` paths are files of the data dir, the lang dir's parent; see ``steps.train_lm`` for the estimator).
-``--eval-set S`` takes the grammar and words of the lang dir that searches
-set S (``decode.set_grammars``, ``decode.set_words``; its name is ``asrlib.config.set_lang_dir``'s).
+Units (``lang.units``): ``phone`` (default) pronounces each word from ``lang.lexicon`` (whose words join the
+vocabulary), then CMUdict, then the G2P of ``lang.g2p`` (the words it pronounced: ``g2p_words.txt``); ``bpe`` trains
+a sentencepiece model on the ``--text`` transcripts (``bpe.model``) and spells every word in its pieces; ``char``
+spells words in letters (asrlib/lang/units.py). ``--eval-set S`` takes the grammar and words of the lang dir that
+searches set S (``decode.set_grammars``, ``decode.set_words``; its name is ``asrlib.config.set_lang_dir``'s).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from pathlib import Path
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import LangConfig, config_to_dict, lm_texts, load_config, set_lang_config
 from asrlib.errors import AsrError
+from asrlib.io.atomic import atomic_open
 from asrlib.io.stage import is_done, mark_done
 from asrlib.io.tables import read_table
 from asrlib.lang.graphs import build_tlg, check_grammar
-from asrlib.lang.lexicon import build_lexicon, write_lang_files
+from asrlib.lang.lexicon import build_lexicon, build_lexicon_from, read_pronunciations, write_lang_files
 
 
 def vocabulary(text: Path) -> set[str]:
@@ -39,6 +43,52 @@ def vocabulary(text: Path) -> set[str]:
     if not words:
         raise AsrError(f"{text} holds no words; check the data preparation")
     return words
+
+
+def data_path(p: str, lang_dir: Path) -> Path:
+    """A ``lang.lexicon`` / ``lang.g2p`` path: relative ones are files of the data dir (the lang dir's parent)."""
+    q = Path(p).expanduser()
+    return q if q.is_absolute() else lang_dir.parent / q
+
+
+def make_lexicon(cfg: LangConfig, text: Path, lang_dir: Path):
+    """The lexicon of the vocabulary (the words of ``text`` and of ``lang.lexicon``) in ``lang.units``, and
+    ``{word: source}``. With a G2P, the words it pronounced are listed in ``lang_dir/g2p_words.txt``."""
+    words = vocabulary(text)
+    given = read_pronunciations(data_path(cfg.lexicon, lang_dir)) if cfg.lexicon else {}
+    words |= set(given)
+    if cfg.units in ("bpe", "char"):
+        from asrlib.lang.units import train_sentencepiece, unit_lexicon
+
+        model = None
+        if cfg.units == "bpe":
+            sentences = [rest for _, rest in read_table(text)]
+            model = train_sentencepiece(sentences, lang_dir / "bpe.model", cfg.bpe_vocab_size, cfg.bpe_model_type)
+        return unit_lexicon(cfg.units, words, model), {w: cfg.units for w in words}
+    if not cfg.lexicon and not cfg.g2p:
+        lexicon = build_lexicon(words)  # CMUdict alone, as before lang.lexicon existed
+        return lexicon, {w: "cmudict" for w in lexicon}
+    g2p = None
+    if cfg.g2p:
+        from asrlib.lang.g2p import cmudict_g2p, load_g2p
+
+        def g2p(ws):
+            logging.getLogger("prepare_lang").info("G2P for %d word(s): %s", len(ws), " ".join(ws[:20]))
+            if cfg.g2p == "cmudict":
+                model = cmudict_g2p(lang_dir.parent / "local" / "g2p_cmudict")
+            else:
+                model = load_g2p(data_path(cfg.g2p, lang_dir))
+            res = model.predict(ws)
+            return res.prons, res.skipped
+
+    lexicon, sources = build_lexicon_from(words, given, g2p)
+    from_g2p = sorted(w for w, s in sources.items() if s == "g2p")
+    if from_g2p:
+        with atomic_open(lang_dir / "g2p_words.txt") as f:
+            for w in from_g2p:
+                for p in lexicon[w]:
+                    f.write(f"{w} {' '.join(p)}\n")
+    return lexicon, sources
 
 
 def main(argv=None):
@@ -60,7 +110,7 @@ def main(argv=None):
     check_grammar(cfg.grammar, cfg.arpa, lm_text)
     setup_logging(a.lang_dir / "log" / "prepare_lang.log")
     t0 = time.perf_counter()
-    lexicon = build_lexicon(vocabulary(a.text))
+    lexicon, sources = make_lexicon(cfg, a.text, a.lang_dir)
     write_lang_files(a.lang_dir, lexicon)
     tlg = build_tlg(
         a.lang_dir,
@@ -75,6 +125,8 @@ def main(argv=None):
         "words": len(lexicon),
         "pronunciations": sum(len(v) for v in lexicon.values()),
         "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
+        "units": cfg.units,
+        "sources": {k: sum(1 for v in sources.values() if v == k) for k in sorted(set(sources.values()))},
         "lang": config_to_dict(cfg),
         "tlg": str(tlg),
         "seconds": round(time.perf_counter() - t0, 3),

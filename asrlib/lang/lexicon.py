@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_open
@@ -153,3 +153,71 @@ def read_lexicon_ids(lang_dir: PathLike) -> Dict[str, List[List[int]]]:
         w: [[tokens[ph] for ph in pron] for pron in prons]
         for w, prons in read_lexicon(Path(lang_dir) / "lexicon.txt").items()
     }
+
+
+# ---------------------------------------------------------------- lexicons from several sources (lang.lexicon, G2P)
+Lexicon = Dict[str, List[List[str]]]
+G2PFn = Callable[[List[str]], Tuple[Lexicon, Dict[str, str]]]  # words -> (pronunciations, {word: why none})
+_VARIANT = re.compile(r"^(.+)\(\d+\)$")
+
+
+def read_pronunciations(path: PathLike) -> Lexicon:
+    """A user's pronunciation lexicon (``lang.lexicon``): ``WORD p1 p2 ...`` per line, a line per variant (Sphinx's
+    ``WORD(2)`` marks a variant too); words upper-cased, stress digits kept as written. AsrError naming the file and
+    line for a word without phones."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"lexicon {path} does not exist (lang.lexicon)")
+    lex: Lexicon = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith(";;;"):  # CMUdict-style comments
+            continue
+        if len(parts) < 2:
+            raise AsrError(f"{path}:{n}: '{parts[0]}' has no pronunciation (expected 'WORD PHONE ...')")
+        m = _VARIANT.match(parts[0])
+        word = (m.group(1) if m else parts[0]).upper()
+        if word in SPECIAL_WORDS or word.startswith("#"):
+            raise AsrError(f"{path}:{n}: '{word}' is a reserved symbol, not a word")
+        if parts[1:] not in lex.setdefault(word, []):
+            lex[word].append(parts[1:])
+    if not lex:
+        raise AsrError(f"lexicon {path} holds no pronunciations (lang.lexicon)")
+    return lex
+
+
+def build_lexicon_from(
+    words: Iterable[str], given: Optional[Mapping[str, List[List[str]]]] = None, g2p: Optional[G2PFn] = None
+) -> Tuple[Lexicon, Dict[str, str]]:
+    """Pronunciations of ``words``: from ``given`` (``lang.lexicon``) first, then CMUdict (:func:`build_lexicon`),
+    then ``g2p`` (e.g. ``asrlib.lang.g2p.G2PModel.predict``) for the rest. Returns the lexicon and
+    ``{word: source}`` (``lexicon``, ``cmudict`` or ``g2p``). A word that no source can pronounce is an AsrError
+    listing every such word with the G2P's reason."""
+    words = sorted({w.upper() for w in words if w.strip()})
+    given = given or {}
+    lexicon: Lexicon = {w: [list(p) for p in given[w]] for w in words if w in given}
+    source = {w: "lexicon" for w in lexicon}
+    table = _cmudict()
+    in_cmudict = [w for w in words if w not in lexicon and table.get(w)]
+    if in_cmudict:
+        lexicon.update(build_lexicon(in_cmudict))
+        source.update({w: "cmudict" for w in in_cmudict})
+    rest = [w for w in words if w not in lexicon]
+    why: Dict[str, str] = {w: "not in the lexicon nor CMUdict, and no G2P (lang.g2p)" for w in rest}
+    if rest and g2p is not None:
+        for w in rest:
+            if w in SPECIAL_WORDS or w.startswith("#"):
+                raise AsrError(f"the vocabulary contains the reserved symbol '{w}'; remove it from the text")
+        prons, skipped = g2p(rest)
+        for w in rest:
+            if prons.get(w):
+                lexicon[w], source[w] = [list(p) for p in prons[w]], "g2p"
+                why.pop(w)
+            else:
+                why[w] = f"the G2P cannot pronounce it: {skipped.get(w, 'no pronunciation')}"
+    if why:
+        shown = "; ".join(f"{w} ({r})" for w, r in list(why.items())[:20])
+        raise AsrError(f"{len(why)} word(s) have no pronunciation: {shown}. Add them to lang.lexicon or fix the text")
+    if not lexicon:
+        raise AsrError("the vocabulary is empty: no words to build a lexicon from")
+    return lexicon, source

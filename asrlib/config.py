@@ -276,6 +276,7 @@ class ClusterConfig:
 CMVN_MODES = ("global", "speaker", "utterance", "online")  # features.cmvn (asrlib.features.cmvn)
 BUNDLE_MODELS = ("auto", "pruned", "int8")  # export.bundle_model (steps.export_mobile)
 SEGMENT_METHODS = ("blank", "energy", "none")  # decode.segment (asrlib.decode.segment)
+UNITS = ("phone", "bpe", "char")  # lang.units (asrlib.lang.units)
 GRAMMARS = ("digit_loop", "one_word", "words_N", "arpa")  # G of lang.grammar / decode.set_grammars (asrlib.lang.graphs)
 
 
@@ -294,7 +295,6 @@ def is_grammar(grammar: str) -> bool:
 
 @dataclass
 class RecipeConfig:
-UNITS = ("phone", "bpe", "char")  # lang.units (asrlib.lang.units)
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     lang: LangConfig = field(default_factory=LangConfig)
@@ -396,6 +396,11 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
             f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got {cfg.export.bundle_model!r}"
         )
     check_segment_settings(cfg.decode, str(path))
+    if cfg.lang.units not in UNITS or cfg.lang.bpe_model_type not in ("unigram", "bpe"):
+        raise AsrError(
+            f"{path}: lang.units must be one of {', '.join(UNITS)} and lang.bpe_model_type unigram or bpe, got "
+            f"{cfg.lang.units!r}, {cfg.lang.bpe_model_type!r}"
+        )
     if cfg.features.online_prior_frames < 0:
         raise AsrError(f"{path}: features.online_prior_frames must be >= 0, got {cfg.features.online_prior_frames}")
     for where, g in [("lang.grammar", cfg.lang.grammar)] + [
@@ -414,11 +419,6 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                     f"{path}: {where} restricts a word loop or a known-length grammar; the n-gram of "
                     f"grammar arpa has its own vocabulary"
                 )
-    if cfg.lang.units not in UNITS or cfg.lang.bpe_model_type not in ("unigram", "bpe"):
-        raise AsrError(
-            f"{path}: lang.units must be one of {', '.join(UNITS)} and lang.bpe_model_type unigram or bpe, got "
-            f"{cfg.lang.units!r}, {cfg.lang.bpe_model_type!r}"
-        )
     return cfg
 
 

@@ -81,6 +81,11 @@ class LangConfig:
     # of the data dir, the lang dir's parent (data/lang -> data/): "train/text" = the training transcripts.
     lm_text: Union[str, List[str], None] = None
     lm_text_has_utt_ids: bool = False  # the texts are Kaldi `text` files: the first column is an utterance id
+    # pruning of the estimated n-gram (asrlib/lang/prune.py; steps.train_lm): count cut-offs per order (KenLM's
+    # --prune: drop n-grams of order k seen at most cutoffs[k-1] times; the last value holds for higher orders, the
+    # first must be 0), then relative-entropy pruning (Stolcke)
+    lm_count_cutoffs: Optional[List[int]] = None
+    lm_prune_target: int = 0  # entropy-prune the n-gram to this many n-grams in all orders (0 = no pruning)
     # the words G may emit (digit_loop, one_word, words_N): a task's closed vocabulary inside a larger lexicon (FSDD's
     # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
     # decode.set_words

@@ -251,7 +251,7 @@ def test_oov_report_and_train_lm_step(tmp_path, capsys):
     args = ["--text", str(text), "--has-utt-ids", "--order", "2", "--words", str(words), "--out", str(out)]
     assert train_lm_main(args) == 0  # its log goes to stderr (and lm/log/)
     err = capsys.readouterr().err
-    assert "3 OOV token(s) (2 distinct word(s))" in err and "zz (2), yy (1)" in err
+    assert "3 OOV token(s) mapped to <unk> (3 not in" in err and "zz (2), yy (1)" in err
     assert "3 sentence(s), 8 word token(s), 3 OOV token(s)" in err and "1-grams 5, 2-grams 9" in err
     _, table = read_arpa(out)
     assert ("a", UNK) in table and (UNK, "</s>") in table and ("zz",) not in table

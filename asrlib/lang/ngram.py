@@ -56,12 +56,18 @@ FALLBACK_DISCOUNT = 0.5
 
 @dataclass
 class TextStats:
-    """What was read: sentences (non-empty lines), word tokens (``<s>``/``</s>`` not counted), OOV tokens."""
+    """What was read: sentences (non-empty lines), word tokens (``<s>``/``</s>`` not counted), OOV tokens (words
+    outside the vocabulary, or with a character outside ``alphabet``, or longer than ``max_word_len``: all become
+    ``<unk>``), and the empty lines skipped (count and the first few ``file:line``)."""
 
     sentences: int = 0
     tokens: int = 0
     oov_tokens: int = 0
     oov_words: Counter = field(default_factory=Counter)
+    bad_char_words: Counter = field(default_factory=Counter)
+    too_long_words: Counter = field(default_factory=Counter)
+    empty_lines: int = 0
+    empty_examples: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,10 +80,24 @@ class NgramLm:
     backoffs: List[Dict[Ngram, float]]
     discounts: List[Tuple[float, float, float]]
     stats: TextStats
+    raw: List[Counter] = field(default_factory=list)  # raw counts per order (for count cut-offs); [] when read
 
     def ngram_counts(self) -> List[int]:
         """Number of n-grams per order as written to ARPA (the unigrams include ``<s>``)."""
         return [len(self.probs[0]) + 1] + [len(p) for p in self.probs[1:]]
+
+    def prob(self, history: Ngram, word: str) -> float:
+        """p(word | history) by back-off (0 for a word the model lacks); ``history`` may be longer than needed."""
+        h = history[len(history) - self.order + 1 :] if self.order > 1 else ()
+        scale = 1.0
+        while True:
+            p = self.probs[len(h)].get((*h, word))
+            if p is not None:
+                return scale * p
+            if not h:
+                return 0.0
+            scale *= self.backoffs[len(h) - 1].get(h, 1.0)
+            h = h[1:]
 
 
 # ---------------------------------------------------------------- reading text
@@ -98,17 +118,38 @@ def read_vocabulary(path: PathLike) -> Set[str]:
     return words
 
 
+def read_alphabet(path: PathLike) -> Set[str]:
+    """The characters allowed in words: the single-character units of a ``tokens.txt`` (first column; ``<blk>``,
+    ``#k`` and other multi-character symbols ignored, ``▁`` too), or every non-space character of any other file."""
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"alphabet file {path} does not exist")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines and all(len(ln.split()) == 2 and ln.split()[1].isdigit() for ln in lines if ln.strip()):
+        chars = {ln.split()[0] for ln in lines if ln.strip() and len(ln.split()[0]) == 1} - {"\u2581"}
+    else:
+        chars = {c for ln in lines for c in ln if not c.isspace()}
+    if not chars:
+        raise AsrError(f"{path} gives no characters for the alphabet")
+    return chars
+
+
 def read_sentences(
     texts: Sequence[PathLike],
     has_utt_ids: bool = False,
     vocab: Optional[Set[str]] = None,
     uppercase: bool = False,
     stats: Optional[TextStats] = None,
+    alphabet: Optional[Set[str]] = None,
+    max_word_len: int = 0,
 ) -> Iterator[List[str]]:
     """The word lists of the non-empty lines of ``texts`` (one sentence a line; with ``has_utt_ids`` the first
-    column, a Kaldi utterance id, is dropped). ``uppercase`` upper-cases every word but ``<unk>``; with ``vocab``
-    other words become ``<unk>``. ``stats`` is updated as lines are read."""
+    column, a Kaldi utterance id, is dropped), read as a stream (memory does not grow with the text).
+    ``uppercase`` upper-cases every word but ``<unk>``; with ``vocab`` other words become ``<unk>``, and so do words
+    with a character outside ``alphabet`` or longer than ``max_word_len`` (> 0) characters, each counted and
+    listed in ``stats``. Empty lines are skipped and counted. ``stats`` is updated as lines are read."""
     stats = stats if stats is not None else TextStats()
+    intern: Dict[str, str] = {}  # one string object per word type: n-gram keys share them
     for path in map(Path, texts):
         if not path.is_file():
             raise AsrError(f"LM text {path} does not exist")
@@ -123,6 +164,9 @@ def read_sentences(
                 if has_utt_ids:
                     words = words[1:]
                 if not words:
+                    stats.empty_lines += 1
+                    if len(stats.empty_examples) < 10:
+                        stats.empty_examples.append(f"{path}:{lineno}")
                     continue
                 if BOS in words or EOS in words:
                     raise AsrError(
@@ -131,6 +175,8 @@ def read_sentences(
                     )
                 if uppercase:
                     words = [UNK if w.lower() == UNK else w.upper() for w in words]
+                if alphabet is not None or max_word_len > 0:
+                    words = [_screen(w, alphabet, max_word_len, stats) for w in words]
                 if vocab is not None:
                     oov = [w for w in words if w not in vocab and w != UNK]
                     if oov:
@@ -139,7 +185,22 @@ def read_sentences(
                         words = [w if w in vocab else UNK for w in words]
                 stats.sentences += 1
                 stats.tokens += len(words)
-                yield words
+                yield [intern.setdefault(w, w) for w in words]
+
+
+def _screen(word: str, alphabet: Optional[Set[str]], max_len: int, stats: TextStats) -> str:
+    """``word``, or ``<unk>`` (counted in ``stats``) when it has a character outside ``alphabet`` or is longer
+    than ``max_len``."""
+    if word == UNK:
+        return word
+    if alphabet is not None and not alphabet.issuperset(word):
+        stats.bad_char_words[word] += 1
+    elif max_len > 0 and len(word) > max_len:
+        stats.too_long_words[word] += 1
+    else:
+        return word
+    stats.oov_tokens += 1
+    return UNK
 
 
 def count_ngrams(sentences: Iterable[List[str]], order: int) -> List[Counter]:
@@ -237,7 +298,7 @@ def estimate_kn(
         backoffs.append(gamma)
         discounts.append(d)
     backoffs.append({})  # the top order's n-grams are nobody's history
-    return NgramLm(order, probs, backoffs, discounts, stats or TextStats())
+    return NgramLm(order, probs, backoffs, discounts, stats or TextStats(), raw)
 
 
 def estimate_lm(
@@ -246,6 +307,8 @@ def estimate_lm(
     vocab: Optional[Set[str]] = None,
     has_utt_ids: bool = False,
     uppercase: bool = False,
+    alphabet: Optional[Set[str]] = None,
+    max_word_len: int = 0,
 ) -> NgramLm:
     """Read ``texts`` (see :func:`read_sentences`) and estimate an ``order``-gram (see the module docstring)."""
     if order < 1:
@@ -253,7 +316,7 @@ def estimate_lm(
     if not texts:
         raise AsrError("no LM text given")
     stats = TextStats()
-    raw = count_ngrams(read_sentences(texts, has_utt_ids, vocab, uppercase, stats), order)
+    raw = count_ngrams(read_sentences(texts, has_utt_ids, vocab, uppercase, stats, alphabet, max_word_len), order)
     if stats.sentences == 0:
         raise AsrError(
             f"LM text {', '.join(map(str, texts))} holds no words" + (" after the utterance ids" if has_utt_ids else "")
@@ -291,9 +354,32 @@ def lm_summary(lm: NgramLm) -> Dict[str, object]:
         "tokens": s.tokens,
         "oov_tokens": s.oov_tokens,
         "oov_types": len(s.oov_words),
+        "bad_char_words": len(s.bad_char_words),
+        "too_long_words": len(s.too_long_words),
+        "empty_lines": s.empty_lines,
         "ngrams": lm.ngram_counts(),
         "discounts": [[round(x, 6) for x in d] for d in lm.discounts],
     }
+
+
+def write_text_report(stats: TextStats, path: Path) -> None:
+    """List what the text reader set aside (empty lines; OOV, bad-character and too-long words with counts) in
+    ``path``, atomically; nothing is written (and an old report is removed) when there is nothing to list."""
+    sections = [
+        ("oov", "word not in the vocabulary", stats.oov_words),
+        ("bad_chars", "character outside the alphabet", stats.bad_char_words),
+        ("too_long", "word longer than the limit", stats.too_long_words),
+    ]
+    if not stats.empty_lines and not any(c for _, _, c in sections):
+        path.unlink(missing_ok=True)
+        return
+    with atomic_open(path) as f:
+        f.write(f"# empty lines skipped: {stats.empty_lines}")
+        f.write(f" (first: {' '.join(stats.empty_examples)})\n" if stats.empty_examples else "\n")
+        for tag, what, counter in sections:
+            f.write(f"# {tag} ({what}, mapped to {UNK}): {sum(counter.values())} tokens, {len(counter)} words\n")
+            for w, c in counter.most_common():
+                f.write(f"{tag}\t{w}\t{c}\n")
 
 
 def build_arpa(
@@ -303,9 +389,18 @@ def build_arpa(
     words: Optional[PathLike] = None,
     has_utt_ids: bool = False,
     uppercase: bool = False,
+    prune_target: int = 0,
+    cutoffs: Sequence[int] = (),
+    alphabet: Optional[Set[str]] = None,
+    max_word_len: int = 0,
 ) -> Dict[str, object]:
     """Estimate an ``order``-gram from ``texts`` and write it to ``out`` (ARPA), logging what was read (sentences,
     tokens, OOVs mapped to ``<unk>`` when ``words`` gives the vocabulary) and the n-grams per order.
+
+    ``cutoffs`` (count cut-offs per order) and then ``prune_target`` (> 0: entropy pruning to that many n-grams)
+    prune the model (:mod:`asrlib.lang.prune`). Words with a character outside ``alphabet`` or longer than
+    ``max_word_len`` become ``<unk>``; these, the OOVs and the empty lines are listed with their counts in
+    ``<out>.report`` (written whenever there is something to list).
 
     Skipped when ``out`` exists and its marker ``.<name>.done`` was written for the same texts (by content),
     vocabulary and settings. Returns the summary (:func:`lm_summary`, plus ``seconds`` and ``skipped``)."""
@@ -321,6 +416,13 @@ def build_arpa(
         "has_utt_ids": has_utt_ids,
         "uppercase": uppercase,
     }
+    if prune_target or any(cutoffs) or alphabet is not None or max_word_len:  # older markers stay valid
+        fingerprint.update(
+            prune_target=prune_target,
+            cutoffs=list(cutoffs),
+            alphabet="".join(sorted(alphabet)) if alphabet is not None else None,
+            max_word_len=max_word_len,
+        )
     if out.is_file() and is_done(marker, fingerprint):
         log.info("%s was already estimated from the same text; skipping", out)
         info = json.loads(marker.read_text())
@@ -328,9 +430,15 @@ def build_arpa(
         return {**info, "skipped": True}
     t0 = time.perf_counter()
     vocab = read_vocabulary(words) if words is not None else None
-    lm = estimate_lm(texts, order, vocab, has_utt_ids, uppercase)
+    lm = estimate_lm(texts, order, vocab, has_utt_ids, uppercase, alphabet, max_word_len)
+    full = lm.ngram_counts()
+    if any(cutoffs) or prune_target:
+        from asrlib.lang.prune import prune_counts, prune_entropy
+
+        lm = prune_entropy(prune_counts(lm, cutoffs), prune_target)
     write_arpa(lm, out)
-    info = {**lm_summary(lm), "seconds": round(time.perf_counter() - t0, 3)}
+    write_text_report(lm.stats, out.parent / f"{out.name}.report")
+    info = {**lm_summary(lm), "ngrams_unpruned": full, "seconds": round(time.perf_counter() - t0, 3)}
     s = lm.stats
     log.info(
         "%s: %d-gram from %d sentence(s), %d word token(s), %d OOV token(s); n-grams per order: %s; %.1f s",
@@ -342,15 +450,20 @@ def build_arpa(
         ", ".join(f"{k}-grams {n}" for k, n in enumerate(lm.ngram_counts(), 1)),
         info["seconds"],
     )
-    if s.oov_tokens:
-        top = ", ".join(f"{w} ({c})" for w, c in s.oov_words.most_common(10))
+    if s.oov_tokens or s.empty_lines:
+        top = ", ".join(f"{w} ({c})" for w, c in (s.oov_words + s.bad_char_words + s.too_long_words).most_common(10))
         log.warning(
-            "%d OOV token(s) (%d distinct word(s)) not in %s mapped to %s; most frequent: %s",
+            "%d OOV token(s) mapped to %s (%d not in %s, %d with a character outside the alphabet, %d too long), "
+            "%d empty line(s) skipped; most frequent: %s; all listed in %s.report",
             s.oov_tokens,
-            len(s.oov_words),
-            words,
             UNK,
+            sum(s.oov_words.values()),
+            words,
+            sum(s.bad_char_words.values()),
+            sum(s.too_long_words.values()),
+            s.empty_lines,
             top,
+            out,
         )
     mark_done(marker, info, fingerprint)
     return {**info, "skipped": False}

@@ -120,9 +120,11 @@ class ModelConfig:
 class DistConfig:
     """``train.dist``: the distributed training algorithm and its knobs (see asrlib/parallel/ for what each does)."""
 
-    algo: str = "local"  # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring
-    period: int = 1  # K (ma) / tau (bmuf): local steps between synchronisations
-    warmup_steps: int = 0  # ma/bmuf: synchronous SGD (gradient all-reduce) for the first N steps
+    algo: str = "local"  # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring | powersgd | diloco
+    period: int = 1  # K (ma) / tau (bmuf) / H (diloco): local steps between synchronisations
+    # ma/bmuf/diloco: synchronous SGD (gradient all-reduce) for the first N steps; powersgd: torch's
+    # start_powerSGD_iter, uncompressed all-reduce for the first max(2, N) steps
+    warmup_steps: int = 0
     block_momentum: float = -1.0  # bmuf eta; < 0 means 1 - 1/N
     block_lr: float = 1.0  # bmuf zeta
     nesterov: bool = True  # bmuf: next block starts from W + eta * Delta
@@ -140,6 +142,10 @@ class DistConfig:
     timeout_s: int = 900  # process-group timeout (a lost learner fails the run after this)
     straggler_rank: int = -1  # benchmark aid: this learner sleeps straggler_sleep seconds per step
     straggler_sleep: float = 0.0  # seconds (benchmark aid, with straggler_rank)
+    powersgd_rank: int = 1  # powersgd: rank of the low-rank gradient approximation (error feedback always on)
+    powersgd_bucket_mb: float = 25.0  # powersgd: DDP gradient bucket size (one hook call per bucket)
+    outer_lr: float = 0.7  # diloco: learning rate of the outer Nesterov step on the averaged pseudo-gradient
+    outer_momentum: float = 0.9  # diloco: momentum of the outer step
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """Resume of distributed training (2 Gloo learners): a run stopped mid-block and mid-epoch right after a checkpoint
 and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum; also with
-the block exchange overlapped, which a checkpoint completes) and ring (the travelling model), with dropout and
+the block exchange overlapped, which a checkpoint completes), ring (the travelling model), powersgd (each
+learner's error feedback, warm-start P/Q and the hook's generator) and diloco (global model, outer Nesterov
+momentum, every learner's model), with dropout and
 SpecAugment on (every learner's RNG is checkpointed) and Adam."""
 
 import torch
@@ -14,6 +16,8 @@ ALGOS = {
     "bmuf": ["train.dist.period=3"],
     "ring": [],
     "bmuf_overlap": ["train.dist.period=3", "train.dist.overlap=true"],
+    "powersgd": ["train.dist.warmup_steps=2", "train.dist.powersgd_rank=2"],  # compressed from step 3
+    "diloco": ["train.dist.period=3"],
 }
 
 
@@ -28,7 +32,7 @@ def test_resume_is_exact(tmp_path):
             dict(common, exp_dir=str(tmp_path / f"{algo}_res"), stop_after=4),  # mid-block, mid-epoch
             dict(common, exp_dir=str(tmp_path / f"{algo}_res")),
         ]
-    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=150)
+    res = run_learners(run_toy_scenarios, 2, args=(scenarios,), timeout=240)
     for rank in range(2):
         for i, algo in enumerate(ALGOS):
             ref, stopped, resumed = res[rank][3 * i : 3 * i + 3]
@@ -44,3 +48,9 @@ def test_resume_is_exact(tmp_path):
     ck = torch.load(tmp_path / "bmuf_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
     assert ck["world_size"] == 2 and len(ck["per_rank"]) == 2
     assert {"W", "Wg", "delta"} <= set(ck["shared"]) and float(ck["shared"]["delta"].abs().sum()) > 0
+    ck = torch.load(tmp_path / "powersgd_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
+    errors = [r["error"] for r in ck["per_rank"]]  # per learner, and not the same on both
+    assert all(float(e[0].abs().sum()) > 0 for e in errors) and not torch.equal(errors[0][0], errors[1][0])
+    ck = torch.load(tmp_path / "diloco_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
+    momentum = ck["shared"]["outer"]["state"][0]["momentum_buffer"]
+    assert float(momentum.abs().sum()) > 0 and ck["shared"]["syncs"] >= 1

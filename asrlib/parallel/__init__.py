@@ -1,8 +1,9 @@
 """Distributed training on torch.distributed, one :class:`~asrlib.train.algo.TrainAlgo` per algorithm, chosen by
 ``train.dist.algo``: ``sync`` (gradient all-reduce), ``ma`` (K-step model averaging), ``bmuf`` (blockwise
 model-update filtering), ``adpsgd`` / ``hadpsgd`` (asynchronous decentralized SGD, flat and hierarchical), ``asgd``
-(asynchronous parameter server) and ``ring`` (ring-structured parallel strategy). Launch several learners with
-``python -m steps.train_dist --num-learners N -- <steps.train arguments>`` (torchrun underneath).
+(asynchronous parameter server), ``ring`` (ring-structured parallel strategy), ``powersgd`` (DDP with torch's
+PowerSGD gradient compression) and ``diloco`` (H inner steps, outer Nesterov step on the pseudo-gradient). Launch
+several learners with ``python -m steps.train_dist --num-learners N -- <steps.train arguments>`` (torchrun underneath).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from asrlib.config import DistConfig
 from asrlib.errors import AsrError
 
-ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring")
+ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco")
 
 
 def make_algo(cfg: DistConfig):
@@ -39,6 +40,10 @@ def make_dist_algo(cfg: DistConfig):
         from asrlib.parallel.adpsgd import HierarchicalAdpsgd as cls
     elif cfg.algo == "asgd":
         from asrlib.parallel.asgd import AsyncParameterServer as cls
+    elif cfg.algo == "powersgd":
+        from asrlib.parallel.powersgd import PowerSgd as cls
+    elif cfg.algo == "diloco":
+        from asrlib.parallel.diloco import Diloco as cls
     else:
         from asrlib.parallel.ring import RingRsps as cls
     return cls(cfg)

@@ -1,6 +1,10 @@
 """What every distributed algorithm shares: disjoint per-learner data shards padded to equal length, flat
 parameter/gradient buffers, per-learner checkpoint state, metric reduction and communication accounting.
 
+Bytes: every algorithm's traffic is measured at the ``torch.distributed`` calls (:mod:`asrlib.parallel.meter`);
+each epoch's training bytes per learner (checkpoint gathers and dev-loss reductions apart) go to the training log,
+``log/dist.rank<R>.json`` and TensorBoard (``comm/sent_MB_per_learner``, mean and max over the learners).
+
 Uneven shard ends: an epoch's batches are dealt round-robin to the learners (deterministic in seed, epoch and
 rank), and every shard is padded with empty batches ``[]`` to the longest shard's length. On an empty batch the
 trainer computes nothing but still calls the algorithm's hooks, so every learner takes part in the same sequence of
@@ -29,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from asrlib.config import DistConfig
+from asrlib.parallel import meter
 from asrlib.parallel.env import DistInfo, init_process_group
 from asrlib.parallel.stats import CommStats
 from asrlib.train.algo import TrainAlgo
@@ -81,6 +86,7 @@ class DistAlgo(TrainAlgo):
         self.info = info or init_process_group(cfg)
         self.rank, self.world_size = self.info.rank, self.info.world_size
         self.device = self.info.device
+        self.meter = meter.install()  # bytes handed to torch.distributed, measured at the calls
         self.stats = CommStats()  # training thread
         self.bg_stats = CommStats()  # background communication threads
         self.lock = threading.RLock()  # guards parameters against background merges (async algorithms)
@@ -88,7 +94,9 @@ class DistAlgo(TrainAlgo):
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._epoch_mark = (CommStats(), time.perf_counter())
+        self._meter_mark = self._meter_start = self.meter.snapshot()
         self.epoch_stats: List[Dict[str, float]] = []
+        self._scalars: Dict[str, float] = {}
         self.steps_done = 0  # completed training steps (the trainer's step counter)
         self._t_cycle: Optional[float] = None
 
@@ -101,7 +109,8 @@ class DistAlgo(TrainAlgo):
 
     def reduce_metric(self, total: float, count: float) -> tuple:
         t = torch.tensor([float(total), float(count)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
+        with self.meter.category("bookkeeping"):
+            dist.all_reduce(t)
         return float(t[0]), float(t[1])
 
     # ------------------------------------------------------------------ parameters
@@ -202,6 +211,7 @@ class DistAlgo(TrainAlgo):
                 random.seed(seed)
             self.init_state()
         self._epoch_mark = (self.total_stats(), time.perf_counter())
+        self._meter_mark = self._meter_start = self.meter.snapshot()
         self.start()
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
@@ -220,6 +230,7 @@ class DistAlgo(TrainAlgo):
         d = (now - self._epoch_mark[0]).as_dict()
         d["wall_s"] = t - self._epoch_mark[1]
         self._epoch_mark = (now, t)
+        d.update(self._measured_epoch_bytes())
         self.epoch_stats.append(d)
         log.info(
             "learner %d/%d %s epoch: %d steps in %.1f s (%.3f s per step); sent %.2f MB, received %.2f MB "
@@ -237,6 +248,46 @@ class DistAlgo(TrainAlgo):
             d["wait_s"],
             d["background_comm_s"],
         )
+        log.info(
+            "learner %d/%d %s epoch: measured at the torch.distributed calls: sent %d bytes (%.3f MB), received "
+            "%d bytes in %d calls; over the %d learners %.3f MB sent per learner (mean), %.3f MB (max)",
+            self.rank,
+            self.world_size,
+            self.name,
+            d["measured_sent_bytes"],
+            d["measured_sent_bytes"] / 1e6,
+            d["measured_recv_bytes"],
+            d["measured_calls"],
+            self.world_size,
+            d["measured_sent_bytes_mean"] / 1e6,
+            d["measured_sent_bytes_max"] / 1e6,
+        )
+
+    def _measured_epoch_bytes(self) -> Dict[str, float]:
+        """This epoch's training bytes (measured) of this learner, and their mean and max over the learners (one
+        small all-gather, booked as bookkeeping)."""
+        now = self.meter.snapshot()
+        mine = {k: now[k] - self._meter_mark[k] for k in now}
+        self._meter_mark = now
+        t = torch.tensor([mine["sent_bytes"]], dtype=torch.float64, device=self.device)
+        every = [torch.zeros_like(t) for _ in range(self.world_size)]
+        with self.meter.category("bookkeeping"):
+            dist.all_gather(every, t)
+        sent = [float(x) for x in every]
+        self._scalars = {
+            "comm/sent_MB_per_learner": sum(sent) / len(sent) / 1e6,
+            "comm/sent_MB_max_learner": max(sent) / 1e6,
+        }
+        return {
+            "measured_sent_bytes": int(mine["sent_bytes"]),
+            "measured_recv_bytes": int(mine["recv_bytes"]),
+            "measured_calls": int(mine["calls"]),
+            "measured_sent_bytes_mean": sum(sent) / len(sent),
+            "measured_sent_bytes_max": max(sent),
+        }
+
+    def epoch_scalars(self) -> Dict[str, float]:
+        return dict(self._scalars)
 
     def end_training(self, model: torch.nn.Module) -> None:
         self.stop()
@@ -281,7 +332,8 @@ class DistAlgo(TrainAlgo):
                 mine["optimizer"] = _to_cpu(self.optimizer.state_dict())
             shared = _to_cpu(self.shared_state())
         gathered: Optional[List[Any]] = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(mine, gathered, dst=0)
+        with self.meter.category("bookkeeping"):
+            dist.gather_object(mine, gathered, dst=0)
         return {
             "algo": self.name,
             "world_size": self.world_size,
@@ -306,6 +358,9 @@ class DistAlgo(TrainAlgo):
             "local_world_size": self.info.local_world_size,
             "backend": self.info.backend,
             "total": self.total_stats().as_dict(),
+            # training bytes of this learner since set-up (this attempt), measured; the epochs' sum plus what was sent
+            # after the last epoch end (e.g. diloco's last outer step)
+            "measured_sent_bytes": self.meter.snapshot()["sent_bytes"] - self._meter_start["sent_bytes"],
             "epochs": self.epoch_stats,
             **self.extra_summary(),
         }

@@ -97,8 +97,10 @@ def identical_groups(algo) -> Optional[List[List[int]]]:
     """Groups of learners that must hold identical parameters right now (None: no claim at this step)."""
     n = algo.world_size
     name = algo.name
-    if name == "sync":
+    if name in ("sync", "powersgd"):
         return [list(range(n))]
+    if name == "diloco":  # after each outer step (warm-up: synchronous SGD)
+        return [list(range(n))] if algo.since_sync == 0 or algo.steps_done <= algo.cfg.warmup_steps else None
     if name in ("ma", "bmuf") and algo.steps_done > algo.cfg.warmup_steps:
         if algo.since_sync == 0:
             return [list(range(n))]
@@ -124,14 +126,15 @@ def _watch_identity(algo, record: Dict[str, float]) -> None:
 
     def end_epoch(model, optimizer):
         inner_epoch(model, optimizer)
-        check(model, [list(range(algo.world_size))] if algo.name in ("sync", "ma", "bmuf") else None)
+        check(model, [list(range(algo.world_size))] if algo.name in ("sync", "ma", "bmuf", "powersgd") else None)
 
     def check(model, groups):
         if groups is None:
             return
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         allp = [torch.empty_like(flat) for _ in range(algo.world_size)]
-        dist.all_gather(allp, flat)
+        with algo.meter.category("bookkeeping"):  # a test's check, not the algorithm's traffic
+            dist.all_gather(allp, flat)
         for g in groups:
             for r in g[1:]:
                 record["max_diff"] = max(record["max_diff"], float((allp[r] - allp[g[0]]).abs().max()))

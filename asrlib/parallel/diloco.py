@@ -1,0 +1,123 @@
+"""``diloco``: DiLoCo (Douillard et al. 2023): H inner steps, then one outer Nesterov step.
+
+- every learner runs ``H`` (= ``train.dist.period``) steps of the recipe's optimizer (the inner optimizer, e.g.
+  Adam; its state is never reset) on its own shard, starting from the global model ``theta``;
+- then the pseudo-gradient ``Delta = theta - mean_i(theta_i)`` is averaged with one all-reduce of the model's
+  size, and the outer optimizer — torch's SGD with Nesterov momentum (``outer_lr``, ``outer_momentum``; the
+  paper's 0.7 / 0.9) — steps ``theta`` with ``Delta`` as its gradient; every learner continues from the new
+  ``theta``. With ``outer_lr`` 1 and momentum 0 this is K-step model averaging.
+- optional ``warmup_steps`` of synchronous SGD (gradient all-reduce) first; ``theta`` starts from the model
+  reached then.
+
+A learner sends one model-sized all-reduce per H steps: ``H`` times fewer bytes than ``sync``. The block counter
+runs across epoch ends (no synchronisation there: every learner's own model is in the checkpoint), so H may exceed
+an epoch; the dev loss at an epoch end is therefore the mean of the learners' losses on their own models. At the end
+of training the last (possibly shorter) block gets its outer step, and every learner holds ``theta``. A learner
+without data at a step (uneven shard end) takes no inner step; its smaller pseudo-gradient still counts 1/N in the
+mean, as a model does in ``ma`` and ``bmuf``.
+
+``theta``, the outer optimizer's momentum and the position in the block are checkpointed (identical on every
+learner), with every learner's model and inner optimizer state, so resume is exact.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+import torch
+import torch.distributed as dist
+
+from asrlib.errors import AsrError
+from asrlib.parallel.base import DistAlgo
+
+log = logging.getLogger(__name__)
+
+
+class Diloco(DistAlgo):
+    name = "diloco"
+
+    def __init__(self, cfg, info=None):
+        super().__init__(cfg, info)
+        if cfg.period < 1:
+            raise AsrError(f"train.dist.period (H) must be >= 1, not {cfg.period}")
+        if cfg.outer_lr <= 0 or not 0 <= cfg.outer_momentum < 1:
+            raise AsrError(
+                f"train.dist.outer_lr must be > 0 and outer_momentum in [0, 1), not {cfg.outer_lr}, "
+                f"{cfg.outer_momentum}"
+            )
+        self.since_sync = 0
+        self.syncs = 0
+        self.theta = None  # the global model, a flat parameter of the outer optimizer
+        self.outer = None
+
+    def init_state(self) -> None:
+        self._start_outer()
+
+    def _start_outer(self) -> None:
+        self.theta = torch.nn.Parameter(self.flat_params())
+        self._make_outer_optimizer()
+        self.since_sync = 0
+
+    def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
+        self.begin_update()
+        if self.steps_done < self.cfg.warmup_steps:
+            return self.allreduce_grads(has_data)
+        return has_data
+
+    def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+        super().after_step(model, optimizer, step)
+        if step <= self.cfg.warmup_steps:
+            if step == self.cfg.warmup_steps:  # learners are identical here: theta starts from this model
+                self._start_outer()
+            return
+        self.since_sync += 1
+        if self.since_sync >= self.cfg.period:
+            self.outer_step()
+
+    def outer_step(self) -> None:
+        """Average the pseudo-gradient theta - theta_i over the learners; one Nesterov step of theta."""
+        delta = self.theta.detach() - self.flat_params()
+        with self.stats.timed():
+            dist.all_reduce(delta)
+        self.stats.all_reduce(delta.numel() * delta.element_size(), self.world_size)
+        self.theta.grad = delta.div_(self.world_size)
+        self.outer.step()
+        self.theta.grad = None
+        self.set_flat_params(self.theta.detach())
+        self.since_sync = 0
+        self.syncs += 1
+
+    def stop(self) -> None:
+        if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
+            self.outer_step()
+
+    def shared_state(self) -> Dict[str, Any]:
+        return {
+            "theta": self.theta.detach(),
+            "outer": self.outer.state_dict(),
+            "since_sync": self.since_sync,
+            "syncs": self.syncs,
+        }
+
+    def load_shared(self, st: Dict[str, Any]) -> None:
+        self.theta = torch.nn.Parameter(st["theta"].to(self.device))
+        self._make_outer_optimizer()
+        self.outer.load_state_dict(st["outer"])
+        self.since_sync, self.syncs = st["since_sync"], st["syncs"]
+
+    def _make_outer_optimizer(self) -> None:
+        self.outer = torch.optim.SGD(
+            [self.theta],
+            lr=self.cfg.outer_lr,
+            momentum=self.cfg.outer_momentum,
+            nesterov=self.cfg.outer_momentum > 0,
+        )
+
+    def extra_summary(self) -> Dict[str, Any]:
+        return {
+            "H": self.cfg.period,
+            "outer_steps": self.syncs,
+            "outer_lr": self.cfg.outer_lr,
+            "outer_momentum": self.cfg.outer_momentum,
+        }

@@ -7,6 +7,13 @@
 Writes OUT_DIR/scaling.json (speed-up per algorithm and N), scaling.md (table + validation), scaling.png (plot).
 ``--link`` is one of the named links (eth10, eth100, ib_hdr, nvlink) or ``measured`` (the fitted one);
 ``--t-calc``/``--t-merge`` replace the measured compute times (e.g. to project a faster device: say so).
+``--bandwidth-gbit`` sets the link's bandwidth (its latency kept). Compressed payloads: ``--powersgd-run EXP_DIR``
+reads the bytes per step a powersgd run measured (its ``log/dist.rank0.json``, epochs after the first) as the
+payload of powersgd's all-reduces; ``--diloco-period`` is H.
+
+    python -m steps.scaling_report --params exp/bench_timing/params.json --link eth10 --bandwidth-gbit 10 \
+        --powersgd-run exp/bench_comm/powersgd_r1_s42 --diloco-period 100 --algos sync bmuf adpsgd powersgd diloco \
+        --max-n 256 --out-dir exp/scaling_10g
 """
 
 from __future__ import annotations
@@ -19,7 +26,15 @@ from pathlib import Path
 from typing import List, Optional
 
 from asrlib.cli import run_main, setup_logging
-from asrlib.parallel.timing import ALGOS, LINKS, load_params, speedup_table, step_time
+from asrlib.parallel.timing import (
+    ALGOS,
+    LINKS,
+    load_params,
+    payload_per_step,
+    speedup_table,
+    step_time,
+    with_bandwidth,
+)
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_path, write_json, write_text
 
@@ -99,6 +114,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--t-merge", type=float, default=None, help="override T_merge (s)")
     p.add_argument("--period", type=int, default=None, help="K / tau (default: the fitted params')")
     p.add_argument("--max-n", type=int, default=64)
+    p.add_argument("--bandwidth-gbit", type=float, default=None, help="link bandwidth in Gbit/s (latency kept)")
+    p.add_argument("--powersgd-run", type=Path, default=None, help="a powersgd exp dir: its measured payload")
+    p.add_argument("--diloco-period", type=int, default=None, help="H of diloco (default: the params')")
+    p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
     setup_logging()
@@ -118,15 +137,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         t_calc=a.t_calc if a.t_calc is not None else fitted.t_calc,
         t_merge=a.t_merge if a.t_merge is not None else fitted.t_merge,
         period=a.period or fitted.period,
+        diloco_period=a.diloco_period or fitted.diloco_period,
     )
+    if a.bandwidth_gbit:
+        proj = dataclasses.replace(proj, link=with_bandwidth(proj.link, a.bandwidth_gbit), allreduce_link=None)
+    if a.powersgd_run is not None:
+        summary = a.powersgd_run / "log" / "dist.rank0.json"
+        if not summary.is_file():
+            raise AsrError(f"{summary} does not exist: --powersgd-run must be the exp dir of a finished powersgd run")
+        proj = dataclasses.replace(proj, powersgd_payload=payload_per_step(json.loads(summary.read_text())))
     ns = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= a.max_n]
-    table = speedup_table(proj, ALGOS, ns)
+    table = speedup_table(proj, a.algos, ns)
     out = {"params": dataclasses.asdict(proj), "speedup": table}
     md = [
         f"# Predicted speed-up ({proj.link.name}; intra-node {proj.intra_link.name}, {proj.local_world} per node)",
         "",
         f"T_calc = {proj.t_calc * 1e3:.2f} ms, T_merge = {proj.t_merge * 1e3:.3f} ms, model = "
-        f"{proj.model_bytes / 1e6:.2f} MB, T_transmit = {proj.transmit() * 1e3:.3f} ms, K = tau = {proj.period}"
+        f"{proj.model_bytes / 1e6:.2f} MB, T_transmit = {proj.transmit() * 1e3:.3f} ms, K = tau = {proj.period}, "
+        f"diloco H = {proj.diloco_period}, powersgd payload "
+        + (
+            f"{proj.powersgd_payload / 1e3:.1f} kB per step (measured, {a.powersgd_run})"
+            if proj.powersgd_payload
+            else "not measured (the uncompressed model)"
+        )
         + (
             " (T_calc/T_merge overridden)"
             if a.t_calc is not None or a.t_merge is not None

@@ -1,5 +1,6 @@
 """The timing model: the slides' ring formula (linear, then saturating), link fitting, the scaling report CLI."""
 
+import dataclasses
 import json
 import math
 
@@ -101,3 +102,28 @@ def test_timed_allreduce_replaces_the_point_to_point_figures_on_its_link(tmp_pat
     assert p.allreduce(2, LINKS["nvlink"]) == _params().allreduce(2, LINKS["nvlink"])  # another link: its own
     save_params(tmp_path / "p.json", p)
     assert load_params(tmp_path / "p.json").allreduce(4) == pytest.approx(p.allreduce(4))
+
+
+def test_compressed_payloads_powersgd_and_diloco():
+    """powersgd pays three all-reduce latencies per step for its measured payload; diloco one model all-reduce per
+    H steps; a higher bandwidth helps sync far more than diloco; the payload is read from a run's measured bytes."""
+    from asrlib.parallel.timing import payload_per_step, with_bandwidth
+
+    slow = _params(link=with_bandwidth(LINKS["eth10"], 10), t_calc=0.05)
+    p = dataclasses.replace(slow, powersgd_payload=4e6 / 100, diloco_period=100)
+    assert step_time("powersgd", 8, p) == pytest.approx(0.052 + p.allreduce(8, nbytes=4e4, calls=3))
+    assert p.allreduce(8, nbytes=4e4, calls=3) == pytest.approx(2 * 7 * 20e-6 * 3 + 2 * 7 / 8 * 4e4 / 1.25e9)
+    assert step_time("diloco", 8, p) == pytest.approx(0.052 + (p.allreduce(8) + 0.004) / 100)
+    for n in (8, 64, 256):
+        assert speedup("diloco", n, p) > max(speedup("powersgd", n, p), speedup("sync", n, p))
+    assert speedup("powersgd", 8, p) > speedup("sync", 8, p)
+    # a ring all-reduce pays 2 (n-1) latencies per call: at 256 learners powersgd's three calls cost more than
+    # the bandwidth it saves
+    assert speedup("powersgd", 256, p) < speedup("sync", 256, p)
+    fast = dataclasses.replace(p, link=with_bandwidth(LINKS["eth100"], 100))
+    assert speedup("sync", 64, fast) / speedup("sync", 64, p) > speedup("diloco", 64, fast) / speedup("diloco", 64, p)
+    assert with_bandwidth(LINKS["eth10"], 100).bandwidth == 100e9 / 8
+    unmeasured = dataclasses.replace(p, powersgd_payload=0.0)  # no measurement: the uncompressed model
+    assert step_time("powersgd", 8, unmeasured) == pytest.approx(0.052 + p.allreduce(8, calls=3))
+    run = {"epochs": [{"steps": 10, "measured_sent_bytes": 10 * 4e6}, {"steps": 20, "measured_sent_bytes": 20 * 4e4}]}
+    assert payload_per_step(run) == pytest.approx(4e4) and payload_per_step(run, skip_epochs=0) > 4e4

@@ -26,6 +26,12 @@ Per-minibatch time of one learner with n learners (the algorithms as implemented
   max(0, 2 T_transmit - T_calc)`` (node all-reduce every step, merge broadcast in the node, gossip overlapped).
 - asgd: ``max(T_calc + 2 T_merge + 2 T_transmit, n (2 model_bytes / bandwidth + T_merge))``: a worker pushes and
   pulls every step; the server's one link and its serial apply are shared by all n workers.
+- powersgd: ``T_calc + T_merge + T_compress + T_allreduce(n; payload, 3 calls)``: per step three all-reduces per
+  bucket (the uncompressed vectors, P, Q) whose bytes are the compressed payload — learnt from a run's measured
+  bytes per step (:func:`payload_per_step`), not computed from the shapes; ``T_compress`` the hook's matrix
+  products (measured or 0).
+- diloco, H inner steps: ``T_calc + T_merge + (T_allreduce(n) + 2 T_merge) / H`` (one model-sized all-reduce of
+  the pseudo-gradient, then the outer Nesterov step and the copy into the model).
 - ring (slides): ``T_calc + T_merge + T_wait`` with ``T_wait = max(n T_transmit + (n-1) T_merge - T_calc, 0)``,
   i.e. speed-up ``n (T_calc + T_merge) / (T_calc + T_merge + T_wait)``: n while the model's lap fits in one
   T_calc, then saturating near ``(T_calc + T_merge) / (T_transmit + T_merge)``.
@@ -59,7 +65,7 @@ LINKS: Dict[str, Link] = {
     "nvlink": Link("NVLink 4 (H100, 450 GB/s per direction)", 450e9, 2e-6),
 }
 
-ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring")
+ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco")
 
 
 @dataclass
@@ -74,6 +80,12 @@ class TimingParams:
     cores: Optional[int] = None  # learners share this many cores (None: each learner has its own device)
     contention: Dict[int, float] = field(default_factory=dict)  # n -> measured T_calc(n) / T_calc(1) on those cores
     allreduce_link: Optional[Link] = None  # all-reduce over ``link`` as timed (None: derived from ``link``)
+    # powersgd: bytes a learner hands to the all-reduces per step once compression runs (measured; 0 = not
+    # measured: the uncompressed model_bytes), the all-reduces per step and the compression's compute per step
+    powersgd_payload: float = 0.0
+    powersgd_calls: int = 3
+    t_compress: float = 0.0
+    diloco_period: int = 500  # H
 
     def slowdown(self, n: int) -> float:
         """c(n): how much longer a minibatch's computation takes when n learners share the cores."""
@@ -89,13 +101,15 @@ class TimingParams:
         link = link or self.link
         return link.latency + self.model_bytes / link.bandwidth
 
-    def allreduce(self, n: int, link: Optional[Link] = None) -> float:
+    def allreduce(self, n: int, link: Optional[Link] = None, nbytes: Optional[float] = None, calls: int = 1) -> float:
+        """Ring all-reduce of ``nbytes`` (default: the model) among ``n`` learners in ``calls`` collectives."""
         link = link or self.link
         if self.allreduce_link is not None and link == self.link:
             link = self.allreduce_link
         if n <= 1:
             return 0.0
-        return 2 * (n - 1) * link.latency + 2 * (n - 1) / n * self.model_bytes / link.bandwidth
+        b = self.model_bytes if nbytes is None else nbytes
+        return 2 * (n - 1) * link.latency * calls + 2 * (n - 1) / n * b / link.bandwidth
 
 
 def step_time(algo: str, n: int, p: TimingParams) -> float:
@@ -121,6 +135,11 @@ def step_time(algo: str, n: int, p: TimingParams) -> float:
         return max(tc + 2 * tm + 2 * p.transmit(), server)
     if algo == "ring":
         return tc + tm + ring_wait(n, tc, p.transmit(), tm)
+    if algo == "powersgd":
+        payload = p.powersgd_payload or p.model_bytes
+        return tc + tm + p.t_compress * slow + p.allreduce(n, nbytes=payload, calls=p.powersgd_calls)
+    if algo == "diloco":
+        return tc + tm + (p.allreduce(n) + 2 * tm) / p.diloco_period
     raise ValueError(f"unknown algorithm {algo!r}")
 
 
@@ -137,6 +156,20 @@ def speedup_table(
     p: TimingParams, algos: Sequence[str] = ALGOS, ns: Iterable[int] = range(1, 65)
 ) -> Dict[str, List[Tuple[int, float]]]:
     return {a: [(n, speedup(a, n, p)) for n in ns] for a in algos}
+
+
+def with_bandwidth(link: Link, gbit: float) -> Link:
+    """``link`` with its bandwidth set to ``gbit`` Gbit/s (latency kept)."""
+    return Link(f"{link.name.split(' (')[0]} at {gbit:g} Gb/s", gbit * 1e9 / 8, link.latency)
+
+
+def payload_per_step(summary: dict, skip_epochs: int = 1) -> float:
+    """Bytes one learner handed to the collectives per step, from a run's ``log/dist.rank<R>.json`` (the measured
+    per-epoch bytes, :mod:`asrlib.parallel.meter`), over the epochs after the first ``skip_epochs`` (powersgd's
+    uncompressed warm-up)."""
+    ep = summary["epochs"][skip_epochs:] or summary["epochs"]
+    steps = sum(e["steps"] for e in ep)
+    return sum(e["measured_sent_bytes"] for e in ep) / max(steps, 1)
 
 
 def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Link:

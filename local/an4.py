@@ -250,11 +250,135 @@ def prepare_an4(
     return manifests
 
 
+# ------------------------------------------------------------------------------------------------ report
+DIGITS = {"ZERO", "OH", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"}
+
+
+def word_class(word: str) -> str:
+    """AN4's word classes for error analysis: ``letter`` (A..Z), ``digit`` (ZERO..NINE, OH), ``word`` (the rest:
+    numbers such as TWENTY, months, names, commands)."""
+    return "letter" if len(word) == 1 and word.isalpha() else "digit" if word in DIGITS else "word"
+
+
+def chars(text: str) -> str:
+    """A transcript as characters for CER, the blank between words as its own token (ESPnet's ``<space>``)."""
+    return " ".join("<space>" if c == " " else c for c in " ".join(text.split()))
+
+
+def score_set(ref_text: Path, hyp_text: Path) -> Dict[str, object]:
+    """WER, CER and per-class word errors of one decoding (``hyp.txt``) against a set's ``text``."""
+    from asrlib.io.tables import read_table_dict
+    from asrlib.score import EPS, score
+
+    ref, hyp = read_table_dict(ref_text), read_table_dict(hyp_text)
+    w = score(ref, hyp)
+    c = score({u: chars(t) for u, t in ref.items()}, {u: chars(t) for u, t in hyp.items()})
+    classes: Dict[str, List[int]] = {k: [0, 0] for k in ("letter", "digit", "word")}  # [words, sub + del]
+    for a in w.per_utt:
+        for r, h in a.pairs:
+            if r != EPS:
+                classes[word_class(r)][0] += 1
+                classes[word_class(r)][1] += int(h != r)
+    return {"wer": w.wer, "cer": c.wer, "ins": w.ins, "words": w.num_words, "classes": classes}
+
+
+def training_seconds(exp: Path) -> Optional[float]:
+    """Wall time of the training step: first to last line of ``log/train.log`` (same day)."""
+    log_file = exp / "log" / "train.log"
+    if not log_file.is_file():
+        return None
+    stamps = [ln[:8] for ln in log_file.read_text(errors="replace").splitlines() if re.match(r"\d\d:\d\d:\d\d ", ln)]
+    if len(stamps) < 2:
+        return None
+    sec = [int(t[:2]) * 3600 + int(t[3:5]) * 60 + int(t[6:8]) for t in (stamps[0], stamps[-1])]
+    return float((sec[1] - sec[0]) % 86400)
+
+
+def _mean_spread(xs: Sequence[float]) -> str:
+    if not xs:
+        return "-"
+    m = sum(xs) / len(xs)
+    return f"{m:.2f}" if len(xs) == 1 else f"{m:.2f} ± {(max(xs) - min(xs)) / 2:.2f}"
+
+
+def report(data: Path, exps: Sequence[Path], methods: Sequence[str] = ("tlg", "greedy")) -> Tuple[str, Dict]:
+    """A markdown table (and the numbers) of the seeds ``exps`` of one configuration: per seed and as mean ±
+    half-range, dev WER, test WER and CER per search, training minutes; then test word errors by word class."""
+    rows, numbers = [], {}
+    lines = [
+        "| run | search | dev %WER | test %WER | test %CER | test ins | training min |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    per_method: Dict[str, Dict[str, List[float]]] = {}
+    classes_all: Dict[str, List[int]] = {k: [0, 0] for k in ("letter", "digit", "word")}
+    for exp in exps:
+        t = training_seconds(exp)
+        for m in methods:
+            hyp = {s: exp / f"decode_{s}_{m}" / "hyp.txt" for s in ("dev", "test")}
+            if not all(h.is_file() for h in hyp.values()):
+                continue
+            d, te = score_set(data / "dev" / "text", hyp["dev"]), score_set(data / "test" / "text", hyp["test"])
+            acc = per_method.setdefault(m, {"dev": [], "test": [], "cer": [], "min": []})
+            acc["dev"].append(d["wer"])
+            acc["test"].append(te["wer"])
+            acc["cer"].append(te["cer"])
+            if t is not None:
+                acc["min"].append(t / 60)
+            if m == methods[0]:
+                for k, (n, e) in te["classes"].items():
+                    classes_all[k][0] += n
+                    classes_all[k][1] += e
+            tm = f"{t / 60:.1f}" if t is not None else "-"
+            rows.append(
+                f"| {exp.name} | {m} | {d['wer']:.2f} | {te['wer']:.2f} | {te['cer']:.2f} | {te['ins']} | {tm} |"
+            )
+    lines += rows
+    for m, acc in per_method.items():
+        lines.append(
+            f"| **mean ± half-range ({len(acc['test'])})** | {m} | {_mean_spread(acc['dev'])} | "
+            f"**{_mean_spread(acc['test'])}** | {_mean_spread(acc['cer'])} | | {_mean_spread(acc['min'])} |"
+        )
+        numbers[m] = acc
+    cls = ", ".join(f"{k} {100 * e / n:.1f} % of {n}" for k, (n, e) in classes_all.items() if n)
+    lines += ["", f"Test words substituted or deleted, by class ({methods[0]}, all runs pooled): {cls}."]
+    numbers["classes"] = classes_all
+    return "\n".join(lines) + "\n", numbers
+
+
+def report_main(argv: List[str]) -> int:
+    import argparse
+
+    from asrlib.cli import run_main
+
+    p = argparse.ArgumentParser(
+        prog="python -m local.an4 report",
+        description="WER/CER table of one configuration's runs (seeds): per run, mean ± half-range, word classes",
+    )
+    p.add_argument("--data", type=Path, required=True, help="the data dir the runs were decoded with")
+    p.add_argument("--exp", type=Path, nargs="+", required=True, help="the experiment dirs (one per seed)")
+    p.add_argument("--methods", nargs="+", default=["tlg", "greedy"])
+
+    def main(args_in):
+        a = p.parse_args(args_in)
+        text, _ = report(a.data, a.exp, a.methods)
+        print(text)
+        return 0
+
+    run_main(main, argv)
+    return 0
+
+
 def _prepare(corpus_dir: Path, out_dir: Path, data: DataConfig, nj: int) -> None:
     prepare_an4(corpus_dir, out_dir, data.speed_perturb, nj, data.sample_rate, data.dev_speakers, data.max_speakers)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        report_main(argv[1:])
+        return
     corpus_main(_prepare, __doc__, is_an4_dir, "AN4 corpus (folder with etc/ and wav/)", argv)
 
 

@@ -101,3 +101,56 @@ def test_g2p_training_lexicon_is_checked(tmp_path):
         train_g2p({"CAT": [[]]}, tmp_path / "m")
     with pytest.raises(AsrError, match="white space"):
         train_g2p({"TWO WORDS": [["T"]]}, tmp_path / "m")
+
+
+def _prepare_lang(tmp_path, name, *sets, extra=""):
+    from pathlib import Path
+
+    from steps.prepare_lang import main as prepare_lang_main
+
+    root = Path(__file__).resolve().parents[1]
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True, exist_ok=True)
+    text = data / "train" / "text"
+    text.write_text("".join(f"u{i} {t}\n" for i, t in enumerate(TEXT)) + extra)
+    args = ["--text", str(text), "--lang-dir", str(data / name), "--config", str(root / "recipes/digits/config.yaml")]
+    for s in sets:
+        args += ["--set", s]
+    assert prepare_lang_main(args) == 0
+    return data / name
+
+
+def test_prepare_lang_bpe_and_char_units(tmp_path):
+    from asrlib.lang.lexicon import read_lexicon, read_tokens
+
+    for units in ("bpe", "char"):
+        lang = _prepare_lang(tmp_path, f"lang_{units}", f"lang.units={units}", "lang.bpe_vocab_size=28")
+        lex, tokens = read_lexicon(lang / "lexicon.txt"), read_tokens(lang / "tokens.txt")
+        assert (lang / "TLG.fst").is_file() and "RUBOUT" in lex
+        assert set(tokens) == {"<blk>"} | {u for ps in lex.values() for p in ps for u in p}
+        assert "".join(lex["RUBOUT"][0]).lstrip(WORD_START) == "RUBOUT"
+        assert (lang / "bpe.model").is_file() == (units == "bpe")
+        assert json.loads((lang / ".done").read_text())["units"] == units
+
+
+def test_prepare_lang_lexicon_then_cmudict_then_g2p(tmp_path, small_g2p):
+    model, _ = small_g2p
+    data = tmp_path / "data"
+    (data / "local").mkdir(parents=True)
+    # the given lexicon wins over CMUdict (GO), adds a word the text lacks (ZORBLAX); BLIMFOG is in neither source
+    (data / "local" / "lex.txt").write_text("GO G OW1\nGO(2) G AH\nZORBLAX Z AO R B L AE K S\n")
+    lang = _prepare_lang(tmp_path, "lang", "lang.lexicon=local/lex.txt", f"lang.g2p={model.model_dir}")
+    lex = (lang / "lexicon.txt").read_text().splitlines()
+    assert "GO G OW1" in lex and "GO G AH" in lex and "ZORBLAX Z AO R B L AE K S" in lex
+    assert "YES Y EH S" in lex  # from CMUdict
+    text_words = {w for t in TEXT for w in t.split()}
+    assert json.loads((lang / ".done").read_text())["sources"] == {"cmudict": len(text_words - {"GO"}), "lexicon": 2}
+    assert not (lang / "g2p_words.txt").exists()  # every word had a pronunciation: the G2P was not asked
+    # a word no source has: the G2P pronounces it, and says so
+    extra = "u99 BLIMFOG GO\n"
+    lang = _prepare_lang(tmp_path, "lang2", "lang.lexicon=local/lex.txt", f"lang.g2p={model.model_dir}", extra=extra)
+    g2p_words = (lang / "g2p_words.txt").read_text().split()
+    assert g2p_words[0] == "BLIMFOG" and len(g2p_words) > 3 and set(g2p_words[1:]) <= set(model.phones)
+    # without a G2P the same text is an error naming the word
+    with pytest.raises(AsrError, match="no pronunciation: BLIMFOG"):
+        _prepare_lang(tmp_path, "lang3", "lang.lexicon=local/lex.txt", extra=extra)

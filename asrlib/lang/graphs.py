@@ -17,10 +17,14 @@ labels are 0 (epsilon) or 1..N (tokens).
 from __future__ import annotations
 
 import logging
+import resource
 import subprocess
 import sys
+import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from asrlib.config import GRAMMARS, is_grammar, known_length
 from asrlib.errors import AsrError, PathLike
@@ -33,6 +37,19 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- helpers
+@contextmanager
+def timed(what: str, record: Optional[Dict[str, Dict[str, float]]] = None) -> Iterator[None]:
+    """Log (and add to ``record[what]``) the wall and CPU seconds of the block and the process's peak RSS after it:
+    the graph build's cost per step (read, L, G, LG = min(det(L ∘ G)), TLG = min(det(T ∘ LG)) without #k, write)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    yield
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    log.info("%s done: %.1f s (CPU %.1f s), peak RSS %.0f MiB", what, wall, cpu, peak)
+    if record is not None:
+        record[what] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_rss_mib": round(peak, 1)}
+
+
 def write_fst(fst: kaldifst.StdVectorFst, path: PathLike) -> None:
     """Write ``fst`` in OpenFst binary format, atomically."""
     with atomic_path(path) as tmp:
@@ -61,8 +78,23 @@ def compose_det_min(
     return c
 
 
-def relabel_input(fst: kaldifst.StdVectorFst, mapping: Dict[int, int]) -> kaldifst.StdVectorFst:
-    """Copy of ``fst`` with input labels replaced through ``mapping`` (labels not in it are kept)."""
+def relabel_input(
+    fst: kaldifst.StdVectorFst, mapping: Dict[int, int], max_label: Optional[int] = None
+) -> kaldifst.StdVectorFst:
+    """Copy of ``fst`` with input labels replaced through ``mapping`` (labels not in it are kept).
+
+    With ``max_label`` (every input label of ``fst`` is at most this) and a mapping to epsilon only (the
+    disambiguation symbols of a TLG/HCLG), the copy is made in C++ by composing with a one-state mapper
+    (``l:l`` for kept labels, ``0:d`` for mapped ones): the Python arc loop costs about a second per 10^6 arcs."""
+    if max_label is not None and mapping and not any(mapping.values()):
+        mapper = kaldifst.StdVectorFst()
+        mapper.add_state()
+        mapper.start = 0
+        mapper.set_final(0, 0.0)
+        for lab in range(1, max_label + 1):
+            mapper.add_arc(0, kaldifst.StdArc(0 if lab in mapping else lab, lab, 0.0, 0))
+        kaldifst.arcsort(fst, sort_type="ilabel")
+        return kaldifst.compose(mapper, fst)
     out = kaldifst.StdVectorFst()
     n = fst.num_states
     for _ in range(n):
@@ -192,52 +224,60 @@ def make_known_length(words: Dict[str, int], count: int) -> kaldifst.StdVectorFs
 
 
 KALDILM_TIMEOUT_S = 120.0
+KALDILM_SCRIPT = """import sys
+from kaldilm.arpa2fst import arpa2fst
+arpa2fst(input_arpa=sys.argv[1], output_fst=sys.argv[2], read_symbol_table=sys.argv[3], disambig_symbol="#0",
+         max_order=int(sys.argv[4]), max_arpa_warnings=-1)
+"""
 
 
-def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int) -> kaldifst.StdVectorFst:
-    """G from an ARPA n-gram through kaldilm, run in a child process (kaldilm must not share a process with
-    kaldi_hmm_gmm); back-off arcs read ``#0``."""
+def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int, check: bool = True) -> kaldifst.StdVectorFst:
+    """G from an ARPA n-gram through kaldilm (Kaldi's arpa2fst), run in a child process (kaldilm must not share a
+    process with kaldi_hmm_gmm) that writes G in OpenFst's binary form; back-off arcs read ``#0``.
+
+    With ``check`` the ARPA file is first read by :func:`asrlib.lang.arpa.read_arpa`, so that a truncated or
+    inconsistent file is an error naming its line (kaldilm would stop with a less precise message or, for a missing
+    ``\\end\\``, not at all)."""
     arpa = Path(arpa)
     if not arpa.is_file():
         raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
-    cmd = [
-        sys.executable,
-        "-m",
-        "kaldilm",
-        f"--read-symbol-table={words_txt}",
-        "--disambig-symbol=#0",
-        f"--max-order={ngram_order}",
-        "--max-arpa-warnings=-1",
-        str(arpa),
-    ]
+    if check:
+        from asrlib.lang.arpa import read_arpa
+
+        read_arpa(arpa, max_order=ngram_order)
     limit = KALDILM_TIMEOUT_S + arpa.stat().st_size / 1e5  # about 10 s more per MB of ARPA
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=limit)
-    except subprocess.TimeoutExpired:
-        raise AsrError(f"kaldilm did not finish converting {arpa} within {limit:.0f} s") from None
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        raise AsrError(
-            f"kaldilm could not convert {arpa} (exit {proc.returncode}); are all its words in "
-            f"{words_txt}? kaldilm said:\n{tail}"
-        )
-    skipped = [ln for ln in proc.stderr.splitlines() if "not in symbol table" in ln]
-    if skipped:
-        oov = sorted({ln.split("word '", 1)[1].split("'", 1)[0] for ln in skipped if "word '" in ln})
-        log.warning(
-            "%s: %d n-gram line(s) skipped because their words are not in %s (words: %s)",
-            arpa,
-            len(skipped),
-            words_txt,
-            " ".join(oov[:20]) + (" ..." if len(oov) > 20 else ""),
-        )
-    text = proc.stdout.strip() + "\n"
-    if not text.strip():
+    with tempfile.TemporaryDirectory(dir=arpa.parent, prefix=".g_") as tmp:
+        out = Path(tmp) / "G.fst"
+        cmd = [sys.executable, "-c", KALDILM_SCRIPT, str(arpa), str(out), str(words_txt), str(ngram_order)]
+        try:
+            proc = subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", timeout=limit
+            )
+        except subprocess.TimeoutExpired:
+            raise AsrError(f"kaldilm did not finish converting {arpa} within {limit:.0f} s") from None
+        if proc.returncode != 0 or not out.is_file():
+            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+            raise AsrError(
+                f"kaldilm could not convert {arpa} (exit {proc.returncode}); are all its words in "
+                f"{words_txt}? kaldilm said:\n{tail}"
+            )
+        skipped = [ln for ln in proc.stderr.splitlines() if "not in symbol table" in ln]
+        if skipped:
+            oov = sorted({ln.split("word '", 1)[1].split("'", 1)[0] for ln in skipped if "word '" in ln})
+            log.warning(
+                "%s: %d n-gram line(s) skipped because their words are not in %s (words: %s)",
+                arpa,
+                len(skipped),
+                words_txt,
+                " ".join(oov[:20]) + (" ..." if len(oov) > 20 else ""),
+            )
+        try:
+            G = kaldifst.StdVectorFst.read(str(out))
+        except Exception as e:  # noqa: BLE001 - kaldifst's read errors (RuntimeError, ...)
+            raise AsrError(f"the grammar kaldilm made from {arpa} cannot be read ({' '.join(str(e).split())[:200]})")
+    if G.num_states == 0:
         raise AsrError(f"kaldilm produced an empty grammar from {arpa}")
-    try:
-        return kaldifst.compile(text)
-    except Exception as e:  # noqa: BLE001 - kaldifst's parse errors (RuntimeError, ...)
-        raise AsrError(f"the grammar kaldilm made from {arpa} does not compile ({' '.join(str(e).split())[:200]})")
+    return G
 
 
 # ---------------------------------------------------------------- the whole graph
@@ -287,6 +327,7 @@ def build_tlg(
     lm_text: Sequence[PathLike] = (),
     lm_text_has_utt_ids: bool = False,
     grammar_words: Optional[Sequence[str]] = None,
+    record: Optional[Dict[str, Dict[str, float]]] = None,
 ) -> Path:
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
@@ -297,73 +338,90 @@ def build_tlg(
     first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
     (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
     ``<unk>``, whose n-grams G then leaves out). ``grammar_words``: the words G may emit (not for ``arpa``); L keeps
-    the whole lexicon. Returns the path of ``TLG.fst``.
+    the whole lexicon. ``record``: a dict that gets each step's wall/CPU seconds and peak RSS (:func:`timed`), and
+    the sizes of the graphs. Returns the path of ``TLG.fst``.
     """
     lang_dir = Path(lang_dir)
     if grammar_words is not None and grammar == "arpa":
         raise AsrError("lang.grammar_words restricts a word loop or a known-length grammar, not an n-gram")
     check_grammar(grammar, arpa, lm_text)
-    tokens = read_tokens(lang_dir / "tokens.txt")
-    words = {w: i for i, w in read_words(lang_dir / "words.txt").items()}
-    for sym in SPECIAL_WORDS:
-        if sym not in words:
-            raise AsrError(f"{lang_dir / 'words.txt'} lacks '{sym}'; rebuild it with steps.prepare_lang")
-    lexicon = read_lexicon(lang_dir / "lexicon.txt")
-    for w, prons in lexicon.items():
-        if w not in words:
-            raise AsrError(f"{lang_dir / 'lexicon.txt'}: word '{w}' is not in words.txt")
-        for ph in (ph for p in prons for ph in p):
-            if ph not in tokens:
-                raise AsrError(f"{lang_dir / 'lexicon.txt'}: phone '{ph}' of '{w}' is not in tokens.txt")
+    with timed("read", record):
+        tokens = read_tokens(lang_dir / "tokens.txt")
+        words = {w: i for i, w in read_words(lang_dir / "words.txt").items()}
+        for sym in SPECIAL_WORDS:
+            if sym not in words:
+                raise AsrError(f"{lang_dir / 'words.txt'} lacks '{sym}'; rebuild it with steps.prepare_lang")
+        lexicon = read_lexicon(lang_dir / "lexicon.txt")
+        for w, prons in lexicon.items():
+            if w not in words:
+                raise AsrError(f"{lang_dir / 'lexicon.txt'}: word '{w}' is not in words.txt")
+            for ph in (ph for p in prons for ph in p):
+                if ph not in tokens:
+                    raise AsrError(f"{lang_dir / 'lexicon.txt'}: phone '{ph}' of '{w}' is not in tokens.txt")
 
     num_tokens = len(tokens)
-    entries, max_k = add_disambig(lexicon)
-    disambig0 = num_tokens  # phone-level id of #0
-    disambig_ids = [disambig0 + k for k in range(max_k + 1)]
-    with atomic_open(lang_dir / "disambig.txt") as f:
-        for k, i in enumerate(disambig_ids):
-            f.write(f"#{k} {i}\n")
-
-    L = make_lexicon_fst(entries, tokens, words, disambig0)
-    g_words = grammar_vocabulary(words, grammar_words, lang_dir / "words.txt")
-    if grammar == "digit_loop":
-        G = make_word_loop(g_words)
-    elif count := known_length(grammar):
-        G = make_known_length(g_words, count)
-    else:
-        if not arpa:
-            arpa = lang_dir / f"lm_{ngram_order}gram.arpa"
-            build_arpa(
-                lm_text,
-                arpa,
-                ngram_order,
-                words=lang_dir / "words.txt",
-                has_utt_ids=lm_text_has_utt_ids,
-                uppercase=True,
-            )
-        G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
+    with timed("L", record):
+        entries, max_k = add_disambig(lexicon)
+        disambig0 = num_tokens  # phone-level id of #0
+        disambig_ids = [disambig0 + k for k in range(max_k + 1)]
+        with atomic_open(lang_dir / "disambig.txt") as f:
+            for k, i in enumerate(disambig_ids):
+                f.write(f"#{k} {i}\n")
+        L = make_lexicon_fst(entries, tokens, words, disambig0)
+        write_fst(L, lang_dir / "L.fst")
+    with timed("G", record):
+        g_words = grammar_vocabulary(words, grammar_words, lang_dir / "words.txt")
+        if grammar == "digit_loop":
+            G = make_word_loop(g_words)
+        elif count := known_length(grammar):
+            G = make_known_length(g_words, count)
+        else:
+            if not arpa:
+                arpa = lang_dir / f"lm_{ngram_order}gram.arpa"
+                build_arpa(
+                    lm_text,
+                    arpa,
+                    ngram_order,
+                    words=lang_dir / "words.txt",
+                    has_utt_ids=lm_text_has_utt_ids,
+                    uppercase=True,
+                )
+            G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
+        write_fst(G, lang_dir / "G.fst")
     T = make_ctc_topo(num_tokens, [i + 1 for i in disambig_ids], disambig_ids)
-    write_fst(L, lang_dir / "L.fst")
-    write_fst(G, lang_dir / "G.fst")
     write_fst(T, lang_dir / "T.fst")
 
-    kaldifst.arcsort(L, sort_type="olabel")
-    kaldifst.arcsort(G, sort_type="ilabel")
-    LG = compose_det_min(L, G, "L ∘ G", "the grammar accepts no word sequence of the lexicon")
-    kaldifst.arcsort(LG, sort_type="ilabel")
-
-    kaldifst.arcsort(T, sort_type="olabel")
-    TLG = compose_det_min(T, LG, "T ∘ LG")
-    TLG = relabel_input(TLG, {i + 1: 0 for i in disambig_ids})
-    kaldifst.connect(TLG)
-    kaldifst.arcsort(TLG, sort_type="ilabel")
+    with timed("LG", record):
+        kaldifst.arcsort(L, sort_type="olabel")
+        kaldifst.arcsort(G, sort_type="ilabel")
+        LG = compose_det_min(L, G, "L ∘ G", "the grammar accepts no word sequence of the lexicon")
+        del L, G
+        kaldifst.arcsort(LG, sort_type="ilabel")
+    with timed("TLG", record):
+        kaldifst.arcsort(T, sort_type="olabel")
+        lg_states = LG.num_states
+        TLG = compose_det_min(T, LG, "T ∘ LG")
+        del LG
+        TLG = relabel_input(TLG, {i + 1: 0 for i in disambig_ids}, max_label=disambig_ids[-1] + 1)
+        kaldifst.connect(TLG)
+        kaldifst.arcsort(TLG, sort_type="ilabel")
     out = lang_dir / "TLG.fst"
-    write_fst(TLG, out)
+    with timed("write", record):
+        write_fst(TLG, out)
+    arcs = sum(TLG.num_arcs(s) for s in range(TLG.num_states))
+    if record is not None:
+        record["sizes"] = {
+            "lg_states": lg_states,
+            "tlg_states": TLG.num_states,
+            "tlg_arcs": arcs,
+            "tlg_bytes": out.stat().st_size,
+        }
     log.info(
-        "TLG: %d states, %d arcs (L∘G %d states; grammar %s over %s words)",
+        "TLG: %d states, %d arcs, %.1f MiB (L∘G %d states; grammar %s over %s words)",
         TLG.num_states,
-        sum(TLG.num_arcs(s) for s in range(TLG.num_states)),
-        LG.num_states,
+        arcs,
+        out.stat().st_size / 2**20,
+        lg_states,
         grammar,
         "all" if grammar_words is None else len(set(grammar_words)),
     )

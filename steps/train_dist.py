@@ -12,19 +12,19 @@ restarts this runs ``steps.train`` directly (no torchrun). Exit status: 0 when e
 2 (with one ``ERROR`` line) when another run is writing the same ``--exp-dir`` (its lock, see
 asrlib.io.stage.dir_lock).
 
-Learners that die: ``--max-restarts N`` (torchrun's, default 0) restarts the whole job up to N times when a
-learner fails (crash, SIGKILL, out of memory; torchrun stops the surviving learners first). Every restarted learner
-resumes from the exp dir's ``checkpoints/latest.pt`` exactly as a rerun would (model, optimizer, scheduler, data
-position, every learner's RNG and its algorithm state; written atomically by rank 0 at every
-``train.checkpoint_every`` steps and at each epoch end), so a failure costs at most the steps since the last
-checkpoint, and with sync, ma, bmuf or ring the result is bit-identical to an uninterrupted run. The new rank 0
-takes the exp dir's lock again (the kernel released the dead one's); the restart is logged in log/train*.log
-("torchrun restart K of N" then "resumed from ..."). Without restarts, rerunning the same command resumes the same
-way. The testing aid ``train.kill_after_steps`` fires only in the first attempt. With restarts, each attempt gets a
-fresh rendezvous store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torchrun's shared store keeps the dead attempt's Gloo
-addresses, and a restarted learner reading one hangs in connect, pytorch/pytorch#135712). Killing this launcher,
-even with SIGKILL, kills its learners too (asrlib.parallel.env.die_with_agent; torchrun gives each learner a session of
-its own, so a process-group kill would not reach them).
+Learners that die: ``--max-restarts N`` (torchrun's, default 0) restarts the whole job up to N times when a learner
+fails (crash, SIGKILL, out of memory; torchrun stops the surviving learners first). Every restarted learner resumes
+from the exp dir's ``checkpoints/latest.pt`` exactly as a rerun would (model, optimizer, scheduler, data position,
+every learner's RNG and its algorithm state; written atomically by rank 0 at every ``train.checkpoint_every`` steps
+and at each epoch end), so a failure costs at most the steps since the last checkpoint, and with sync, ma, bmuf,
+ring, powersgd or diloco the result is bit-identical to an uninterrupted run. The new rank 0 takes the exp dir's
+lock again (the kernel released the dead one's); the restart is logged in log/train*.log ("torchrun restart K of N"
+then "resumed from ..."). Without restarts, rerunning the same command resumes the same way. The testing aid
+``train.kill_after_steps`` fires only in the first attempt. With restarts, each attempt gets a fresh rendezvous
+store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torchrun's shared store keeps the dead attempt's Gloo addresses, and a
+restarted learner reading one hangs in connect, pytorch/pytorch#135712). Killing this launcher, even with SIGKILL,
+kills its learners too (asrlib.parallel.env.die_with_agent; torchrun gives each learner a session of its own, so a
+process-group kill would not reach them).
 """
 
 from __future__ import annotations

@@ -164,6 +164,14 @@ class DistAlgo(TrainAlgo):
         self.stats.broadcast(flat.numel() * flat.element_size(), n, self.rank == src)
         self.set_flat_params(flat)
 
+    def sync_during_warmup(self, has_data: bool) -> bool:
+        """``after_backward`` of the algorithms with a synchronous warm-up (bmuf, diloco): gradient all-reduce for
+        the first ``train.dist.warmup_steps`` steps, local steps after."""
+        self.begin_update()
+        if self.steps_done < self.cfg.warmup_steps:
+            return self.allreduce_grads(has_data)
+        return has_data
+
     def begin_update(self) -> None:
         """First thing in every ``after_backward``: times the step cycle (backward-to-backward, within an epoch)
         and, as a benchmark aid, makes the configured straggler learner sleep."""

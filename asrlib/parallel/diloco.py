@@ -60,10 +60,7 @@ class Diloco(DistAlgo):
         self.since_sync = 0
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        self.begin_update()
-        if self.steps_done < self.cfg.warmup_steps:
-            return self.allreduce_grads(has_data)
-        return has_data
+        return self.sync_during_warmup(has_data)
 
     def after_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         super().after_step(model, optimizer, step)

@@ -2,10 +2,12 @@
 each graph.
 
     python bench/graph_scale.py [--quick] [--sizes 1000x10000,100000x1000000] [--order 3] [--lmplz PATH]
-                                [--work-dir DIR] [--out bench/results/graph_scale.json] [--plot PNG]
+                                [--units char|bpe|g2p] [--work-dir DIR] [--out bench/results/graph_scale.json]
+                                [--plot PNG]
 
 For each size ``VxN`` (V words, N n-grams): a Zipf vocabulary of V words spelled from letters
-(asrlib/lang/synthetic.py) and a char lexicon of it (asrlib/lang/units.py: ``▁`` + letters; 28 CTC tokens), a
+(asrlib/lang/synthetic.py) and a lexicon of it (``--units``, :func:`make_lexicon`: by default char, ``▁`` + letters,
+28 CTC tokens; or 500 BPE pieces; or phones from CMUdict + the G2P trained on CMUdict), a
 Markov-Zipf text large enough that its unpruned ``--order``-gram has more than N n-grams (doubled until it does),
 our modified Kneser-Ney (asrlib/lang/ngram.py) entropy-pruned to N n-grams in all (asrlib/lang/prune.py), G by
 kaldilm, TLG = min(det(T ∘ min(det(L ∘ G)))) with kaldifst (asrlib/lang/graphs.py), then 30 held-out sentences
@@ -41,19 +43,44 @@ FULL_SIZES += [(100_000, 1_000_000)]
 FRAME_SECONDS = 0.03
 
 
-def _stage_lm(d: Path, vocab_size: int, target: int, order: int) -> Dict[str, object]:
+def make_lexicon(d: Path, vocab: List[str], units: str, text: Path) -> Dict[str, List[List[str]]]:
+    """The lexicon of ``vocab`` in ``units``: char (letters after ``▁``), bpe (a 500-piece sentencepiece model trained
+    on ``text``) or g2p (CMUdict, then the Phonetisaurus G2P trained on CMUdict for the rest; cached in
+    ``d/../g2p``) - asrlib/lang/units.py and asrlib/lang/g2p.py."""
+    from asrlib.lang import units as unit_lexicons
+
+    if units == "char":
+        return unit_lexicons.char_lexicon(vocab)
+    if units == "bpe":
+        with open(text) as f:
+            model = unit_lexicons.train_sentencepiece(f, d / "bpe.model", vocab_size=500)
+        return unit_lexicons.bpe_lexicon(model, vocab)
+    from asrlib.lang.g2p import cmudict_g2p
+    from asrlib.lang.lexicon import build_lexicon_from
+
+    model = cmudict_g2p(d.parent / "g2p")
+
+    def g2p(words: List[str]):
+        r = model.predict(words)
+        return r.prons, r.skipped
+
+    lexicon, _ = build_lexicon_from(vocab, g2p=g2p)
+    return lexicon
+
+
+def _stage_lm(d: Path, vocab_size: int, target: int, order: int, units: str) -> Dict[str, object]:
+    from asrlib.lang.graphs import timed
     from asrlib.lang.lexicon import write_lang_files
     from asrlib.lang.ngram import estimate_lm, read_vocabulary, write_arpa
     from asrlib.lang.prune import prune_entropy
-    from asrlib.lang.graphs import timed
     from asrlib.lang.synthetic import spell_vocabulary, write_zipf_text
-    from asrlib.lang.units import char_lexicon
 
     rec: Dict[str, Dict[str, float]] = {}
     vocab = spell_vocabulary(vocab_size, seed=0)
-    with timed("lexicon", rec):
-        write_lang_files(d, char_lexicon(vocab))
     tokens = max(target, 20 * vocab_size)
+    write_zipf_text(d / "text", vocab, tokens, seed=1)
+    with timed("lexicon", rec):
+        write_lang_files(d, make_lexicon(d, vocab, units, d / "text"))
     while True:
         write_zipf_text(d / "text", vocab, tokens, seed=1)
         with timed("lm_train", rec):
@@ -141,9 +168,9 @@ def _stage_lmplz(d: Path, lmplz: str, order: int) -> Dict[str, object]:
     return {"ppl_ours": round(p_ours, 3), "ppl_kenlm": round(p_ken, 3), "rel_diff": (p_ours - p_ken) / p_ken}
 
 
-def _child(stage: str, d: Path, v: int, n: int, order: int, lmplz: str) -> Dict[str, object]:
+def _child(stage: str, d: Path, v: int, n: int, order: int, lmplz: str, units: str) -> Dict[str, object]:
     if stage == "lm":
-        return _stage_lm(d, v, n, order)
+        return _stage_lm(d, v, n, order, units)
     if stage == "graph":
         return _stage_graph(d, order)
     if stage == "lmplz":
@@ -151,12 +178,12 @@ def _child(stage: str, d: Path, v: int, n: int, order: int, lmplz: str) -> Dict[
     return _stage_decode(d, 30)
 
 
-def run_size(work: Path, v: int, n: int, order: int, lmplz: str) -> Dict[str, object]:
-    d = work / f"v{v}_n{n}"
+def run_size(work: Path, v: int, n: int, order: int, lmplz: str, units: str) -> Dict[str, object]:
+    d = work / f"{units}_v{v}_n{n}"
     d.mkdir(parents=True, exist_ok=True)
-    out: Dict[str, object] = {"vocab": v, "ngrams_target": n, "order": order}
+    out: Dict[str, object] = {"vocab": v, "ngrams_target": n, "order": order, "units": units}
     for stage in ["lm", "graph", "decode"] + (["lmplz"] if lmplz else []):
-        cmd = [sys.executable, __file__, "--child", stage, str(d), str(v), str(n), str(order), lmplz or "-"]
+        cmd = [sys.executable, __file__, "--child", stage, str(d), str(v), str(n), str(order), lmplz or "-", units]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         if proc.returncode != 0:
@@ -218,12 +245,14 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         stage, d, v, n, order, lmplz = argv[1:7]
-        print(json.dumps(_child(stage, Path(d), int(v), int(n), int(order), lmplz)))
+        units = argv[7] if len(argv) > 7 else "char"
+        print(json.dumps(_child(stage, Path(d), int(v), int(n), int(order), lmplz, units)))
         return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help=f"only {QUICK_SIZES} (under a minute)")
     p.add_argument("--sizes", help="comma-separated VxN (default: the full grid of the docstring)")
     p.add_argument("--order", type=int, default=3)
+    p.add_argument("--units", choices=["char", "bpe", "g2p"], default="char", help="lexicon units (see make_lexicon)")
     p.add_argument("--lmplz", help="KenLM's lmplz binary: compare perplexities with it")
     p.add_argument("--work-dir", type=Path, help="keep the lang dirs here (default: a temporary directory)")
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/graph_scale[_quick].json)")
@@ -232,7 +261,7 @@ def main(argv=None) -> int:
     sizes = parse_sizes(a.sizes) if a.sizes else (QUICK_SIZES if a.quick else FULL_SIZES)
     tmp = None if a.work_dir else tempfile.TemporaryDirectory(prefix="graph_scale_")
     work = a.work_dir or Path(tmp.name)
-    results = [run_size(work, v, n, a.order, a.lmplz or "") for v, n in sizes]
+    results = [run_size(work, v, n, a.order, a.lmplz or "", a.units) for v, n in sizes]
     summary = {
         "bench": "graph_scale",
         "date": time.strftime("%Y-%m-%d"),
@@ -240,11 +269,12 @@ def main(argv=None) -> int:
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "sizes": results,
     }
-    default_name = "graph_scale_quick.json" if a.quick else "graph_scale.json"
+    default_name = "graph_scale" + ("_quick" if a.quick else "") + ("" if a.units == "char" else f"_{a.units}")
+    default_name += ("_sizes" if a.sizes else "") + ".json"
     out = a.out or ROOT / "bench" / "results" / default_name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=1) + "\n")
-    png = a.plot or (None if a.quick or a.sizes else ROOT / "docs" / "img" / "graph_scale.png")
+    png = a.plot or (None if a.quick or a.sizes or a.units != "char" else ROOT / "docs" / "img" / "graph_scale.png")
     if png:
         plot(results, png)
     if tmp:

@@ -151,3 +151,18 @@ def test_perplexity_counts_oovs_like_srilm(tmp_path):
     assert r["oov"] == 1 and r["tokens"] == 3 and r["log10_prob"] == pytest.approx(expected)
     assert r["ppl"] == pytest.approx(10 ** (-expected / 3))
     assert math.isfinite(r["ppl"])
+
+
+def test_train_lm_prunes_an_arpa_file(corpus, tmp_path):
+    from steps.train_lm import main as train_lm_main
+
+    full = tmp_path / "full.arpa"
+    build_arpa([corpus], full, 3)
+    total = sum(read_arpa(full).ngram_counts())
+    out = tmp_path / "lm" / "small.arpa"
+    assert train_lm_main(["--prune-arpa", str(full), "--prune-target", str(total // 3), "--out", str(out)]) == 0
+    small = read_arpa(out)
+    assert sum(small.ngram_counts()) == total // 3
+    assert_normalised(small)
+    with pytest.raises(AsrError, match="--prune-arpa takes --prune-target"):
+        train_lm_main(["--prune-arpa", str(full), "--out", str(out)])

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
-from asrlib.errors import AsrError
+from asrlib.errors import AsrError, PathLike
 from asrlib.lang.ngram import BOS, Ngram, NgramLm
 
 log = logging.getLogger(__name__)
@@ -141,3 +141,15 @@ def prune_entropy(lm: NgramLm, target: int) -> NgramLm:
     out = restrict(lm, kept)
     log.info("entropy pruning to %d n-grams: per order %s -> %s", target, lm.ngram_counts(), out.ngram_counts())
     return out
+
+
+def prune_arpa_file(src: PathLike, out: PathLike, target: int, order: Optional[int] = None) -> Dict[str, object]:
+    """Entropy-prune the ARPA file ``src`` (any toolkit's, e.g. KenLM's ``lmplz`` for text too large for our
+    estimator) to ``target`` n-grams and write ``out`` atomically; returns the n-grams per order before and after."""
+    from asrlib.lang.arpa import read_arpa
+    from asrlib.lang.ngram import write_arpa
+
+    lm = read_arpa(src, max_order=order)
+    pruned = prune_entropy(lm, target)
+    write_arpa(pruned, out)
+    return {"ngrams_unpruned": lm.ngram_counts(), "ngrams": pruned.ngram_counts()}

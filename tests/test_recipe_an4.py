@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import ROOT, run_recipe
+from helpers import ROOT, run_recipe, tiny_config
 
 REAL = ROOT.parent / "shared" / "data" / "an4"
 pytestmark = [
@@ -27,11 +26,7 @@ TINY = {
 
 
 def test_an4_recipe_end_to_end(tmp_path):
-    cfg = yaml.safe_load((ROOT / "recipes/an4/config.yaml").read_text())
-    for section, vals in TINY.items():
-        cfg[section].update(vals)
-    conf = tmp_path / "tiny.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
+    conf = tiny_config(ROOT / "recipes/an4/config.yaml", tmp_path / "tiny.yaml", TINY)
     data, exp = tmp_path / "data", tmp_path / "exp"
     r = run_recipe("an4", "--config", conf, "--data", data, "--exp", exp, "--stop-stage", 6, "--nj", 1)
     assert r.returncode == 0, r.stderr[-3000:]

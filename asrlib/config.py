@@ -86,6 +86,7 @@ class LangConfig:
     # first must be 0), then relative-entropy pruning (Stolcke)
     lm_count_cutoffs: Optional[List[int]] = None
     lm_prune_target: int = 0  # entropy-prune the n-gram to this many n-grams in all orders (0 = no pruning)
+    lm_toolkit: str = "ours"  # ours (pure Python) | kenlm (KenLM's lmplz, tools/install_kenlm.sh: text of any size)
     # the words G may emit (digit_loop, one_word, words_N): a task's closed vocabulary inside a larger lexicon (FSDD's
     # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
     # decode.set_words

@@ -7,9 +7,11 @@
 
 One sentence a line (``--has-utt-ids``: a Kaldi ``text`` file, the first column is dropped); ``<s>``/``</s>`` are
 added. With ``--words`` (a ``words.txt`` or a word list) words outside it become ``<unk>`` and are counted. With
-``--config``, ``--order``, ``--has-utt-ids``, ``--cutoffs`` and ``--prune-target`` default to ``lang.ngram_order``,
-``lang.lm_text_has_utt_ids``, ``lang.lm_count_cutoffs`` and ``lang.lm_prune_target``. ``--cutoffs`` drops rare
-n-grams by count, ``--prune-target`` then prunes by relative entropy down to that many n-grams (all orders).
+``--config``, ``--order``, ``--has-utt-ids``, ``--cutoffs``, ``--prune-target`` and ``--toolkit`` default to
+``lang.ngram_order``, ``lang.lm_text_has_utt_ids``, ``lang.lm_count_cutoffs``, ``lang.lm_prune_target`` and
+``lang.lm_toolkit`` (``kenlm``: KenLM's lmplz estimates, for text too large for ours; tools/install_kenlm.sh).
+``--cutoffs`` drops rare n-grams by count, ``--prune-target`` then prunes by relative entropy down to that many
+n-grams (all orders).
 ``--prune-arpa`` entropy-prunes an existing ARPA file instead (e.g. KenLM's ``lmplz`` output for text too large for
 our pure-Python estimator; see docs/language-models.md). Words with a character outside ``--alphabet-from`` (the
 units of a ``tokens.txt`` or a file of characters) or longer than ``--max-word-len`` become ``<unk>``; they, the
@@ -53,6 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--prune-target", type=int, help="entropy-prune to this many n-grams (lang.lm_prune_target)")
     p.add_argument("--alphabet-from", type=Path, help="tokens.txt or a file of the allowed characters")
     p.add_argument("--max-word-len", type=int, default=0, help="longer words become <unk> (0: no limit)")
+    p.add_argument("--toolkit", choices=["ours", "kenlm"], help="estimator (lang.lm_toolkit; kenlm: KenLM's lmplz)")
     p.add_argument("--out", type=Path, required=True, help="the ARPA file to write")
     a = p.parse_args(argv)
     lang = load_config(a.config, a.overrides).lang if a.config else None
@@ -61,6 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cutoffs = a.cutoffs if a.cutoffs is not None else ((lang.lm_count_cutoffs or []) if lang else [])
     target = a.prune_target if a.prune_target is not None else (lang.lm_prune_target if lang else 0)
     alphabet = read_alphabet(a.alphabet_from) if a.alphabet_from else None
+    toolkit = a.toolkit or (lang.lm_toolkit if lang else "ours")
     if a.prune_arpa:
         if not target or a.text:
             raise AsrError("--prune-arpa takes --prune-target (> 0) and no --text")
@@ -74,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with dir_lock(a.out.parent):
         setup_logging(a.out.parent / "log" / f"train_lm.{a.out.stem}.log")
         info = build_arpa(
-            a.text, a.out, order, a.words, has_ids, a.uppercase, target, cutoffs, alphabet, a.max_word_len
+            a.text, a.out, order, a.words, has_ids, a.uppercase, target, cutoffs, alphabet, a.max_word_len, toolkit
         )
     if info["skipped"]:
         print(f"train_lm: {a.out} complete; skipping")

@@ -166,3 +166,36 @@ def test_train_lm_prunes_an_arpa_file(corpus, tmp_path):
     assert_normalised(small)
     with pytest.raises(AsrError, match="--prune-arpa takes --prune-target"):
         train_lm_main(["--prune-arpa", str(full), "--out", str(out)])
+
+
+def test_kenlm_toolkit_agrees_with_ours(corpus, tmp_path):
+    from asrlib.lang.kenlm import find_lmplz
+
+    if find_lmplz() is None:
+        pytest.skip("KenLM's lmplz is not built (tools/install_kenlm.sh)")
+    lines = corpus.read_text().splitlines()
+    vocab_words = sorted({w for ln in lines for w in ln.split()})
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(vocab_words[:-5]) + "\n")  # 5 words of the text are OOV
+    ours, ken = tmp_path / "ours.arpa", tmp_path / "ken.arpa"
+    build_arpa([corpus], ours, 3, words=words)
+    info = build_arpa([corpus], ken, 3, words=words, toolkit="kenlm", prune_target=4000)
+    assert info["oov_types"] == 5 and info["toolkit"] == "kenlm" and sum(info["ngrams"]) == 4000
+    assert (tmp_path / "ken.arpa.report").read_text().count("\noov\t") == 5
+    lm_ken = read_arpa(ken)
+    assert not any(w in ("<oov>", vocab_words[-1]) for g in lm_ken.probs[1] for w in g)
+    build_arpa([corpus], ken, 3, words=words, toolkit="kenlm")  # unpruned, against ours
+    known = set(vocab_words[:-5])
+    held = [ln.split() for ln in lines[:300] if all(w in known for w in ln.split())]
+    p_ours, p_ken = perplexity(read_arpa(ours), held)["ppl"], perplexity(read_arpa(ken), held)["ppl"]
+    assert abs(p_ours - p_ken) / p_ken < 0.01
+
+
+def test_kenlm_toolkit_missing_is_a_clear_error(corpus, tmp_path, monkeypatch):
+    import asrlib.lang.kenlm as kenlm
+
+    monkeypatch.setattr(kenlm, "find_lmplz", lambda: None)
+    with pytest.raises(AsrError, match="tools/install_kenlm.sh"):
+        build_arpa([corpus], tmp_path / "lm.arpa", 3, toolkit="kenlm")
+    with pytest.raises(AsrError, match="lm_toolkit must be one of"):
+        build_arpa([corpus], tmp_path / "lm.arpa", 3, toolkit="srilm")

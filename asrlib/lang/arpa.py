@@ -149,6 +149,22 @@ def read_arpa(path: PathLike, max_order: Optional[int] = None) -> NgramLm:
     return NgramLm(top, probs, backoffs, [], TextStats())
 
 
+def arpa_counts(path: PathLike) -> List[int]:
+    """The n-gram counts per order that the ``\\data\\`` header of ``path`` declares (the file is not read
+    further: for models too large to load)."""
+    counts: List[int] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("ngram ") and "=" in line:
+                counts.append(int(line.split("=", 1)[1]))
+            elif counts and line.startswith("\\"):
+                break
+    if not counts:
+        raise AsrError(f"{path}: no \\data\\ header with 'ngram K=N' lines")
+    return counts
+
+
 # ---------------------------------------------------------------- scoring
 def sentence_log10(lm: NgramLm, words: List[str]) -> tuple[float, int, int]:
     """``(log10 p(words </s> | <s>), predicted tokens, OOV tokens)``. A word outside the model's unigrams is

@@ -328,6 +328,9 @@ def build_tlg(
     lm_text_has_utt_ids: bool = False,
     grammar_words: Optional[Sequence[str]] = None,
     record: Optional[Dict[str, Dict[str, float]]] = None,
+    lm_prune_target: int = 0,
+    lm_count_cutoffs: Sequence[int] = (),
+    lm_toolkit: str = "ours",
 ) -> Path:
     """Build ``T.fst``, ``L.fst``, ``G.fst`` and ``TLG.fst`` (plus ``disambig.txt``) in ``lang_dir``.
 
@@ -338,8 +341,9 @@ def build_tlg(
     first estimated from the texts ``lm_text`` into ``lang_dir/lm_<order>gram.arpa``
     (:func:`asrlib.lang.ngram.build_arpa`; words upper-cased like the lexicon's, words outside ``words.txt`` become
     ``<unk>``, whose n-grams G then leaves out). ``grammar_words``: the words G may emit (not for ``arpa``); L keeps
-    the whole lexicon. ``record``: a dict that gets each step's wall/CPU seconds and peak RSS (:func:`timed`), and
-    the sizes of the graphs. Returns the path of ``TLG.fst``.
+    the whole lexicon. ``lm_prune_target``, ``lm_count_cutoffs``, ``lm_toolkit``: how that n-gram is pruned and
+    estimated (``lang.lm_*``, :func:`asrlib.lang.ngram.build_arpa`). ``record``: a dict that gets each step's
+    wall/CPU seconds and peak RSS (:func:`timed`), and the sizes of the graphs. Returns the path of ``TLG.fst``.
     """
     lang_dir = Path(lang_dir)
     if grammar_words is not None and grammar == "arpa":
@@ -385,6 +389,9 @@ def build_tlg(
                     words=lang_dir / "words.txt",
                     has_utt_ids=lm_text_has_utt_ids,
                     uppercase=True,
+                    prune_target=lm_prune_target,
+                    cutoffs=lm_count_cutoffs,
+                    toolkit=lm_toolkit,
                 )
             G = make_arpa_fst(arpa, lang_dir / "words.txt", ngram_order)
         write_fst(G, lang_dir / "G.fst")

@@ -52,6 +52,7 @@ BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 Ngram = Tuple[str, ...]
 _NOT_WORDS = re.compile(r"^(<eps>|<s>|</s>|#\d+)$")  # symbols of a Kaldi words.txt that are not words
 FALLBACK_DISCOUNT = 0.5
+LM_TOOLKITS = ("ours", "kenlm")  # lang.lm_toolkit: this module's estimator, or KenLM's lmplz (asrlib/lang/kenlm.py)
 
 
 @dataclass
@@ -362,6 +363,44 @@ def lm_summary(lm: NgramLm) -> Dict[str, object]:
     }
 
 
+def _build_arpa_lmplz(
+    texts: Sequence[PathLike],
+    out: Path,
+    order: int,
+    vocab: Optional[Set[str]],
+    has_utt_ids: bool,
+    uppercase: bool,
+    prune_target: int,
+    cutoffs: Sequence[int],
+    alphabet: Optional[Set[str]],
+    max_word_len: int,
+) -> Dict[str, object]:
+    """:func:`build_arpa` with KenLM's lmplz (:mod:`asrlib.lang.kenlm`), entropy-pruned here when ``prune_target``."""
+    from asrlib.lang.arpa import arpa_counts
+    from asrlib.lang.kenlm import estimate_arpa_lmplz
+
+    stats = estimate_arpa_lmplz(texts, out, order, vocab, has_utt_ids, uppercase, cutoffs, alphabet, max_word_len)
+    full = arpa_counts(out)
+    ngrams = full
+    if prune_target and sum(full) > prune_target:
+        from asrlib.lang.prune import prune_arpa_file
+
+        ngrams = prune_arpa_file(out, out, prune_target)["ngrams"]
+    summary = {
+        "order": order,
+        "sentences": stats.sentences,
+        "tokens": stats.tokens,
+        "oov_tokens": stats.oov_tokens,
+        "oov_types": len(stats.oov_words),
+        "bad_char_words": len(stats.bad_char_words),
+        "too_long_words": len(stats.too_long_words),
+        "empty_lines": stats.empty_lines,
+        "ngrams": ngrams,
+        "toolkit": "kenlm",
+    }
+    return {**summary, "ngrams_unpruned": full, "_stats": stats}
+
+
 def write_text_report(stats: TextStats, path: Path) -> None:
     """List what the text reader set aside (empty lines; OOV, bad-character and too-long words with counts) in
     ``path``, atomically; nothing is written (and an old report is removed) when there is nothing to list."""
@@ -393,6 +432,7 @@ def build_arpa(
     cutoffs: Sequence[int] = (),
     alphabet: Optional[Set[str]] = None,
     max_word_len: int = 0,
+    toolkit: str = "ours",
 ) -> Dict[str, object]:
     """Estimate an ``order``-gram from ``texts`` and write it to ``out`` (ARPA), logging what was read (sentences,
     tokens, OOVs mapped to ``<unk>`` when ``words`` gives the vocabulary) and the n-grams per order.
@@ -400,7 +440,8 @@ def build_arpa(
     ``cutoffs`` (count cut-offs per order) and then ``prune_target`` (> 0: entropy pruning to that many n-grams)
     prune the model (:mod:`asrlib.lang.prune`). Words with a character outside ``alphabet`` or longer than
     ``max_word_len`` become ``<unk>``; these, the OOVs and the empty lines are listed with their counts in
-    ``<out>.report`` (written whenever there is something to list).
+    ``<out>.report`` (written whenever there is something to list). ``toolkit`` ``kenlm`` estimates with KenLM's
+    lmplz instead (:mod:`asrlib.lang.kenlm`, for text too large for this pure-Python estimator).
 
     Skipped when ``out`` exists and its marker ``.<name>.done`` was written for the same texts (by content),
     vocabulary and settings. Returns the summary (:func:`lm_summary`, plus ``seconds`` and ``skipped``)."""
@@ -416,6 +457,10 @@ def build_arpa(
         "has_utt_ids": has_utt_ids,
         "uppercase": uppercase,
     }
+    if toolkit not in LM_TOOLKITS:
+        raise AsrError(f"lang.lm_toolkit must be one of {', '.join(LM_TOOLKITS)}, got {toolkit!r}")
+    if toolkit != "ours":
+        fingerprint["toolkit"] = toolkit
     if prune_target or any(cutoffs) or alphabet is not None or max_word_len:  # older markers stay valid
         fingerprint.update(
             prune_target=prune_target,
@@ -430,16 +475,23 @@ def build_arpa(
         return {**info, "skipped": True}
     t0 = time.perf_counter()
     vocab = read_vocabulary(words) if words is not None else None
-    lm = estimate_lm(texts, order, vocab, has_utt_ids, uppercase, alphabet, max_word_len)
-    full = lm.ngram_counts()
-    if any(cutoffs) or prune_target:
-        from asrlib.lang.prune import prune_counts, prune_entropy
+    if toolkit == "kenlm":
+        info = _build_arpa_lmplz(
+            texts, out, order, vocab, has_utt_ids, uppercase, prune_target, cutoffs, alphabet, max_word_len
+        )
+        s = info.pop("_stats")
+    else:
+        lm = estimate_lm(texts, order, vocab, has_utt_ids, uppercase, alphabet, max_word_len)
+        full = lm.ngram_counts()
+        if any(cutoffs) or prune_target:
+            from asrlib.lang.prune import prune_counts, prune_entropy
 
-        lm = prune_entropy(prune_counts(lm, cutoffs), prune_target)
-    write_arpa(lm, out)
-    write_text_report(lm.stats, out.parent / f"{out.name}.report")
-    info = {**lm_summary(lm), "ngrams_unpruned": full, "seconds": round(time.perf_counter() - t0, 3)}
-    s = lm.stats
+            lm = prune_entropy(prune_counts(lm, cutoffs), prune_target)
+        write_arpa(lm, out)
+        info = {**lm_summary(lm), "ngrams_unpruned": full}
+        s = lm.stats
+    write_text_report(s, out.parent / f"{out.name}.report")
+    info["seconds"] = round(time.perf_counter() - t0, 3)
     log.info(
         "%s: %d-gram from %d sentence(s), %d word token(s), %d OOV token(s); n-grams per order: %s; %.1f s",
         out,
@@ -447,7 +499,7 @@ def build_arpa(
         s.sentences,
         s.tokens,
         s.oov_tokens,
-        ", ".join(f"{k}-grams {n}" for k, n in enumerate(lm.ngram_counts(), 1)),
+        ", ".join(f"{k}-grams {n}" for k, n in enumerate(info["ngrams"], 1)),
         info["seconds"],
     )
     if s.oov_tokens or s.empty_lines:

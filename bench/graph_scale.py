@@ -4,6 +4,7 @@ each graph.
     python bench/graph_scale.py [--quick] [--sizes 1000x10000,100000x1000000] [--order 3] [--lmplz PATH]
                                 [--units char|bpe|g2p] [--work-dir DIR] [--out bench/results/graph_scale.json]
                                 [--plot PNG]
+    python bench/graph_scale.py --table bench/results/graph_scale.json     # the docs table of a results file
 
 For each size ``VxN`` (V words, N n-grams): a Zipf vocabulary of V words spelled from letters
 (asrlib/lang/synthetic.py) and a lexicon of it (``--units``, :func:`make_lexicon`: by default char, ``▁`` + letters,
@@ -231,6 +232,40 @@ def plot(results: List[Dict[str, object]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def markdown_table(results: List[Dict[str, object]]) -> str:
+    """The docs table (docs/language-models.md) of a results file's sizes: seconds as wall (CPU)."""
+
+    def wc(st: Dict[str, float]) -> str:
+        return (
+            f"{st['wall_s']:.0f} ({st['cpu_s']:.0f})"
+            if st["wall_s"] >= 10
+            else f"{st['wall_s']:.1f} ({st['cpu_s']:.1f})"
+        )
+
+    def add(*stages: Dict[str, float]) -> Dict[str, float]:
+        return {k: sum(st[k] for st in stages) for k in ("wall_s", "cpu_s")}
+
+    rows = [
+        "| units | words | n-grams (1/2/3) | text words | LM train s | prune s | G s | LG s | TLG s | peak RSS GiB "
+        "(LM / graph) | TLG states / arcs | TLG MiB | RTF | WER % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lm, g, dec = r["lm"], r["graph"]["stage"], r["decode"]
+        sizes = g["sizes"]
+        lm_rss = max(v["peak_rss_mib"] for v in lm["stage"].values()) / 1024
+        g_rss = max(v["peak_rss_mib"] for k, v in g.items() if k != "sizes") / 1024
+        rows.append(
+            f"| {r.get('units', 'char')} | {r['vocab']:,} | {'/'.join(f'{n:,}' for n in lm['ngrams'])} "
+            f"| {lm['text_tokens']:,} | {wc(lm['stage']['lm_train'])} "
+            f"| {wc(add(lm['stage']['lm_prune'], lm['stage']['lm_write']))} "
+            f"| {wc(g['G'])} | {wc(g['LG'])} | {wc(add(g['TLG'], g['write']))} | {lm_rss:.2f} / {g_rss:.2f} "
+            f"| {sizes['tlg_states']:,} / {sizes['tlg_arcs']:,} | {sizes['tlg_bytes'] / 2**20:.0f} "
+            f"| {dec['rtf']:.4f} | {dec['wer']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
 def parse_sizes(text: str) -> List[Tuple[int, int]]:
     out = []
     for item in text.split(","):
@@ -243,6 +278,10 @@ def parse_sizes(text: str) -> List[Tuple[int, int]]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--table":
+        for path in argv[1:]:
+            print(markdown_table(json.loads(Path(path).read_text())["sizes"]))
+        return 0
     if argv and argv[0] == "--child":
         stage, d, v, n, order, lmplz = argv[1:7]
         units = argv[7] if len(argv) > 7 else "char"

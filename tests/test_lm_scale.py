@@ -199,3 +199,18 @@ def test_kenlm_toolkit_missing_is_a_clear_error(corpus, tmp_path, monkeypatch):
         build_arpa([corpus], tmp_path / "lm.arpa", 3, toolkit="kenlm")
     with pytest.raises(AsrError, match="lm_toolkit must be one of"):
         build_arpa([corpus], tmp_path / "lm.arpa", 3, toolkit="srilm")
+
+
+def test_graph_build_names_the_line_of_a_truncated_arpa(tmp_path):
+    from asrlib.lang.graphs import build_tlg
+    from asrlib.lang.lexicon import write_lang_files
+    from asrlib.lang.units import char_lexicon
+
+    write_lang_files(tmp_path, char_lexicon(["A", "B"]))
+    arpa = tmp_path / "lm.arpa"
+    upper = GOOD.replace("\ta", "\tA").replace("\tb", "\tB").replace(" a", " A").replace(" b", " B")
+    arpa.write_text(upper.split("-0.2\tA B")[0])
+    with pytest.raises(AsrError, match=r"lm.arpa: truncated: the file ends at line 12 inside the \\2-grams:"):
+        build_tlg(tmp_path, grammar="arpa", arpa=arpa, ngram_order=2)
+    arpa.write_text(upper)
+    assert build_tlg(tmp_path, grammar="arpa", arpa=arpa, ngram_order=2).is_file()

@@ -150,9 +150,23 @@ class DistConfig:
 
 
 @dataclass
+class LoaderConfig:
+    """``train.loader``: how batches reach the trainer (asrlib/train/loader.py): lhotse's DynamicBucketingSampler
+    over the lazy cut manifest, then a torch DataLoader whose workers read the features and pad the batch."""
+
+    num_workers: int = 2  # DataLoader worker processes (0 = read in the training process); more on a cluster node
+    prefetch_factor: int = 2  # batches each worker prepares ahead
+    pin_memory: bool = True  # page-locked host batches (only when CUDA is there)
+    persistent_workers: bool = True  # keep the workers between epochs
+
+
+@dataclass
 class TrainConfig:
     epochs: int = 10  # passes over the training set
-    batch_seconds: float = 60.0  # total audio per minibatch
+    batch_seconds: float = 60.0  # total audio per minibatch (lhotse's max_duration)
+    num_buckets: int = 10  # duration buckets of the sampler (lhotse DynamicBucketingSampler)
+    bucket_buffer: int = 10000  # cuts the sampler holds across its buckets (its shuffling window; memory)
+    bucket_bins_cuts: int = 2000  # cuts read to estimate the bucket boundaries
     optimizer: str = "adam"  # adam | sgd
     lr: float = 2e-3  # peak learning rate
     momentum: float = 0.9  # sgd only
@@ -173,16 +187,15 @@ class TrainConfig:
     log_every: int = 10  # steps between training log lines (text log and TensorBoard)
     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     kill_after_steps: int = 0
-    # a set whose normalised features fit (float32) is read once and kept in memory (0 = read every batch from the
-    # archives); per learner process
-    feature_cache_mb: float = 2048.0
     dist: DistConfig = field(default_factory=DistConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
     init: str = "random"  # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
 
 
 # train settings that change how a run goes, not what it computes: left out of the training stage's fingerprint and
 # of the resume check, so changing them neither retrains nor refuses to resume
-TRAIN_RUN_ONLY = ("kill_after_steps", "feature_cache_mb")
+TRAIN_RUN_ONLY = ("kill_after_steps", "loader")  # how batches are read, not what they hold
+RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints of older versions: ignored when resuming
 
 
 @dataclass

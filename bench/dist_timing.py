@@ -16,6 +16,7 @@ OUT/measured.json (per algorithm and N: mean seconds per step over learners, byt
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -76,31 +77,27 @@ def allreduce_time(rank: int, world: int, numels: List[int], reps: int) -> Dict[
 
 
 def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
-    """T_calc (collate + SpecAugment + forward + backward) and T_merge (Adam step), one thread, on digits batches."""
+    """T_calc (SpecAugment + forward + backward; batches read beforehand, as loader workers do) and T_merge (Adam
+    step), one thread, on digits batches."""
     from asrlib.config import load_config
     from asrlib.models.lstm import build_model
-    from asrlib.train.data import CtcDataset, collate, make_batches, read_token_ids, spec_augment
+    from asrlib.train.augment import spec_augment
+    from asrlib.train.loader import CtcTargets, SamplerSettings, epoch_cut_batches, open_set
     from asrlib.train.trainer import ctc_loss, make_optimizer
 
     torch.set_num_threads(1)
     cfg = load_config(recipe / "config.yaml")
     os.chdir(recipe)
-    ds = CtcDataset(
-        Path("data/fbank/train/feats.scp"),
-        Path("data/train/text"),
-        Path("data/lang"),
-        Path("data/fbank/train/cmvn.scp"),
-        cfg.model.stack,
-    )
-    model = build_model(
-        ds.features(ds.utts[0].utt).shape[1], len(read_token_ids(Path("data/lang/tokens.txt"))), cfg.model
-    )
+    targets = CtcTargets(Path("data/lang"), cfg.model.stack)
+    ds = open_set(Path("data/fbank/train"), targets, Path("data/fbank/train/cmvn.scp"), data_dir=Path("data/train"))
+    model = build_model(ds.feature_dim(), len(targets.tokens), cfg.model)
     opt = make_optimizer(model.parameters(), cfg.train)
-    batches = make_batches(ds.utts, int(cfg.train.batch_seconds * 100), 0, 0)[: n_batches + 2]
+    cuts = itertools.islice(epoch_cut_batches(ds, SamplerSettings(cfg.train.batch_seconds, 0), 0, 0), n_batches + 2)
+    batches = list(ds.batches(cuts, workers=0))  # read before the clock starts: T_calc is the compute
     calc, merge = [], []
     for i, b in enumerate(batches):
         t = time.perf_counter()
-        batch = collate(ds, b)
+        batch = dict(b)
         batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
         loss, _, _ = ctc_loss(model, batch)
         opt.zero_grad()

@@ -7,11 +7,11 @@ Bidirectional layers are packed either way (a recipe with them is refused).
 torch's CPU LSTM runs its fused oneDNN kernel only when every sequence of the batch has the same length; a packed
 batch of mixed lengths takes a per-frame loop instead. The bench builds the recipe config's model and times forward +
 CTC loss + backward for both forms on the same batches, interleaved step by step (the machine's speed drifts from
-minute to minute). The batches are the trainer's first epoch (``make_batches`` over the recipe's
-``data/fbank/train/utt2num_frames``, ``train.batch_seconds``; random features of those lengths) when the recipe has
-been run, else drawn alike (utterances 1-5 s, lengths within a batch 0.9-1.0 of its longest, one batch in five of
-equal lengths: more mixed batches than a real epoch has, so the ratio is lower). Prints a table and one JSON line:
-median and mean ms per step of each form and the ratio of the means padded / packed (< 1: padded is faster).
+minute to minute). The batches are the trainer's first epoch (lhotse's sampler over the recipe's
+``data/fbank/train/cuts.jsonl.gz``, as asrlib.train.loader builds it; random features of those lengths) when the
+recipe has been run, else drawn alike (utterances 1-5 s, lengths within a batch 0.9-1.0 of its longest, one batch
+in five of equal lengths: more mixed batches than a real epoch has, so the ratio is lower). Prints a table and one
+JSON line: median and mean ms per step of each form and the ratio of the means padded / packed (< 1: padded is faster).
 """
 
 from __future__ import annotations
@@ -30,18 +30,22 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from asrlib.config import load_config  # noqa: E402
-from asrlib.io.tables import read_table  # noqa: E402
 from asrlib.models import lstm  # noqa: E402
-from asrlib.train.data import Utterance, make_batches as trainer_batches  # noqa: E402
+from asrlib.train.loader import CutData, SamplerSettings, epoch_cut_batches  # noqa: E402
 
 
-def recipe_batches(u2n: Path, n: int, max_frames: int, feat_dim: int, seed: int) -> list:
+class _AnyText:
+    def check(self, cut):
+        return None
+
+
+def recipe_batches(cuts: Path, n: int, tcfg, feat_dim: int) -> list:
     """The trainer's first ``n`` batches of epoch 0, with random features of the utterances' lengths."""
-    utts = [Utterance(k, int(v), []) for k, v in read_table(u2n)]
-    frames = {u.utt: u.num_frames for u in utts}
     out = []
-    for b in trainer_batches(utts, max_frames, seed, 0)[:n]:
-        lens = [frames[u] for u in b]
+    for b in epoch_cut_batches(CutData(cuts, _AnyText(), None), SamplerSettings.of(tcfg), 0, 0):
+        if len(out) == n:
+            break
+        lens = [c.num_frames for c in b]
         out.append((torch.randn(len(lens), max(lens), feat_dim), torch.tensor(lens)))
     return out
 
@@ -77,10 +81,10 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-seconds", type=float, default=0.0, help="0: the config's train.batch_seconds")
     p.add_argument(
-        "--utt2num-frames",
+        "--cuts",
         type=Path,
         default=None,
-        help="the utterance lengths to batch (default: RECIPE/data/fbank/train/utt2num_frames)",
+        help="the cut manifest to batch (default: RECIPE/data/fbank/train/cuts.jsonl.gz)",
     )
     p.add_argument("--quick", action="store_true", help="30 steps")
     a = p.parse_args(argv)
@@ -94,11 +98,13 @@ def main(argv=None) -> int:
     feat_dim, vocab = cfg.features.num_mel_bins, 32
     model = lstm.build_model(feat_dim, vocab, cfg.model).train()
     max_frames = int(100 * (a.batch_seconds or cfg.train.batch_seconds))
-    u2n = a.utt2num_frames or a.recipe_dir / "data" / "fbank" / "train" / "utt2num_frames"
-    source = str(u2n) if u2n.is_file() else "drawn lengths (the recipe has no features yet)"
+    cuts = a.cuts or a.recipe_dir / "data" / "fbank" / "train" / "cuts.jsonl.gz"
+    source = str(cuts) if cuts.is_file() else "drawn lengths (the recipe has no features yet)"
+    if a.batch_seconds:
+        cfg.train.batch_seconds = a.batch_seconds
     batches = (
-        recipe_batches(u2n, a.steps, max_frames, feat_dim, cfg.train.seed)
-        if u2n.is_file()
+        recipe_batches(cuts, a.steps, cfg.train, feat_dim)
+        if cuts.is_file()
         else drawn_batches(a.steps, max_frames, feat_dim, random.Random(0))
     )
     padded_forward = lstm._TorchLstmLayer.forward

@@ -3,10 +3,10 @@ same batch shapes, measured side by side in one run: the trainer runs the recipe
 data reading, augmentation, clipping, logging, checkpoints and plot) and after each of its steps a bare step on the
 same batch shapes runs on a second model, timed apart, so that both see the same moments of a machine whose speed
 drifts by 10-20 % from minute to minute; the median of --repeats epochs is reported. The trainer reads the features
-as steps.train does (kept in memory when they fit train.feature_cache_mb; that one-time read is charged to the
-trainer, divided by the recipe's epochs).
+as steps.train does: lhotse's sampler over the lazy cut manifest, DataLoader workers reading the (compressed)
+archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal: >= 0.95 with 2).
 
-    python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3]
+    python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2]
 
 With a recipe dir whose features exist, its real train set and model config are used; otherwise a synthetic set
 with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
@@ -15,6 +15,7 @@ with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/helpers.py: the toy CTC set-up
 from asrlib.config import load_config  # noqa: E402
 from asrlib.features.cmvn import online_prior  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
-from asrlib.train.data import CtcDataset, collate  # noqa: E402
+from asrlib.train.loader import CtcTargets, open_set  # noqa: E402
 from asrlib.train.trainer import Trainer, ctc_loss, make_optimizer  # noqa: E402
 from helpers import make_toy_ctc_setup  # noqa: E402
 
@@ -66,12 +67,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes/digits")
-    p.add_argument(
-        "--feature-cache-mb",
-        type=float,
-        default=None,
-        help="overrides the recipe's train.feature_cache_mb (0: read the archives every batch)",
-    )
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader workers to measure")
     p.add_argument("--repeats", type=int, default=3, help="interleaved epochs; the median is reported (--quick: 1)")
     p.add_argument(
         "--batches",
@@ -90,78 +86,64 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_tp_"))
     fb = a.recipe_dir / "data" / "fbank"
     if (fb / "train" / ".done").is_file() and (a.recipe_dir / "data/lang/.done").is_file():
-        source = "recipe"
-        feats, text, lang, cmvn = (
-            fb / "train/feats.scp",
-            a.recipe_dir / "data/train/text",
+        source, feats_dir, data_dir, lang = (
+            "recipe",
+            fb / "train",
+            a.recipe_dir / "data/train",
             a.recipe_dir / "data/lang",
-            fb / "train/cmvn.scp",
         )
     else:
         source = "synthetic"
         make_toy_ctc_setup(tmp / "toy", {"train": 60 * (n_batches or 60)}, feat_dim=80, frames_per_phone=25)
-        feats, text, lang, cmvn = (
-            tmp / "toy/fbank/train/feats.scp",
-            tmp / "toy/data/train/text",
-            tmp / "toy/lang",
-            tmp / "toy/fbank/train/cmvn.scp",
-        )
-    # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean, per utterance)
-    ds = CtcDataset(
-        feats,
-        text,
-        lang,
-        cmvn,
-        cfg.model.stack,
-        excluded_path=tmp / "excluded.txt",
-        online_prior=online_prior(cfg.features),
-    )
-    vocab = sum(1 for _ in open(lang / "tokens.txt"))
-    recipe_epochs = cfg.train.epochs
-    if a.feature_cache_mb is not None:
-        cfg.train.feature_cache_mb = a.feature_cache_mb
+        feats_dir, data_dir, lang = tmp / "toy/fbank/train", tmp / "toy/data/train", tmp / "toy/lang"
+    targets = CtcTargets(lang, cfg.model.stack)
+    vocab = len(targets.tokens)
     cfg.train.epochs = 1
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
-    model = build_model(80, vocab, cfg.model)
-    trainer = Trainer(cfg, model, ds, None, tmp / "exp")
-    batches = trainer._epoch_batches(0)[: n_batches or None]
-    keep = {u for b in batches for u in b}
-    ds.utts = [u for u in ds.utts if u.utt in keep]
-    t0 = time.perf_counter()  # as steps.train does: a set that fits train.feature_cache_mb is read once
-    preloaded = ds.preload(cfg.train.feature_cache_mb)
-    preload_s = time.perf_counter() - t0
-    trainer = Trainer(cfg, model, ds, None, tmp / "exp")  # an epoch = exactly these batches
-    pre = [collate(ds, b) for b in trainer._epoch_batches(0)]
-    frames = sum(int(c["feat_lens"].sum()) for c in pre)
-    ref_model = build_model(80, vocab, cfg.model)
-    ref_opt = make_optimizer(ref_model.parameters(), cfg.train)
-    for b in pre:  # warm-up over every shape
-        bare_step(ref_model, ref_opt, b)
-    runs = []
-    for i in range(repeats):
-        if i:
-            trainer = Trainer(cfg, model, ds, None, tmp / f"exp{i}")  # a fresh exp dir: fit() starts anew
-        runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
-    # the one-time read is charged to the trainer, spread over the recipe's epochs; the median run is reported
-    charged = [(t + preload_s / recipe_epochs, b) for t, b in runs]
-    ratios = [b / t for t, b in charged]
-    tt, bare = sorted(charged, key=lambda r: r[1] / r[0])[len(charged) // 2]
-    out = {
-        "bench": "train_throughput",
-        "source": source,
-        "batches": len(pre),
-        "frames": frames,
-        "trainer_frames_per_s": round(frames / tt, 1),
-        "bare_frames_per_s": round(frames / bare, 1),
-        "ratio": round(bare / tt, 3),
-        "ratio_per_run": [round(r, 3) for r in ratios],
-        "trainer_s": [round(t, 2) for t, _ in runs],
-        "bare_s": [round(b, 2) for _, b in runs],
-        "preloaded": preloaded,
-        "preload_s": round(preload_s, 2),
-        "audio_seconds_per_s": round(frames / tt / 100, 1),
-        "threads": torch.get_num_threads(),
-    }
+    out = {"bench": "train_throughput", "source": source, "threads": torch.get_num_threads()}
+    for workers in a.workers:
+        cfg.train.loader.num_workers = workers
+        # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean)
+        ds = open_set(
+            feats_dir,
+            targets,
+            feats_dir / "cmvn.scp",
+            "",
+            online_prior(cfg.features),
+            cfg.train.loader,
+            tmp / "excluded.txt",
+            data_dir,
+        )
+        model = build_model(80, vocab, cfg.model)
+
+        def make_trainer(exp):
+            tr = Trainer(cfg, model, ds, None, exp)
+            epoch_cuts = tr.epoch_cuts
+            tr.epoch_cuts = lambda e, skip: itertools.islice(epoch_cuts(e, skip), n_batches or None)
+            return tr
+
+        trainer = make_trainer(tmp / f"exp_w{workers}")
+        pre = list(ds.batches(trainer.epoch_cuts(0, 0), workers=0))
+        frames = sum(int(c["feat_lens"].sum()) for c in pre)
+        ref_model = build_model(80, vocab, cfg.model)
+        ref_opt = make_optimizer(ref_model.parameters(), cfg.train)
+        for b in pre:  # warm-up over every shape
+            bare_step(ref_model, ref_opt, b)
+        runs = []
+        for i in range(repeats):
+            if i:
+                trainer = make_trainer(tmp / f"exp_w{workers}_{i}")  # a fresh exp dir: fit() starts anew
+            runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
+        tt, bare = sorted(runs, key=lambda r: r[1] / r[0])[len(runs) // 2]  # the median run
+        out[f"workers{workers}"] = {
+            "batches": len(pre),
+            "frames": frames,
+            "trainer_frames_per_s": round(frames / tt, 1),
+            "bare_frames_per_s": round(frames / bare, 1),
+            "ratio": round(bare / tt, 3),
+            "ratio_per_run": [round(b / t, 3) for t, b in runs],
+            "audio_seconds_per_s": round(frames / tt / 100, 1),
+        }
     print(json.dumps(out))
 
 

@@ -3,7 +3,8 @@
     python -m steps.compute_fbank --data-dir data/train --out-dir data/fbank/train --config recipes/digits/config.yaml
         [--nj N] [--set features.num_mel_bins=40]
 
-Writes OUT_DIR/feats.scp (+ feats.JOB.ark/scp), utt2num_frames, excluded.txt and, last, OUT_DIR/.done; a finished
+Writes OUT_DIR/feats.scp (+ feats.JOB.ark/scp), utt2num_frames, excluded.txt, the lazy lhotse manifest of the
+set's cuts cuts.jsonl.gz (asrlib.data.cuts) and, last, OUT_DIR/.done; a finished
 directory is skipped. The ``features`` section of the config gives num_mel_bins, nj and dither; ``data.sample_rate``
 the expected sample rate.
 """
@@ -56,6 +57,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     nj = args.nj if args.nj is not None else cfg.features.nj
     res = compute_fbank(args.data_dir, out_dir, nj=nj, **settings)
+    from asrlib.data.cuts import CUTS_NAME, write_cuts
+
+    write_cuts(args.data_dir, out_dir / CUTS_NAME, out_dir)  # the lazy manifest the trainer reads
     mark_done(
         marker,
         {

@@ -29,7 +29,7 @@ from asrlib.models.saved import save_model
 from asrlib.parallel import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
-from asrlib.train.data import CtcDataset, read_token_ids
+from asrlib.train.loader import CtcTargets, CutData, open_set
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
 log = logging.getLogger("train")
@@ -70,34 +70,28 @@ def main(argv=None):
     cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
-    def dataset(name: str) -> CtcDataset:
-        return CtcDataset(
-            a.feats_dir / name / "feats.scp",
-            a.data_dir / name / "text",
-            a.lang_dir,
+    targets = CtcTargets(a.lang_dir, stack)
+
+    def dataset(name: str) -> CutData:
+        return open_set(
+            a.feats_dir / name,
+            targets,
             cmvn,
-            stack,
+            cmn,
+            online_prior(cfg.features),
+            cfg.train.loader,
             excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
-            cmn=cmn,
-            online_prior=online_prior(cfg.features),
+            data_dir=a.data_dir / name,
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
-    for ds in (train_ds, dev_ds):
-        ds.preload(cfg.train.feature_cache_mb)
-    vocab = len(read_token_ids(a.lang_dir / "tokens.txt"))
-    feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
-    model = build_model(feat_dim, vocab, cfg.model)
+    vocab = len(targets.tokens)
+    model = build_model(train_ds.feature_dim(), vocab, cfg.model)
     init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
-    log.info(
-        "model: %d parameters; %d train utts (%.0f s), %d dev utts",
-        count_parameters(model),
-        len(train_ds.utts),
-        train_ds.total_frames() / 100,
-        len(dev_ds.utts),
-    )
+    log.info("model: %d parameters", count_parameters(model))
     algo = make_algo(cfg.train.dist)
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
+    log.info("%d usable train utts (%.0f s)", trainer.num_cuts, trainer.train_seconds)
     summary = trainer.fit()
     if hasattr(algo, "summary"):  # distributed: per-learner communication volume, time and waiting
         write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())
@@ -106,8 +100,8 @@ def main(argv=None):
     save_model(
         a.exp_dir / "final.pt",
         model,
-        train_ds.cmvn.mean,
-        train_ds.cmvn.inv_std,
+        train_ds.normalise.cmvn.mean,
+        train_ds.normalise.cmvn.inv_std,
         info={"lang_dir": str(a.lang_dir), **cmvn_info(cfg.features), **init_info, **summary},
     )
     mark_done(done, summary, fingerprint=fp)

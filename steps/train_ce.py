@@ -25,7 +25,8 @@ from asrlib.errors import AsrError
 from asrlib.io.stage import mark_done
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
-from asrlib.train.ce import CeCriterion, FrameTargetDataset
+from asrlib.train.ce import CeCriterion, FrameTargets
+from asrlib.train.loader import CutData, open_set
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
@@ -65,30 +66,15 @@ def main(argv=None):
     cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
-    def dataset(name: str) -> FrameTargetDataset:
-        return FrameTargetDataset(
-            a.feats_dir / name / "feats.scp",
-            a.ali_dir / name,
-            cmvn,
-            num_pdfs,
-            excluded_path=a.exp_dir / f"excluded_{name}.txt",
-            stack=stack,
-            cmn=cmn,
+    def dataset(name: str) -> CutData:
+        targets = FrameTargets(a.ali_dir / name, num_pdfs, stack=stack)
+        return open_set(
+            a.feats_dir / name, targets, cmvn, cmn, None, cfg.train.loader, a.exp_dir / f"excluded_{name}.txt"
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
-    for ds in (train_ds, dev_ds):
-        ds.preload(cfg.train.feature_cache_mb)
-    feat_dim = train_ds.features(train_ds.utts[0].utt).shape[1]
-    model = build_model(feat_dim, num_pdfs, cfg.model)
-    log.info(
-        "CE model: %d parameters, %d pdf targets; %d train utts (%.0f s), %d dev utts",
-        count_parameters(model),
-        num_pdfs,
-        len(train_ds.utts),
-        train_ds.total_frames() / 100,
-        len(dev_ds.utts),
-    )
+    model = build_model(train_ds.feature_dim(), num_pdfs, cfg.model)
+    log.info("CE model: %d parameters, %d pdf targets", count_parameters(model), num_pdfs)
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, criterion=CeCriterion(stack))
     summary = trainer.fit()
     dev = [m for m in trainer.metrics if m["kind"] == "dev"]
@@ -96,8 +82,8 @@ def main(argv=None):
     save_model(
         a.exp_dir / "final.pt",
         model,
-        train_ds.cmvn.mean,
-        train_ds.cmvn.inv_std,
+        train_ds.normalise.cmvn.mean,
+        train_ds.normalise.cmvn.inv_std,
         info={
             "criterion": "ce",
             "cmvn": cfg.features.cmvn,

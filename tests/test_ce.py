@@ -16,7 +16,8 @@ from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import read_int_vectors, write_int_vectors
 from asrlib.models.lstm import build_model
 from asrlib.models.saved import save_model
-from asrlib.train.ce import CeCriterion, FrameTargetDataset, init_from_ce, subsample_targets
+from asrlib.train.ce import CeCriterion, FrameTargets, init_from_ce, subsample_targets
+from asrlib.train.loader import open_set
 from test_gmm import gmm_toy_config, make_gmm_toy, run_mono_and_align
 
 
@@ -77,15 +78,16 @@ def test_dataset_lists_what_it_cannot_use(tmp_path):
     items = [(u, np.zeros(int(n[u]), np.int32)) for u in good[:-1]] + [(good[-1], np.zeros(3, np.int32))]
     write_int_vectors(ali / "pdf.ark", items)
     write_table(ali / "excluded.txt", [("bad-oov", "OOV word(s) W9 (not in the lexicon)")])
-    ds = FrameTargetDataset(
-        root / "fbank" / "train" / "feats.scp",
-        ali,
+    ds = open_set(
+        root / "fbank" / "train",
+        FrameTargets(ali, num_classes=4),
         root / "fbank" / "train" / "cmvn.scp",
-        num_classes=4,
         excluded_path=tmp_path / "excl.txt",
+        data_dir=root / "data" / "train",
     )
+    assert ds.stats()[0] == len(good) - 1
+    ds.write_report()
     reasons = dict(read_table(tmp_path / "excl.txt"))
-    assert len(ds.utts) == len(good) - 1
     assert "OOV word(s) W9" in reasons["bad-oov"] and "not in" in reasons["bad-short"]
     assert "alignment has 3 frames" in reasons[good[-1]]
 

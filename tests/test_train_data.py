@@ -1,15 +1,47 @@
-"""Training-data helpers: CTC feasibility, batching, augmentation; utterances too long for the memory budget or with
-more tokens than the network has output frames are excluded, listed with the reason and counted in the log."""
+"""The training data path (asrlib.train.loader): lazy cut manifests, lhotse's DynamicBucketingSampler, DataLoader
+workers; CTC feasibility; augmentation. Utterances too long for the memory budget or with more tokens than the
+network has output frames are excluded, listed with the reason and counted; unreadable features are skipped and
+listed; a manifest line that does not parse names the file and line."""
 
+import gzip
 import logging
 
+import numpy as np
+import pytest
 import torch
 
-from asrlib.config import ModelConfig
+from asrlib.config import LoaderConfig, ModelConfig
+from asrlib.data.cuts import CUTS_NAME, ensure_cuts, open_cuts
+from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, write_table
+from asrlib.kaldi_io import MatrixReader
 from asrlib.models.lstm import build_model
+from asrlib.train.augment import freq_warp, spec_augment
+from asrlib.train.loader import (
+    CtcTargets,
+    SamplerSettings,
+    ctc_min_frames,
+    dev_cut_batches,
+    epoch_cut_batches,
+    open_set,
+)
 from helpers import make_toy_ctc_setup
-from asrlib.train.data import CtcDataset, Utterance, ctc_min_frames, freq_warp, make_batches, spec_augment
+
+
+def _set(setup, name="train", workers=0, **kw):
+    fb = setup / "fbank" / name
+    return open_set(
+        fb,
+        CtcTargets(setup / "lang", 3, **kw),
+        setup / "fbank" / "train" / "cmvn.scp",
+        loader=LoaderConfig(num_workers=workers),
+        excluded_path=setup / f"excluded_{name}.txt",
+        data_dir=setup / "data" / name,
+    )
+
+
+def _ids(batches):
+    return [[c.id for c in b] for b in batches]
 
 
 def test_ctc_min_frames_counts_blanks_between_repeats():
@@ -17,14 +49,156 @@ def test_ctc_min_frames_counts_blanks_between_repeats():
     assert ctc_min_frames([1, 1, 2, 2, 2]) == 5 + 3
 
 
-def test_batches_respect_budget_and_depend_only_on_seed_and_epoch():
-    utts = [Utterance(f"u{i}", 50 + 7 * i, [1]) for i in range(40)]
-    b = make_batches(utts, 1000, seed=1, epoch=0)
-    assert sorted(u for x in b for u in x) == sorted(u.utt for u in utts)
-    by = {u.utt: u.num_frames for u in utts}
-    assert all(len(x) == 1 or max(by[u] for u in x) * len(x) <= 1000 for x in b)
-    assert b == make_batches(utts, 1000, seed=1, epoch=0)
-    assert b != make_batches(utts, 1000, seed=1, epoch=1)
+def test_sampler_batches_cover_every_cut_once_within_budget_and_depend_only_on_seed_and_epoch(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 40})
+    ds = _set(setup)
+    s = SamplerSettings(max_duration=2.0, seed=1, num_buckets=3)
+    b0 = _ids(epoch_cut_batches(ds, s, 0, 0))
+    frames = {k: int(v) for k, v in read_table(setup / "fbank" / "train" / "utt2num_frames")}
+    assert sorted(u for b in b0 for u in b) == sorted(frames)  # every cut once
+    assert all(len(b) == 1 or sum(frames[u] for u in b) <= 200 for b in b0)  # max_duration 2 s = 200 frames
+    assert b0 == _ids(epoch_cut_batches(_set(setup), s, 0, 0))  # a fresh sampler: the same batches
+    assert b0 != _ids(epoch_cut_batches(ds, s, 1, 0))  # another epoch: another order
+    assert _ids(epoch_cut_batches(ds, s, 0, 3)) == b0[3:]  # resume: skip the batches done
+
+
+def test_two_learners_get_as_many_batches_and_disjoint_cuts(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 41})
+    ds = _set(setup)
+    shards = [
+        _ids(epoch_cut_batches(ds, SamplerSettings(max_duration=2.0, seed=3, world_size=2, rank=r), 0, 0))
+        for r in (0, 1)
+    ]
+    assert len(shards[0]) == len(shards[1]) > 1
+    seen = [u for sh in shards for b in sh for u in b]
+    assert len(set(seen)) == 41  # everything once (lhotse splits the last batches; it duplicates only below 2 cuts)
+    dev = [_ids(dev_cut_batches(ds, 2.0, r, 2)) for r in (0, 1)]
+    assert sorted(u for d in dev for b in d for u in b) == sorted(seen)  # the dev share: exact, no duplicate
+
+
+def test_workers_build_the_same_batches_as_the_training_process(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 12})
+    s = SamplerSettings(max_duration=2.0, seed=0)
+    runs = []
+    for workers in (0, 2):
+        ds = _set(setup, workers=workers)
+        runs.append(list(ds.batches(epoch_cut_batches(ds, s, 0, 0))))
+    assert len(runs[0]) == len(runs[1]) > 1
+    for a, b in zip(*runs):
+        assert a["ids"] == b["ids"] and torch.equal(a["feats"], b["feats"]) and torch.equal(a["targets"], b["targets"])
+    # the features are the archive's, normalised by the global CMVN
+    ds = _set(setup)
+    first = runs[0][0]
+    raw = MatrixReader(setup / "fbank" / "train" / "feats.scp")[first["ids"][0]]
+    n = int(first["feat_lens"][0])
+    assert np.allclose(first["feats"][0, :n].numpy(), ds.normalise.cmvn.apply(raw), atol=1e-6)
+
+
+def test_unreadable_features_are_skipped_and_reported(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
+    ds = _set(setup)
+    cuts = list(open_cuts(ensure_cuts(setup / "fbank" / "train")))
+    victim = cuts[2]
+    ark = setup / "fbank" / "train" / "feats.ark"
+    data = bytearray(ark.read_bytes())
+    off = int(victim.features.storage_key)
+    data[off : off + 40] = b"\0" * 40  # the matrix header of one utterance destroyed
+    ark.write_bytes(bytes(data))
+    out = list(ds.batches(epoch_cut_batches(ds, SamplerSettings(max_duration=100.0, seed=0), 0, 0)))
+    ids = [u for b in out for u in b["ids"]]
+    skipped = [r for b in out for r in b["skipped"]]
+    assert victim.id not in ids and len(ids) == 5
+    assert [u for u, _ in skipped] == [victim.id] and str(ark) in skipped[0][1]
+
+
+def _alternating(n: int) -> str:
+    """A transcript of ``n`` words whose tokens never repeat back to back (W1 = A, W2 = B): needs n CTC frames."""
+    return " ".join(["W1", "W2"] * (n // 2) + ["W1"] * (n % 2))
+
+
+def _ctc_loss(num_frames: int, token_ids) -> torch.Tensor:
+    lp = torch.randn(num_frames, 1, 5).log_softmax(-1)
+    return torch.nn.functional.ctc_loss(
+        lp, torch.tensor([list(token_ids)]), torch.tensor([num_frames]), torch.tensor([len(token_ids)]), reduction="sum"
+    )
+
+
+def test_too_long_and_ctc_infeasible_utterances_are_excluded_and_listed(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
+    text_path = setup / "data" / "train" / "text"
+    frames = {k: int(v) for k, v in read_table(setup / "fbank" / "train" / "utt2num_frames")}
+    by_len = sorted(frames, key=lambda u: (frames[u], u))
+    shortest, short2, longest = by_len[0], by_len[1], by_len[-1]
+    assert frames[by_len[-2]] < frames[longest]
+    stack = 3
+    model = build_model(20, 5, ModelConfig(num_layers=1, hidden_size=8, proj_size=0, stack=stack))
+    out_frames = {u: int(model.output_lengths(torch.tensor(frames[u]))) for u in (shortest, short2)}
+    text = dict(read_table(text_path))
+    text[shortest] = _alternating(out_frames[shortest] + 1)  # one token more than the network outputs frames
+    text[short2] = _alternating(out_frames[short2])  # exactly as many: still feasible, must be kept
+    write_table(text_path, text.items())
+    ds = _set(setup, max_frames=frames[longest] - 1)  # the memory budget
+    n, _ = ds.stats()
+    assert n == 4 and ds.write_report() == 2
+    reasons = dict(read_table(setup / "excluded_train.txt"))
+    assert sorted(reasons) == sorted([shortest, longest])
+    assert reasons[longest] == f"too long: {frames[longest]} frames > max {frames[longest] - 1} (memory budget)"
+    assert reasons[shortest].startswith(
+        f"CTC infeasible: {out_frames[shortest] + 1} tokens need more than the {out_frames[shortest]} output frames"
+    )
+    kept = [c for c in ds.usable_cuts() if c.id == short2][0]
+    ids = ds.targets.targets(kept)  # the kept boundary case really is feasible for CTC; one token more is not
+    assert len(ids) == out_frames[short2] and torch.isfinite(_ctc_loss(out_frames[short2], ids))
+    assert torch.isinf(_ctc_loss(out_frames[short2], ids + [2 if ids[-1] == 1 else 1]))
+
+
+def test_no_exclusions_writes_an_empty_list(tmp_path, caplog):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 4})
+    ds = _set(setup)
+    with caplog.at_level(logging.WARNING):
+        assert ds.stats()[0] == 4 and ds.write_report() == 0
+    assert (setup / "excluded_train.txt").read_text() == ""
+
+
+def test_keep_random_subset_is_seeded_and_all_when_not_smaller(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
+
+    def subset(n, seed):
+        d = _set(setup)
+        d.keep_random(n, seed)
+        return [c.id for c in d.usable_cuts()]
+
+    full = subset(0, 1)
+    assert len(full) == 8
+    assert subset(3, 1) == subset(3, 1) and len(subset(3, 1)) == 3 and set(subset(3, 1)) <= set(full)
+    assert any(subset(3, s) != subset(3, 1) for s in range(2, 12))  # other seeds, other utterances
+    assert subset(8, 1) == full and subset(20, 1) == full
+
+
+def test_manifest_line_that_does_not_parse_names_file_and_line(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 3})
+    path = ensure_cuts(setup / "fbank" / "train", setup / "data" / "train")
+    assert path.name == CUTS_NAME
+    lines = gzip.open(path, "rt").read().splitlines()
+    bad = tmp_path / "bad.jsonl.gz"
+    with gzip.open(bad, "wt") as f:
+        f.write("\n".join([lines[0], lines[1][:-20], lines[2]]) + "\n")
+    with pytest.raises(AsrError, match=r"bad.jsonl.gz:2: not a lhotse manifest line"):
+        list(open_cuts(bad))
+    with pytest.raises(AsrError, match="does not exist"):
+        open_cuts(tmp_path / "none.jsonl.gz")
+
+
+def test_cut_manifest_is_rewritten_when_the_transcripts_change(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 3})
+    fb, data = setup / "fbank" / "train", setup / "data" / "train"
+    path = ensure_cuts(fb, data)
+    text = dict(read_table(data / "text"))
+    first = sorted(text)[0]
+    text[first] = "W1 W2"
+    write_table(data / "text", text.items())
+    assert ensure_cuts(fb, data) == path
+    assert [c.supervisions[0].text for c in open_cuts(path) if c.id == first] == ["W1 W2"]
 
 
 def test_freq_warp_identity_and_range():
@@ -46,128 +220,3 @@ def test_spec_augment_is_reproducible_from_the_global_rng():
     torch.manual_seed(3)
     b = spec_augment(x, lens, max_warp=0.1)
     assert torch.equal(a, b) and not torch.equal(a, x)
-
-
-def _alternating(n: int) -> str:
-    """A transcript of ``n`` words whose tokens never repeat back to back (W1 = A, W2 = B): needs n CTC frames."""
-    return " ".join(["W1", "W2"] * (n // 2) + ["W1"] * (n % 2))
-
-
-def _ctc_loss(num_frames: int, token_ids) -> torch.Tensor:
-    lp = torch.randn(num_frames, 1, 5).log_softmax(-1)
-    return torch.nn.functional.ctc_loss(
-        lp, torch.tensor([list(token_ids)]), torch.tensor([num_frames]), torch.tensor([len(token_ids)]), reduction="sum"
-    )
-
-
-def test_too_long_and_ctc_infeasible_utterances_are_excluded_listed_and_counted(tmp_path, caplog):
-    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
-    feats, text_path = setup / "fbank" / "train" / "feats.scp", setup / "data" / "train" / "text"
-    frames = {k: int(v) for k, v in read_table(setup / "fbank" / "train" / "utt2num_frames")}
-    by_len = sorted(frames, key=lambda u: (frames[u], u))
-    shortest, short2, longest = by_len[0], by_len[1], by_len[-1]
-    assert frames[by_len[-2]] < frames[longest]
-    stack = 3
-    model = build_model(20, 5, ModelConfig(num_layers=1, hidden_size=8, proj_size=0, stack=stack))
-    out_frames = {u: int(model.output_lengths(torch.tensor(frames[u]))) for u in (shortest, short2)}
-    text = dict(read_table(text_path))
-    text[shortest] = _alternating(out_frames[shortest] + 1)  # one token more than the network outputs frames
-    text[short2] = _alternating(out_frames[short2])  # exactly as many: still feasible, must be kept
-    write_table(text_path, text.items())
-    excluded = tmp_path / "excluded.txt"
-    with caplog.at_level(logging.WARNING, logger="asrlib.train.data"):
-        ds = CtcDataset(
-            feats,
-            text_path,
-            setup / "lang",
-            setup / "fbank" / "train" / "cmvn.scp",
-            stack,
-            excluded_path=excluded,
-            max_frames=frames[longest] - 1,
-        )  # the memory budget
-    reasons = dict(read_table(excluded))
-    assert sorted(reasons) == sorted([shortest, longest])
-    assert reasons[longest] == f"too long: {frames[longest]} frames > max {frames[longest] - 1} (memory budget)"
-    assert reasons[shortest].startswith(
-        f"CTC infeasible: {out_frames[shortest] + 1} tokens need more than the {out_frames[shortest]} output frames"
-    )
-    assert sorted(u.utt for u in ds.utts) == sorted(set(frames) - {shortest, longest})
-    assert any(f"excluded 2 of 6 utterances of {text_path}" in r.getMessage() for r in caplog.records)
-    # the kept boundary case really is feasible for CTC on the network's output; one token more is not
-    kept = ds.by_id[short2].token_ids
-    assert len(kept) == out_frames[short2] and torch.isfinite(_ctc_loss(out_frames[short2], kept))
-    assert torch.isinf(_ctc_loss(out_frames[short2], kept + [2 if kept[-1] == 1 else 1]))
-
-
-def test_no_exclusions_writes_an_empty_list_and_logs_nothing(tmp_path, caplog):
-    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 4})
-    excluded = tmp_path / "excluded.txt"
-    with caplog.at_level(logging.WARNING, logger="asrlib.train.data"):
-        ds = CtcDataset(
-            setup / "fbank" / "train" / "feats.scp",
-            setup / "data" / "train" / "text",
-            setup / "lang",
-            setup / "fbank" / "train" / "cmvn.scp",
-            3,
-            excluded_path=excluded,
-        )
-    assert len(ds.utts) == 4 and excluded.is_file() and excluded.read_text() == ""
-    assert not [r for r in caplog.records if "excluded" in r.getMessage()]
-
-
-def test_keep_random_subset_is_seeded_and_all_when_not_smaller(tmp_path):
-    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
-
-    def ds():
-        return CtcDataset(
-            setup / "fbank" / "train" / "feats.scp",
-            setup / "data" / "train" / "text",
-            setup / "lang",
-            setup / "fbank" / "train" / "cmvn.scp",
-            3,
-        )
-
-    full = [u.utt for u in ds().utts]
-    subsets = []
-    for seed in (1, 1, 2):
-        d = ds()
-        d.keep_random(3, seed)
-        assert len(d.utts) == 3 and set(d.by_id) == {u.utt for u in d.utts} <= set(full)
-        subsets.append([u.utt for u in d.utts])
-    assert subsets[0] == subsets[1]  # the same seed, the same utterances
-    assert any(_subset(ds, 3, s) != subsets[0] for s in range(2, 12))  # other seeds, other utterances
-    for n in (0, 8, 20):  # 0 = all; not smaller than the set = all
-        d = ds()
-        d.keep_random(n, 1)
-        assert [u.utt for u in d.utts] == full
-
-
-def _subset(make, n, seed):
-    d = make()
-    d.keep_random(n, seed)
-    return [u.utt for u in d.utts]
-
-
-def test_preload_keeps_the_same_normalised_features_and_reads_no_archive_after(tmp_path):
-    import numpy as np
-
-    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
-    fb = setup / "fbank" / "train"
-
-    def dataset():
-        return CtcDataset(
-            fb / "feats.scp", setup / "data" / "train" / "text", setup / "lang", fb / "cmvn.scp", 3, online_prior=50.0
-        )
-
-    ref, ds = dataset(), dataset()
-    mb = ds.total_frames() * 20 * 4 / 2**20
-    assert not ds.preload(mb / 2) and not ds.preload(0)  # too big for the budget / switched off: streamed
-    assert ds.preload(mb * 2)
-
-    class NoReads:
-        def __getitem__(self, key):
-            raise AssertionError(f"archive read for {key} after preload")
-
-    ds.reader = NoReads()
-    for u in ref.utts:
-        assert np.array_equal(ds.features(u.utt), ref.features(u.utt))

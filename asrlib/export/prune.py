@@ -181,7 +181,7 @@ def finetune(
     """Fine-tune ``model`` in place with the recipe's Trainer for ``export.finetune_epochs`` epochs at
     ``export.finetune_lr`` (short warm-up, cosine decay) over ``export.finetune_utts`` random training utterances
     (0 = all), keeping ``masks``; resumable from ``exp_dir``."""
-    from asrlib.train.data import CtcDataset
+    from asrlib.train.loader import CtcTargets, CutData, open_set
     from asrlib.train.trainer import Trainer
 
     ex = cfg.export
@@ -201,16 +201,18 @@ def finetune(
     exp_dir = Path(exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
 
-    def dataset(name: str) -> CtcDataset:  # the model's own normalisation: global, or global + online
-        return CtcDataset(
-            Path(feats_dir) / name / "feats.scp",
-            Path(data_dir) / name / "text",
-            Path(lang_dir),
+    targets = CtcTargets(lang_dir, model.stack)
+
+    def dataset(name: str) -> CutData:  # the model's own normalisation: global, or global + online
+        return open_set(
+            Path(feats_dir) / name,
+            targets,
             cmvn,
-            model.stack,
+            check_cmvn_mode(cfg.features.cmvn),
+            online_prior(cfg.features),
+            cfg.train.loader,
             excluded_path=exp_dir / f"excluded_{name}.txt",
-            cmn=check_cmvn_mode(cfg.features.cmvn),
-            online_prior=online_prior(cfg.features),
+            data_dir=Path(data_dir) / name,
         )
 
     train_ds = dataset(train_set)

@@ -170,36 +170,36 @@ def train_toy(
     from asrlib.config import load_config
     from asrlib.models.lstm import build_model
     from asrlib.parallel import make_algo
-    from asrlib.train.data import CtcDataset, read_token_ids
+    from asrlib.train.loader import CtcTargets, SamplerSettings, epoch_cut_batches, open_set
     from asrlib.train.trainer import Trainer
 
     cfg = load_config(config, list(overrides))
+    cfg.train.loader.num_workers = 0  # a learner here is a daemonic process, which may not start loader workers
     torch.manual_seed(cfg.train.seed)
     root = Path(setup)
     cmvn = root / "fbank" / "train" / "cmvn.scp"
 
-    def ds(name: str) -> CtcDataset:
-        return CtcDataset(
-            root / "fbank" / name / "feats.scp", root / "data" / name / "text", root / "lang", cmvn, cfg.model.stack
-        )
+    targets = CtcTargets(root / "lang", cfg.model.stack)
+
+    def ds(name: str):
+        return open_set(root / "fbank" / name, targets, cmvn, loader=cfg.train.loader, data_dir=root / "data" / name)
 
     train_ds, dev_ds = ds("train"), ds("dev")
-    model = build_model(
-        train_ds.features(train_ds.utts[0].utt).shape[1], len(read_token_ids(root / "lang" / "tokens.txt")), cfg.model
-    )
+    model = build_model(train_ds.feature_dim(), len(targets.tokens), cfg.model)
     algo = make_algo(cfg.train.dist)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, Path(exp_dir), algo=algo)
     if uneven is not None:
 
-        def shard(batches, epoch, counts=tuple(uneven)):
+        def uneven_cuts(epoch, skip, counts=tuple(uneven)):
+            every = list(epoch_cut_batches(train_ds, SamplerSettings.of(cfg.train), epoch, 0))  # one learner's
             start = sum(counts[: algo.rank])
-            mine = [list(b) for b in batches[start : start + counts[algo.rank]]]
-            return mine + [[] for _ in range(max(counts) - len(mine))]
+            mine = every[start : start + counts[algo.rank]]
+            return (mine + [None] * (max(counts) - len(mine)))[skip:]
 
-        algo.shard_batches = shard
+        trainer.epoch_cuts = uneven_cuts
     record = {"max_diff": 0.0, "checks": 0}
     if watch:
         _watch_identity(algo, record)
-    trainer = Trainer(cfg, model, train_ds, dev_ds, Path(exp_dir), algo=algo)
     if stop_after:
         save = trainer.save
 

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from asrlib.features.cmvn import load_cmvn
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.tables import read_table
-from asrlib.kaldi_io import read_int_vectors
 from asrlib.train.criterion import Criterion
-from asrlib.train.data import FeatureSet, Utterance, report_excluded
+from asrlib.train.loader import num_frames, pad_features
 
 log = logging.getLogger(__name__)
 IGNORE = -100
@@ -40,60 +38,50 @@ def _reasons(path: Path) -> Dict[str, str]:
     return {u: r for u, r in read_table(path)} if path.is_file() else {}
 
 
-class FrameTargetDataset(FeatureSet):
-    """Utterances with features (global CMVN) and per-frame class targets from an alignment directory.
+class FrameTargets:
+    """Per-frame class targets of a cut from an alignment directory (``pdf.scp``, read per cut).
 
-    Utterances with features but no alignment (with the aligner's reason when its ``excluded.txt`` gives one), a
-    length mismatch between features and alignment, a target outside ``[0, num_classes)`` or too many frames are
-    excluded and listed in ``excluded_path``.
+    A cut with no alignment (with the aligner's reason when its ``excluded.txt`` gives one), a length mismatch
+    between features and alignment, a target outside ``[0, num_classes)`` or too many frames cannot be trained on
+    (:meth:`check` says why; the data path lists it).
     """
 
-    def __init__(
-        self,
-        feats_scp: PathLike,
-        ali_dir: PathLike,
-        cmvn_scp: PathLike,
-        num_classes: int,
-        excluded_path: Optional[PathLike] = None,
-        max_frames: int = 3000,
-        stack: int = 3,
-        cmn: str = "",
-    ):
-        ali_dir = Path(ali_dir)
-        self._init_features(Path(feats_scp), cmn, load_cmvn(cmvn_scp))
-        targets = read_int_vectors(ali_dir / "pdf.scp")
-        why = _reasons(ali_dir / "excluded.txt")
-        u2n = Path(feats_scp).parent / "utt2num_frames"
-        nframes = {k: int(v) for k, v in read_table(u2n)} if u2n.is_file() else None
-        self.utts: List[Utterance] = []
-        self.targets: Dict[str, np.ndarray] = {}
-        excluded: List[Tuple[str, str]] = []
-        for utt in self.reader.keys():
-            n = nframes[utt] if nframes is not None and utt in nframes else self.reader[utt].shape[0]
-            if utt not in targets:
-                excluded.append((utt, f"no alignment: {why.get(utt, f'not in {ali_dir}/pdf.scp')}"))
-                continue
-            t = targets[utt]
-            if len(t) != n:
-                excluded.append(
-                    (utt, f"alignment has {len(t)} frames, features {n} (stale alignment? rerun steps.align)")
-                )
-            elif t.size and (t.min() < 0 or t.max() >= num_classes):
-                excluded.append((utt, f"target outside [0, {num_classes}) (alignment from another model?)"))
-            elif n > max_frames:
-                excluded.append((utt, f"too long: {n} frames > max {max_frames} (memory budget)"))
-            elif n // stack < 1:
-                excluded.append((utt, f"too short: {n} frames < one output frame of {stack}"))
-            else:
-                self.utts.append(Utterance(utt, n, []))
-                self.targets[utt] = t
-        for utt in targets:
-            if utt not in self.reader:
-                excluded.append((utt, f"aligned but not in {feats_scp}"))
-        report_excluded(excluded, len(self.utts), feats_scp, excluded_path)
-        if not self.utts:
-            raise AsrError(f"no utterance of {feats_scp} has a usable alignment in {ali_dir}; see {excluded_path}")
-        self.by_id = {u.utt: u for u in self.utts}
+    def __init__(self, ali_dir: PathLike, num_classes: int, max_frames: int = 3000, stack: int = 3) -> None:
+        from asrlib.kaldi_io import read_scp
+
+        self.ali_dir = Path(ali_dir)
+        self.rx = read_scp(self.ali_dir / "pdf.scp")
+        self.why = _reasons(self.ali_dir / "excluded.txt")
+        self.num_classes, self.max_frames, self.stack = num_classes, max_frames, stack
+
+    def _read(self, utt: str) -> np.ndarray:
+        import kaldi_native_io as knio
+
+        return np.asarray(knio.read_int32_vector(self.rx[utt]), dtype=np.int64)
+
+    def check(self, cut) -> Optional[str]:
+        if cut.id not in self.rx:
+            return f"no alignment: {self.why.get(cut.id, f'not in {self.ali_dir}/pdf.scp')}"
+        t, n = self._read(cut.id), num_frames(cut)
+        if len(t) != n:
+            return f"alignment has {len(t)} frames, features {n} (stale alignment? rerun steps.align)"
+        if t.size and (t.min() < 0 or t.max() >= self.num_classes):
+            return f"target outside [0, {self.num_classes}) (alignment from another model?)"
+        if n > self.max_frames:
+            return f"too long: {n} frames > max {self.max_frames} (memory budget)"
+        if n // self.stack < 1:
+            return f"too short: {n} frames < one output frame of {self.stack}"
+        return None
+
+    def targets(self, cut) -> np.ndarray:
+        return subsample_targets(self._read(cut.id), self.stack)
+
+    def collate(self, feats: List[np.ndarray], targets: List[np.ndarray]) -> Dict[str, torch.Tensor]:
+        x, lens = pad_features(feats)
+        tgt = torch.full((len(feats), int(lens.max()) // self.stack), IGNORE, dtype=torch.long)
+        for i, t in enumerate(targets):
+            tgt[i, : len(t)] = torch.from_numpy(t)
+        return {"feats": x, "feat_lens": lens, "frame_targets": tgt}
 
 
 class CeCriterion(Criterion):
@@ -104,17 +92,6 @@ class CeCriterion(Criterion):
 
     def __init__(self, stack: int):
         self.stack = stack
-
-    def collate(self, ds: FrameTargetDataset, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
-        feats = [ds.features(u) for u in utt_ids]
-        lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
-        x = torch.zeros(len(feats), int(lens.max()), feats[0].shape[1])
-        tgt = torch.full((len(feats), int(lens.max()) // self.stack), IGNORE, dtype=torch.long)
-        for i, (u, f) in enumerate(zip(utt_ids, feats)):
-            x[i, : f.shape[0]] = torch.from_numpy(f)
-            t = subsample_targets(ds.targets[u], self.stack)
-            tgt[i, : len(t)] = torch.from_numpy(t)
-        return {"feats": x, "feat_lens": lens, "frame_targets": tgt}
 
     def _forward(self, model, batch):
         logp, _ = model(batch["feats"], batch["feat_lens"])

@@ -1,8 +1,9 @@
-"""What the training loop optimises: how a batch is built from a dataset and how its loss is computed.
+"""What the training loop optimises: how a batch's loss is computed (the batch itself, with the targets the
+criterion needs, comes from the data path: :mod:`asrlib.train.loader` with :class:`~asrlib.train.loader.CtcTargets`
+or :class:`asrlib.train.ce.FrameTargets`).
 
 The trainer (:class:`asrlib.train.trainer.Trainer`) is one loop for every criterion; a criterion supplies
 
-- ``collate(ds, utt_ids)``: the batch (a dict of tensors) for those utterances of ``ds``;
 - ``loss(model, batch)``: ``(mean loss to backpropagate, summed loss, count)``, the count being what the loss is
   averaged over (output frames);
 - ``evaluate(model, batch)``: sums for the dev set, ``{"loss", "count"}`` plus the names in ``extra_metrics``
@@ -13,21 +14,16 @@ The trainer (:class:`asrlib.train.trainer.Trainer`) is one loop for every criter
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch.nn import functional as F
-
-from asrlib.train.data import collate as ctc_collate
 
 
 class Criterion:
     name = "base"
     label = "?"  # in log lines: "dev <label> loss per frame"
     extra_metrics: Tuple[str, ...] = ()
-
-    def collate(self, ds, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
-        raise NotImplementedError
 
     def loss(self, model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, float, int]:
         raise NotImplementedError
@@ -41,9 +37,6 @@ class CtcCriterion(Criterion):
     """CTC over the model's output frames (blank = token 0)."""
 
     name, label = "ctc", "CTC"
-
-    def collate(self, ds, utt_ids: Sequence[str]) -> Dict[str, torch.Tensor]:
-        return ctc_collate(ds, utt_ids)
 
     def loss(self, model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, float, int]:
         """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""

@@ -12,6 +12,7 @@ per-speaker CMN. ``A | b`` is a D x (D+1) matrix per speaker, the layout of Kald
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -20,7 +21,6 @@ import torch
 
 from asrlib.config import AdaptConfig
 from asrlib.models.saved import SavedModel
-from asrlib.train.data import Utterance, make_batches
 
 
 class InputTransform(torch.nn.Module):
@@ -62,6 +62,22 @@ def best_pronunciations(logp: torch.Tensor, words: Sequence[str], lexicon: Dict[
     return seq(choice)
 
 
+def pack_by_length(lengths: Sequence[int], max_padded_frames: int, seed: int = 0) -> List[List[int]]:
+    """Indices of in-memory utterances packed into batches by length under a padded-frame budget (longest x count),
+    in a seeded random order: a speaker's few utterances, not a corpus (that is asrlib.train.loader's sampler)."""
+    batches: List[List[int]] = []
+    cur: List[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        if cur and lengths[i] * (len(cur) + 1) > max_padded_frames:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    random.Random(seed).shuffle(batches)
+    return batches
+
+
 @dataclass
 class SpeakerResult:
     transform: np.ndarray  # D x (D+1)
@@ -81,13 +97,7 @@ def adapt_speaker(
         p.requires_grad_(False)
     lin = InputTransform(inputs[0].shape[1])
     opt = torch.optim.Adam(lin.parameters(), lr=cfg.lr)
-    # the trainer's length-bucketed packing under a padded-frame budget (its order fixed: no randomness here)
-    batches = [
-        [int(i) for i in b]
-        for b in make_batches(
-            [Utterance(str(i), len(x), []) for i, x in enumerate(inputs)], cfg.batch_frames, seed=0, epoch=0
-        )
-    ]
+    batches = pack_by_length([len(x) for x in inputs], cfg.batch_frames)
 
     def batch_loss(idx: List[int]) -> Tuple[torch.Tensor, int]:
         xs = [torch.from_numpy(np.asarray(inputs[i], np.float32)) for i in idx]

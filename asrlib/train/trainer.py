@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from asrlib.config import TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
+from asrlib.config import RETIRED_TRAIN_KEYS, TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
 from asrlib.features.cmvn import cmvn_fingerprint
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_open
@@ -35,7 +35,8 @@ from asrlib.train.checkpoint import (
     set_rng_state,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
-from asrlib.train.data import CtcDataset, make_batches, spec_augment
+from asrlib.train.augment import spec_augment
+from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
 from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
 
@@ -107,8 +108,8 @@ class Trainer:
         self,
         cfg: RecipeConfig,
         model: torch.nn.Module,
-        train_ds: CtcDataset,
-        dev_ds: Optional[CtcDataset],
+        train_ds: CutData,
+        dev_ds: Optional[CutData],
         exp_dir: Path,
         algo: Optional[TrainAlgo] = None,
         extra_state: Optional[dict] = None,
@@ -121,17 +122,26 @@ class Trainer:
         self.ckpt_dir = self.exp_dir / "checkpoints"
         self.algo = algo or LocalAlgo()
         self.extra_state = extra_state or {}
-        self.max_frames = int(self.tcfg.batch_seconds * 100)
         self.optimizer = make_optimizer(model.parameters(), self.tcfg)
-        n_batches = len(self._epoch_batches(0))
-        self.total_steps = n_batches * self.tcfg.epochs
+        self.sampling = SamplerSettings.of(self.tcfg, self.algo.rank, self.algo.world_size)
+        # the schedule's length, from the usable audio (one pass over the manifest's metadata): batches are
+        # filled to about batch_seconds, so this is an estimate, the same on every run (resume stays exact)
+        self.num_cuts, self.train_seconds = train_ds.stats()
+        for ds, n in ((train_ds, self.num_cuts), (dev_ds, dev_ds.stats()[0] if dev_ds is not None else 0)):
+            excluded = ds.write_report() if ds is not None else 0
+            if excluded:
+                log.warning(
+                    "excluded %d of %d utterances of %s (see %s)", excluded, excluded + n, ds.name, ds.excluded_path
+                )
+        self.epoch_steps = max(1, math.ceil(self.train_seconds / self.tcfg.batch_seconds / self.algo.world_size))
+        self.total_steps = self.epoch_steps * self.tcfg.epochs
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
         self.noise_aug: Optional[NoiseAugment] = None
         if self.tcfg.noise_prob > 0:
             self.noise_aug = NoiseAugment(
-                train_ds.cmvn,
+                train_ds.normalise.cmvn,
                 cfg.data.sample_rate,
                 cfg.features.num_mel_bins,
                 self.tcfg.noise_prob,
@@ -140,9 +150,9 @@ class Trainer:
             )
 
     # ------------------------------------------------------------------ state
-    def _epoch_batches(self, epoch: int) -> List[List[str]]:
-        batches = make_batches(self.train_ds.utts, self.max_frames, self.tcfg.seed, epoch)
-        return self.algo.shard_batches(batches, epoch)
+    def epoch_cuts(self, epoch: int, skip: int):
+        """This learner's CutSets of ``epoch`` after the first ``skip`` (``None``: a step without data)."""
+        return epoch_cut_batches(self.train_ds, self.sampling, epoch, skip)
 
     def state_dict(self) -> dict:
         return {
@@ -193,7 +203,7 @@ class Trainer:
             new = dataclasses.asdict(getattr(self.cfg, section))
             # settings added to the config since the checkpoint was written count as their defaults
             old = {**dataclasses.asdict(type(getattr(self.cfg, section))()), **st["config"][section]}
-            for key in TRAIN_RUN_ONLY:
+            for key in TRAIN_RUN_ONLY + RETIRED_TRAIN_KEYS:
                 old.pop(key, None), new.pop(key, None)
             if old != new:
                 diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
@@ -206,10 +216,10 @@ class Trainer:
         return True
 
     # ------------------------------------------------------------------ loop
-    def train_step(self, utt_ids: List[str]) -> tuple:
+    def train_step(self, batch: dict) -> tuple:
         self.model.train()
-        if utt_ids:
-            batch = self.criterion.collate(self.train_ds, utt_ids)
+        has_data = bool(batch["ids"])
+        if has_data:
             if self.noise_aug is not None:
                 batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
             if self.tcfg.spec_augment:
@@ -222,7 +232,7 @@ class Trainer:
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
             total, frames, n_in = 0.0, 0, 0
-        if self.algo.after_backward(self.model, has_data=bool(utt_ids)):  # False: no update this step
+        if self.algo.after_backward(self.model, has_data=has_data):  # False: no update this step
             if self.tcfg.grad_clip > 0:
                 clip_gradients(self.model, self.tcfg.grad_clip)
             self.optimizer.step()
@@ -235,13 +245,17 @@ class Trainer:
     def dev_loss(self) -> Optional[float]:
         """Dev loss per frame; the criterion's extra dev metrics (per frame) are left in ``self.dev_extra``."""
         self.dev_extra: Dict[str, float] = {}
+        self.dev_skipped: List[tuple] = []
         if self.dev_ds is None:
             return None
         self.model.eval()
         sums: Dict[str, float] = {}
-        for utt_ids in self.algo.shard_eval(make_batches(self.dev_ds.utts, self.max_frames, 0, 0)):
-            for k, v in self.criterion.evaluate(self.model, self.criterion.collate(self.dev_ds, utt_ids)).items():
-                sums[k] = sums.get(k, 0.0) + v
+        cuts = dev_cut_batches(self.dev_ds, self.tcfg.batch_seconds, self.algo.rank, self.algo.world_size)
+        for batch in self.dev_ds.batches(cuts):
+            self.dev_skipped += batch["skipped"]
+            if batch["ids"]:
+                for k, v in self.criterion.evaluate(self.model, batch).items():
+                    sums[k] = sums.get(k, 0.0) + v
         count = sums.get("count", 0)
         total, frames = self.algo.reduce_metric(sums.get("loss", 0.0), count)
         for name in self.criterion.extra_metrics:  # same calls on every learner (collective when distributed)
@@ -257,10 +271,8 @@ class Trainer:
         main = self.algo.is_main
         tb = SummaryWriter(str(self.exp_dir / "tensorboard"), purge_step=self.step) if main else None
         while self.epoch < self.tcfg.epochs:
-            batches = self._epoch_batches(self.epoch)
-            self._log_shard(batches)
             bar = tqdm(
-                total=len(batches),
+                total=max(self.epoch_steps, self.batch_in_epoch),  # an estimate (lazy manifest)
                 initial=self.batch_in_epoch,
                 desc=f"epoch {self.epoch + 1}",
                 disable=not main,
@@ -269,8 +281,12 @@ class Trainer:
                 mininterval=2.0,
             )
             run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
-            while self.batch_in_epoch < len(batches):
-                total, frames, nin = self.train_step(batches[self.batch_in_epoch])
+            skipped: List[tuple] = []
+            empty = 0
+            for batch in self.train_ds.batches(self.epoch_cuts(self.epoch, self.batch_in_epoch)):
+                skipped += batch["skipped"]
+                empty += not batch["ids"]
+                total, frames, nin = self.train_step(batch)
                 self.batch_in_epoch += 1
                 run_total, run_frames, in_frames = run_total + total, run_frames + frames, in_frames + nin
                 bar.update(1)
@@ -284,6 +300,7 @@ class Trainer:
                 if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps and not _restart_count():
                     log.warning("kill_after_steps=%d reached: SIGKILL (testing aid; first attempt only)", self.step)
                     os.kill(os.getpid(), signal.SIGKILL)
+            self._end_of_data(skipped, empty)
             bar.close()
             self.algo.end_epoch(self.model, self.optimizer)
             for name, value in self.algo.epoch_scalars().items() if tb is not None else ():
@@ -311,28 +328,24 @@ class Trainer:
             tb.close()
         return self.finish()
 
-    def _log_shard(self, batches: List[List[str]]) -> None:
-        """Say so when this learner's shard is empty or shorter than the others' (padded with empty batches)."""
-        empty = sum(1 for b in batches if not b)
+    def _end_of_data(self, skipped: List[tuple], empty: int) -> None:
+        """After an epoch's batches: the excluded cuts' report, the skipped ones' (unreadable in a worker), and
+        whether this learner had steps without data."""
         rank, world, epoch = self.algo.rank, self.algo.world_size, self.epoch + 1
-        if empty and empty == len(batches):
+        ds = self.train_ds
+        if self.batch_in_epoch == 0:
+            raise AsrError(f"epoch {epoch}: no usable utterance in {ds.name}; see {ds.excluded_path}")
+        if skipped:
+            name = f"skipped_epoch{epoch}.txt" if rank == 0 else f"skipped_epoch{epoch}.rank{rank}.txt"
+            write_skipped(self.exp_dir / "log" / name, skipped)
             log.warning(
-                "learner %d of %d has no data in epoch %d (fewer batches than learners): it takes part in "
-                "all %d steps with empty batches",
-                rank,
-                world,
+                "epoch %d: %d cuts skipped, features or audio unreadable (listed in %s)",
                 epoch,
-                empty,
+                len(skipped),
+                self.exp_dir / "log" / name,
             )
-        elif empty:
-            log.info(
-                "learner %d of %d: %d of its %d steps in epoch %d have no data (uneven shard end)",
-                rank,
-                world,
-                empty,
-                len(batches),
-                epoch,
-            )
+        if empty:
+            log.info("learner %d of %d: %d of its steps in epoch %d had no data", rank, world, empty, epoch)
 
     def _log_train(self, tb, loss: float, frames_per_s: float) -> None:
         lr = self.optimizer.param_groups[0]["lr"]

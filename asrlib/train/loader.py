@@ -1,0 +1,403 @@
+"""The trainer's data path: a lazy cut manifest → lhotse's ``DynamicBucketingSampler`` → a ``DataLoader`` whose
+workers read (or compute) the features and build padded batches.
+
+* :class:`CutData`: one set (train or dev): its lazy cuts (:func:`asrlib.data.cuts.open_cuts`), what a batch's
+  targets are (:class:`CtcTargets`, or the CE trainer's frame targets), its normalisation (:class:`Normaliser`).
+  Cuts that cannot be trained on (no transcript, an OOV word, too long, too short for CTC) are filtered out as the
+  sampler meets them and listed in the set's report file with the reason; a cut whose features or audio cannot be
+  read in a worker is skipped, counted and listed in the epoch's report (``log/skipped_epoch<N>.txt``), and
+  training goes on.
+* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, the workers use
+  none (SpecAugment and noise run in the training process on the checkpointed global RNG), so a resumed run skips
+  the batches done — the sampler re-reads only the cut metadata to get there — and sees the very batches an
+  uninterrupted run would have seen.
+* Several learners: each builds the same sampler with its rank and the world size; lhotse gives every rank the same
+  number of batches (the last ones split evenly), so the learners step in lockstep.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from itertools import islice
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from asrlib.config import LoaderConfig
+from asrlib.data.cuts import open_cuts
+from asrlib.errors import AsrError, PathLike
+from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, utterance_cmn
+from asrlib.io.tables import read_table, write_table
+
+log = logging.getLogger(__name__)
+
+FRAME_SHIFT = 0.01
+
+
+# ------------------------------------------------------------------------------------------------ targets
+def read_lexicon_first_pron(lexicon_txt: Path) -> Dict[str, List[str]]:
+    """word → phones of its first pronunciation in ``lexicon.txt``."""
+    lex: Dict[str, List[str]] = {}
+    for word, prons in read_table(lexicon_txt):
+        lex.setdefault(word, prons.split())
+    return lex
+
+
+def read_token_ids(tokens_txt: Path) -> Dict[str, int]:
+    return {tok: int(i) for tok, i in read_table(tokens_txt)}
+
+
+def text_to_token_ids(words: Sequence[str], lexicon: Dict[str, List[str]], tokens: Dict[str, int]) -> List[int]:
+    ids: List[int] = []
+    for w in words:
+        if w not in lexicon:
+            raise KeyError(w)
+        ids.extend(tokens[p] for p in lexicon[w])
+    return ids
+
+
+def ctc_min_frames(ids: Sequence[int]) -> int:
+    """Fewest output frames that can carry ``ids`` under CTC (one blank between repeated tokens)."""
+    return len(ids) + sum(1 for a, b in zip(ids, ids[1:]) if a == b)
+
+
+def pad_features(feats: Sequence[np.ndarray]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(N, T_max, D) zero-padded float32 batch and the (N,) lengths."""
+    lens = [f.shape[0] for f in feats]
+    x = np.zeros((len(feats), max(lens), feats[0].shape[1]), dtype=np.float32)  # numpy: no intra-op thread pool
+    for i, f in enumerate(feats):
+        x[i, : f.shape[0]] = f
+    return torch.from_numpy(x), torch.tensor(lens, dtype=torch.long)
+
+
+def num_frames(cut) -> int:
+    return cut.num_frames if cut.has_features else int(round(cut.duration / FRAME_SHIFT))
+
+
+class CtcTargets:
+    """CTC targets of a cut: its transcript's tokens through the first pronunciation of each word in ``lang_dir``."""
+
+    def __init__(self, lang_dir: PathLike, stack: int, max_frames: int = 3000) -> None:
+        self.lang_dir = Path(lang_dir)
+        self.lexicon = read_lexicon_first_pron(self.lang_dir / "lexicon.txt")
+        self.tokens = read_token_ids(self.lang_dir / "tokens.txt")
+        self.stack, self.max_frames = stack, max_frames
+
+    def _ids(self, cut) -> List[int]:
+        words = [w for s in cut.supervisions for w in (s.text or "").split()]
+        return text_to_token_ids(words, self.lexicon, self.tokens)
+
+    def check(self, cut) -> Optional[str]:
+        """Why ``cut`` cannot be trained on (None: it can)."""
+        if not any((s.text or "").strip() for s in cut.supervisions):
+            return "empty transcript"
+        try:
+            ids = self._ids(cut)
+        except KeyError as e:
+            return f"OOV word {e.args[0]} (not in {self.lang_dir}/lexicon.txt)"
+        n = num_frames(cut)
+        if n > self.max_frames:
+            return f"too long: {n} frames > max {self.max_frames} (memory budget)"
+        if ctc_min_frames(ids) > n // self.stack:
+            return f"CTC infeasible: {ctc_min_frames(ids)} tokens need more than the {n // self.stack} output frames"
+        return None
+
+    def targets(self, cut) -> List[int]:
+        return self._ids(cut)
+
+    def collate(self, feats: List[np.ndarray], targets: List[List[int]]) -> Dict[str, torch.Tensor]:
+        x, lens = pad_features(feats)
+        return {
+            "feats": x,
+            "feat_lens": lens,
+            "targets": torch.tensor([t for ts in targets for t in ts], dtype=torch.long),
+            "target_lens": torch.tensor([len(t) for t in targets], dtype=torch.long),
+        }
+
+
+# ------------------------------------------------------------------------------------------------ features
+class Normaliser:
+    """A cut's features as the network sees them: the mean normalisation ``cmn`` ("" / online: none here;
+    utterance; speaker: minus the speaker's mean from the feature dir's ``cmvn_spk.scp``), then ``cmvn`` (global,
+    and the online running mean when its ``online_prior`` is set)."""
+
+    def __init__(self, cmvn: Cmvn, cmn: str = "", feats_dir: Optional[PathLike] = None) -> None:
+        self.cmvn, self.cmn = cmvn, cmn
+        self.speaker_mean: Dict[str, np.ndarray] = {}
+        self.utt2spk: Dict[str, str] = {}
+        if cmn == "speaker":
+            from asrlib.kaldi_io import MatrixReader
+
+            d = Path(feats_dir) if feats_dir is not None else None
+            if d is None or not (d / SPEAKER_STATS).is_file() or not (d / "utt2spk").is_file():
+                raise AsrError(
+                    f"{d} has no per-speaker CMVN statistics ({SPEAKER_STATS}, utt2spk), needed with "
+                    f"features.cmvn: speaker; compute them with python -m steps.compute_cmvn --speaker-only"
+                )
+            self.speaker_mean = {
+                spk: Cmvn.from_stats(st)[0].mean for spk, st in MatrixReader(d / SPEAKER_STATS, double=True)
+            }
+            self.utt2spk = dict(read_table(d / "utt2spk"))
+
+    def __call__(self, cut, feats: np.ndarray) -> np.ndarray:
+        if self.cmn == "utterance":
+            feats = utterance_cmn(feats)
+        elif self.cmn == "speaker":
+            spk = self.utt2spk.get(cut.id)
+            if spk not in self.speaker_mean:
+                raise AsrError(f"utterance '{cut.id}' has no speaker statistics (speaker {spk!r}): rerun compute_cmvn")
+            feats = (feats - self.speaker_mean[spk]).astype(np.float32, copy=False)
+        return self.cmvn.apply(feats)
+
+
+class OnTheFlyFbank:
+    """Features computed from a cut's audio in the worker (``features.on_the_fly``, speed-perturbed cuts)."""
+
+    def __init__(self, num_mel_bins: int, sample_rate: int) -> None:
+        from asrlib.features.fbank import FbankExtractor, FbankOptions
+
+        self.extract = FbankExtractor(FbankOptions(num_mel_bins=num_mel_bins, sample_rate=sample_rate))
+        self.sample_rate = sample_rate
+
+    def __call__(self, cut) -> np.ndarray:
+        if cut.sampling_rate != self.sample_rate:
+            cut = cut.resample(self.sample_rate)
+        return self.extract.features(cut.load_audio()[0])
+
+
+def load_features(cut, on_the_fly: Optional[OnTheFlyFbank]) -> np.ndarray:
+    if cut.has_features and on_the_fly is None:
+        return np.asarray(cut.load_features(), dtype=np.float32)
+    if on_the_fly is None:
+        raise AsrError(f"cut {cut.id} has no stored features and features.on_the_fly is off")
+    return on_the_fly(cut)
+
+
+class BatchDataset(torch.utils.data.Dataset):
+    """Map-style dataset indexed by the sampler's CutSets: features (read or computed), normalised, with targets,
+    padded. A cut whose features cannot be read is skipped and reported in the batch's ``skipped``; ``None`` (a
+    learner's padding step) gives an empty batch."""
+
+    def __init__(self, targets, normalise: Normaliser, on_the_fly: Optional[OnTheFlyFbank] = None) -> None:
+        self.targets, self.normalise, self.on_the_fly = targets, normalise, on_the_fly
+
+    def __getitem__(self, cuts) -> dict:
+        if cuts is None:
+            return {"ids": [], "skipped": []}
+        feats, targets, ids, skipped = [], [], [], []
+        for cut in cuts:
+            try:
+                f = load_features(cut, self.on_the_fly)
+                if f.ndim != 2 or not len(f) or not np.isfinite(f).all():
+                    raise ValueError(f"unusable features of shape {f.shape} (or NaN/Inf)")
+            except Exception as e:  # noqa: BLE001 - any unreadable input skips the cut, with its reason
+                where = cut.features.storage_path if cut.has_features else cut.recording.sources[0].source
+                skipped.append((cut.id, f"cannot read {where}: {' '.join(str(e).split())[:200]}"))
+                continue
+            feats.append(self.normalise(cut, f))
+            targets.append(self.targets.targets(cut))
+            ids.append(cut.id)
+        batch = self.targets.collate(feats, targets) if feats else {}
+        return {**batch, "ids": ids, "skipped": skipped}
+
+    def __len__(self) -> int:  # not used: indices come from the sampler
+        raise TypeError("BatchDataset is indexed by CutSets from a sampler")
+
+
+# ------------------------------------------------------------------------------------------------ sets
+@dataclass
+class SamplerSettings:
+    max_duration: float
+    seed: int
+    num_buckets: int = 10
+    buffer_size: int = 10000
+    bins_estimate_cuts: int = 2000
+    world_size: int = 1
+    rank: int = 0
+
+    @classmethod
+    def of(cls, tcfg, rank: int = 0, world_size: int = 1) -> "SamplerSettings":
+        """The training sampler of a ``train`` config section."""
+        return cls(
+            tcfg.batch_seconds, tcfg.seed, tcfg.num_buckets, tcfg.bucket_buffer, tcfg.bucket_bins_cuts, world_size, rank
+        )
+
+
+class CutData:
+    """One set's lazy cuts with their targets and normalisation; :meth:`batches` yields the padded batches of an
+    epoch through a DataLoader. ``excluded_path``: where the cuts that cannot be trained on are listed."""
+
+    def __init__(
+        self,
+        cuts_path: PathLike,
+        targets,
+        normalise: Normaliser,
+        loader: LoaderConfig = LoaderConfig(),
+        excluded_path: Optional[PathLike] = None,
+        on_the_fly: Optional[OnTheFlyFbank] = None,
+    ) -> None:
+        self.cuts_path = Path(cuts_path)
+        self.cuts = open_cuts(self.cuts_path)
+        self.name = str(self.cuts_path)
+        self.targets, self.normalise, self.loader_cfg = targets, normalise, loader
+        self.excluded_path = Path(excluded_path) if excluded_path is not None else None
+        self.on_the_fly = on_the_fly
+        self.excluded: Dict[str, str] = {}
+        self.keep: Optional[set] = None
+        self._loaders: Dict[int, tuple] = {}
+
+    # ---------------------------------------------------------------- which cuts
+    def usable(self, cut) -> bool:
+        if self.keep is not None and cut.id not in self.keep:
+            return False
+        why = self.excluded.get(cut.id)
+        if why is None and cut.id not in self.excluded:
+            if not cut.has_features and (self.on_the_fly is None or not cut.has_recording):
+                why = "no features (excluded at the feature stage or missing from feats.scp)"
+            else:
+                why = self.targets.check(cut)
+            if why is not None:
+                self.excluded[cut.id] = why
+        return why is None
+
+    def usable_cuts(self) -> Iterator:
+        return (c for c in self.cuts if self.usable(c))
+
+    def keep_random(self, n: int, seed: int) -> None:
+        """Train on a seeded random ``n`` of the usable cuts only (all when ``n`` <= 0 or >= their number); one pass
+        over the manifest, holding the ids."""
+        if n <= 0:
+            return
+        ids = [c.id for c in self.usable_cuts()]
+        if n < len(ids):
+            self.keep = set(random.Random(seed).sample(sorted(ids), n))
+
+    def write_report(self) -> int:
+        """List the excluded cuts met so far (``utt reason``) in ``excluded_path``; returns their number."""
+        if self.excluded_path is not None:
+            write_table(self.excluded_path, sorted(self.excluded.items()))
+        return len(self.excluded)
+
+    def stats(self) -> Tuple[int, float]:
+        """(number of usable cuts, their seconds): one pass over the manifest's metadata."""
+        n, seconds = 0, 0.0
+        for c in self.usable_cuts():
+            n, seconds = n + 1, seconds + c.duration
+        if not n:
+            self.write_report()
+            raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+        return n, seconds
+
+    def feature_dim(self) -> int:
+        for cut in self.usable_cuts():
+            return load_features(cut, self.on_the_fly).shape[1]
+        raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+
+    # ---------------------------------------------------------------- batches
+    def sampler(self, s: SamplerSettings, shuffle: bool):
+        from lhotse.dataset import DynamicBucketingSampler
+
+        n = sum(1 for _ in islice(self.cuts, s.num_buckets))  # a set smaller than the buckets: fewer buckets
+        buckets = {"num_buckets": min(s.num_buckets, n)} if n >= 2 else {"duration_bins": [1e9]}
+        sampler = DynamicBucketingSampler(
+            self.cuts,
+            max_duration=s.max_duration,
+            **buckets,
+            shuffle=shuffle,
+            drop_last=False,
+            buffer_size=s.buffer_size,
+            num_cuts_for_bins_estimate=s.bins_estimate_cuts,
+            world_size=s.world_size,
+            rank=s.rank,
+            seed=s.seed,
+        )
+        return sampler.filter(self.usable)
+
+    def batches(self, index_source: Iterator, workers: Optional[int] = None) -> Iterator[dict]:
+        """Padded batches of the CutSets (or ``None`` padding) that ``index_source`` yields, read by the loader's
+        workers (``workers``: override ``num_workers``)."""
+        cfg = self.loader_cfg
+        n = cfg.num_workers if workers is None else workers
+        if n not in self._loaders:  # one DataLoader per worker count: persistent workers live across epochs
+            holder = _IndexSource()
+            loader = torch.utils.data.DataLoader(
+                BatchDataset(self.targets, self.normalise, self.on_the_fly),
+                sampler=holder,
+                batch_size=None,
+                collate_fn=_identity,
+                num_workers=n,
+                prefetch_factor=cfg.prefetch_factor if n else None,
+                pin_memory=cfg.pin_memory and torch.cuda.is_available(),
+                persistent_workers=cfg.persistent_workers and n > 0,
+                generator=torch.Generator().manual_seed(0),  # leaves the global RNG (checkpointed) untouched
+            )
+            self._loaders[n] = (holder, loader)
+        holder, loader = self._loaders[n]
+        holder.source = index_source
+        return iter(loader)
+
+
+class _IndexSource(torch.utils.data.Sampler):
+    source: Optional[Iterator] = None
+
+    def __init__(self) -> None:
+        pass
+
+    def __iter__(self):
+        return iter(self.source)
+
+
+def _identity(x):
+    return x
+
+
+def epoch_cut_batches(data: CutData, s: SamplerSettings, epoch: int, skip: int, shuffle: bool = True) -> Iterator:
+    """The sampler's CutSets of ``epoch`` after the first ``skip`` (resume: only metadata is read to get there)."""
+    sampler = data.sampler(s, shuffle)
+    sampler.set_epoch(epoch)
+    it = iter(sampler)  # the sampler itself: iter() again would restart the epoch, so the rest is drawn by next()
+    for _ in range(skip):
+        if next(it, None) is None:
+            break
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+
+
+def dev_cut_batches(data: CutData, max_duration: float, rank: int, world_size: int) -> Iterator:
+    """A learner's share of the dev set: the same unshuffled batches on every learner, every ``world_size``-th one
+    (no cut duplicated: the dev sums are exact)."""
+    s = SamplerSettings(max_duration=max_duration, seed=0)
+    for i, cuts in enumerate(epoch_cut_batches(data, s, 0, 0, shuffle=False)):
+        if i % world_size == rank:
+            yield cuts
+
+
+def write_skipped(path: Path, rows: List[Tuple[str, str]]) -> None:
+    write_table(path, sorted(rows))
+
+
+def open_set(
+    feats_dir: PathLike,
+    targets,
+    cmvn_scp: PathLike,
+    cmn: str = "",
+    online_prior: Optional[float] = None,
+    loader: LoaderConfig = LoaderConfig(),
+    excluded_path: Optional[PathLike] = None,
+    data_dir: Optional[PathLike] = None,
+) -> CutData:
+    """A feature dir's set for training: its cut manifest (written first if it is missing or stale:
+    :func:`asrlib.data.cuts.ensure_cuts`), ``targets``, and the normalisation of ``cmvn_scp`` after ``cmn``."""
+    from asrlib.data.cuts import ensure_cuts
+    from asrlib.features.cmvn import load_cmvn
+
+    cuts = ensure_cuts(feats_dir, data_dir)
+    normalise = Normaliser(load_cmvn(cmvn_scp, online_prior=online_prior), cmn, feats_dir)
+    return CutData(cuts, targets, normalise, loader, excluded_path)

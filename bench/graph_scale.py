@@ -5,6 +5,7 @@ each graph.
                                 [--units char|bpe|g2p] [--work-dir DIR] [--out bench/results/graph_scale.json]
                                 [--plot PNG]
     python bench/graph_scale.py --table bench/results/graph_scale.json     # the docs table of a results file
+    python bench/graph_scale.py --replot bench/results/graph_scale.json docs/img/graph_scale.png
 
 For each size ``VxN`` (V words, N n-grams): a Zipf vocabulary of V words spelled from letters
 (asrlib/lang/synthetic.py) and a lexicon of it (``--units``, :func:`make_lexicon`: by default char, ``▁`` + letters,
@@ -197,36 +198,38 @@ def run_size(work: Path, v: int, n: int, order: int, lmplz: str, units: str) -> 
 
 
 def plot(results: List[Dict[str, object]], path: Path) -> None:
+    """Cost curves against the pruned LM's n-gram count: CPU seconds of LM training + pruning and of the graph build
+    (CPU, not wall: on a shared machine the wall time says more about the neighbours), the build's peak RSS."""
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def cpu(stages: Dict[str, Dict[str, float]]) -> float:
+        return sum(v["cpu_s"] for k, v in stages.items() if k != "sizes")
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for v in sorted({r["vocab"] for r in results}):
         rows = sorted((r for r in results if r["vocab"] == v), key=lambda r: r["ngrams_target"])
         n = [sum(r["lm"]["ngrams"]) for r in rows]
-        lm_s = [sum(r["lm"]["stage"][k]["wall_s"] for k in ("lm_train", "lm_prune", "lm_write")) for r in rows]
-        graph_s = [r["graph"]["process_wall_s"] for r in rows]
-        rss = [max(r["graph"]["stage"][k]["peak_rss_mib"] for k in r["graph"]["stage"] if k != "sizes") for r in rows]
-        axes[0].loglog(n, lm_s, "o--", label=f"LM train+prune, V={v:,}")
-        axes[0].loglog(n, graph_s, "s-", label=f"G + TLG build, V={v:,}")
+        axes[0].loglog(n, [cpu(r["lm"]["stage"]) for r in rows], "o--", label=f"LM train + prune, V={v:,}")
+        axes[0].loglog(n, [cpu(r["graph"]["stage"]) for r in rows], "s-", label=f"G + LG + TLG, V={v:,}")
+        rss = [max(x["peak_rss_mib"] for k, x in r["graph"]["stage"].items() if k != "sizes") for r in rows]
         axes[1].loglog(n, [x / 1024 for x in rss], "s-", label=f"TLG build peak RSS, V={v:,}")
-    all_n = sorted(sum(r["lm"]["ngrams"]) for r in results)
+    all_n = sorted({sum(r["lm"]["ngrams"]) for r in results})
     if len(all_n) > 1:
-        import math
-
-        ref = max(r["graph"]["process_wall_s"] for r in results if sum(r["lm"]["ngrams"]) == all_n[-1])
+        top = max(cpu(r["graph"]["stage"]) for r in results if sum(r["lm"]["ngrams"]) == all_n[-1])
         xs = [all_n[0], all_n[-1]]
-        axes[0].loglog(xs, [ref * x * math.log(x) / (xs[1] * math.log(xs[1])) for x in xs], "k:", label="n log n")
-    axes[0].set_xlabel("n-grams in the pruned LM")
-    axes[0].set_ylabel("wall seconds")
-    axes[1].set_xlabel("n-grams in the pruned LM")
+        axes[0].loglog(xs, [top * x * math.log(x) / (xs[1] * math.log(xs[1])) for x in xs], "k:", label="∝ n log n")
+    axes[0].set_ylabel("CPU seconds")
     axes[1].set_ylabel("GiB")
     for ax in axes:
+        ax.set_xlabel("n-grams in the pruned LM")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("bench/graph_scale.py: cost against LM size (shared 2-core machine)")
+    fig.suptitle("bench/graph_scale.py: cost against LM size (trigrams, char lexicon)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -282,6 +285,9 @@ def main(argv=None) -> int:
         for path in argv[1:]:
             print(markdown_table(json.loads(Path(path).read_text())["sizes"]))
         return 0
+    if argv and argv[0] == "--replot":  # --replot RESULTS.json PNG
+        plot(json.loads(Path(argv[1]).read_text())["sizes"], Path(argv[2]))
+        return 0
     if argv and argv[0] == "--child":
         stage, d, v, n, order, lmplz = argv[1:7]
         units = argv[7] if len(argv) > 7 else "char"
@@ -306,6 +312,7 @@ def main(argv=None) -> int:
         "date": time.strftime("%Y-%m-%d"),
         "cpus": os.cpu_count(),
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+        "note": "wall_s is wall-clock on whatever else the machine ran (see load_avg); cpu_s is the step's own CPU",
         "sizes": results,
     }
     default_name = "graph_scale" + ("_quick" if a.quick else "") + ("" if a.units == "char" else f"_{a.units}")

@@ -346,11 +346,9 @@ def write_arpa(lm: NgramLm, path: PathLike) -> None:
         f.write("\n\\end\\\n")
 
 
-def lm_summary(lm: NgramLm) -> Dict[str, object]:
-    """The figures a caller logs and keeps in a done marker."""
-    s = lm.stats
+def text_summary(s: TextStats) -> Dict[str, int]:
+    """What the text reader saw, as counts."""
     return {
-        "order": lm.order,
         "sentences": s.sentences,
         "tokens": s.tokens,
         "oov_tokens": s.oov_tokens,
@@ -358,6 +356,14 @@ def lm_summary(lm: NgramLm) -> Dict[str, object]:
         "bad_char_words": len(s.bad_char_words),
         "too_long_words": len(s.too_long_words),
         "empty_lines": s.empty_lines,
+    }
+
+
+def lm_summary(lm: NgramLm) -> Dict[str, object]:
+    """The figures a caller logs and keeps in a done marker."""
+    return {
+        "order": lm.order,
+        **text_summary(lm.stats),
         "ngrams": lm.ngram_counts(),
         "discounts": [[round(x, 6) for x in d] for d in lm.discounts],
     }
@@ -386,18 +392,7 @@ def _build_arpa_lmplz(
         from asrlib.lang.prune import prune_arpa_file
 
         ngrams = prune_arpa_file(out, out, prune_target)["ngrams"]
-    summary = {
-        "order": order,
-        "sentences": stats.sentences,
-        "tokens": stats.tokens,
-        "oov_tokens": stats.oov_tokens,
-        "oov_types": len(stats.oov_words),
-        "bad_char_words": len(stats.bad_char_words),
-        "too_long_words": len(stats.too_long_words),
-        "empty_lines": stats.empty_lines,
-        "ngrams": ngrams,
-        "toolkit": "kenlm",
-    }
+    summary = {"order": order, **text_summary(stats), "ngrams": ngrams, "toolkit": "kenlm"}
     return {**summary, "ngrams_unpruned": full, "_stats": stats}
 
 

@@ -14,8 +14,9 @@ are for that set-up, not for the recipe's model and 4500 utterances.
         --results bench/results/comm_efficiency.json
     PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --quick      # < 1 min: sync and diloco, 1 epoch
 
-Writes OUT/runs.json (every run), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the
-Pareto frontier) and the results file; prints one JSON line.
+``--configs diloco_h100_avg diloco_h500_avg`` adds diloco with outer lr 1 and no outer momentum (plain averaging
+every H steps), not in the default set. Writes OUT/runs.json (every run), OUT/frontier.png (bytes per learner vs
+test WER, mean over seeds, with the Pareto frontier) and the results file; prints one JSON line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import shutil
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -49,7 +51,22 @@ CONFIGS: Dict[str, List[str]] = {
     "diloco_h50": ["train.dist.algo=diloco", "train.dist.period=50"],
     "diloco_h100": ["train.dist.algo=diloco", "train.dist.period=100"],
     "diloco_h500": ["train.dist.algo=diloco", "train.dist.period=500"],
+    # not in the default set: outer lr 1 and no momentum, i.e. plain model averaging every H steps (the outer
+    # Nesterov step's share of the difference)
+    "diloco_h100_avg": [
+        "train.dist.algo=diloco",
+        "train.dist.period=100",
+        "train.dist.outer_lr=1.0",
+        "train.dist.outer_momentum=0",
+    ],
+    "diloco_h500_avg": [
+        "train.dist.algo=diloco",
+        "train.dist.period=500",
+        "train.dist.outer_lr=1.0",
+        "train.dist.outer_momentum=0",
+    ],
 }
+DEFAULT = [c for c in CONFIGS if not c.endswith("_avg")]
 
 
 def strided_subset(data_dir: Path, feats_dir: Path, out: Path, counts: Dict[str, int]) -> Path:
@@ -107,7 +124,7 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("MB sent per learner, whole run (measured)")
     ax.set_ylabel("test %WER (greedy), mean over seeds; bars: min-max")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 90), fontsize=8)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -143,7 +160,7 @@ def main() -> None:
     p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes" / "digits")
     p.add_argument("--out", type=Path, default=ROOT / "recipes" / "digits" / "exp" / "bench_comm")
     p.add_argument("--results", type=Path, default=None, help="also write the summary here (bench/results/...)")
-    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--configs", nargs="+", default=DEFAULT, choices=list(CONFIGS))
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 13])
     p.add_argument("--train-utts", type=int, default=3000)
     p.add_argument("--epochs", type=int, default=8)

@@ -1,5 +1,6 @@
 """Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run
-(also with on-the-fly noise and frequency warping, whose draws come from the checkpointed RNG)."""
+(batches read by 2 DataLoader workers, the default; also with on-the-fly noise and frequency warping, whose draws come
+from the checkpointed RNG); an utterance whose features turn unreadable is skipped, listed, and training goes on."""
 
 import os
 import subprocess
@@ -56,6 +57,28 @@ def test_killed_run_resumes_exactly(tmp_path, augment):
     assert again.returncode == 0 and "skipping" in again.stdout
     changed = _train(setup, cfg, tmp_path / "res", "--set", "train.lr=0.5")
     assert changed.returncode == 2 and "other model/train settings" in changed.stderr
+
+
+def test_unreadable_features_mid_epoch_are_skipped_listed_and_training_goes_on(tmp_path):
+    from asrlib.io.tables import read_table_dict
+    from asrlib.kaldi_io import read_scp
+
+    setup = make_toy_ctc_setup(tmp_path / "toy")
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=2)
+    ark_offset = read_scp(setup / "fbank" / "train" / "feats.scp")
+    victim = sorted(ark_offset)[17]
+    ark, offset = ark_offset[victim].rsplit(":", 1)
+    r = _train(setup, cfg, tmp_path / "exp", "--set", "train.kill_after_steps=2")  # the cut manifest is written
+    assert r.returncode == -9, r.stderr
+    with open(ark, "r+b") as f:  # then the archive is damaged under the running corpus, as a failing disk would
+        f.seek(int(offset))
+        f.write(b"\0" * 16)
+    r = _train(setup, cfg, tmp_path / "exp")
+    assert r.returncode == 0, r.stderr
+    for epoch in (1, 2):
+        skipped = read_table_dict(tmp_path / "exp" / "log" / f"skipped_epoch{epoch}.txt")
+        assert list(skipped) == [victim] and ark in skipped[victim]
+    assert "cuts skipped" in r.stderr and (tmp_path / "exp" / "final.pt").is_file()
 
 
 def test_training_reduces_dev_loss_and_writes_logs(tmp_path):

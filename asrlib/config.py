@@ -189,6 +189,10 @@ class TrainConfig:
     kill_after_steps: int = 0
     dist: DistConfig = field(default_factory=DistConfig)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+    # lazy speed perturbation of the training cuts, e.g. [0.9, 1.0, 1.1]: each cut also played at every factor != 1,
+    # features computed on the fly in the loader workers, nothing written (data.speed_perturb instead writes
+    # perturbed audio and features at stage 1, which GMM alignment needs)
+    speed_perturb: List[float] = field(default_factory=list)
     init: str = "random"  # random | ce: LSTM layers start from the cross-entropy model (steps.train_ce)
 
 

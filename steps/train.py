@@ -20,6 +20,7 @@ import torch
 
 from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import load_config
+from asrlib.data.corpus import check_speed_factors
 from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
@@ -73,6 +74,7 @@ def main(argv=None):
     targets = CtcTargets(a.lang_dir, stack)
 
     def dataset(name: str) -> CutData:
+        train = name == a.train_set and bool(cfg.train.speed_perturb)
         return open_set(
             a.feats_dir / name,
             targets,
@@ -82,6 +84,9 @@ def main(argv=None):
             cfg.train.loader,
             excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
             data_dir=a.data_dir / name,
+            speed_perturb=check_speed_factors(cfg.train.speed_perturb) if train else (),
+            fbank=(cfg.features.num_mel_bins, cfg.data.sample_rate) if train else None,
+            seed=cfg.train.seed,
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)

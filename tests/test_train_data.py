@@ -220,3 +220,57 @@ def test_spec_augment_is_reproducible_from_the_global_rng():
     torch.manual_seed(3)
     b = spec_augment(x, lens, max_warp=0.1)
     assert torch.equal(a, b) and not torch.equal(a, x)
+
+
+def test_lazy_speed_perturbation_adds_resampled_copies_without_writing_anything(tmp_path):
+    """train.speed_perturb: every cut also at 0.9 and 1.1, features computed in the worker; no file written."""
+    import soundfile as sf
+
+    from asrlib.features.cmvn import compute_global_cmvn
+    from asrlib.features.fbank import compute_fbank
+    from asrlib.train.loader import CutData, Normaliser, OnTheFlyFbank
+
+    data, fb = tmp_path / "data", tmp_path / "fbank"
+    data.mkdir()
+    rows = []
+    for i in range(4):
+        t = np.arange(int(16000 * (1 + 0.3 * i))) / 16000
+        sf.write(data / f"u{i}.wav", (0.3 * np.sin(2 * np.pi * (300 + 80 * i) * t)).astype(np.float32), 16000)
+        rows.append((f"u{i}", str(data / f"u{i}.wav")))
+    write_table(data / "wav.scp", rows)
+    write_table(data / "text", [(u, "A") for u, _ in rows])
+    compute_fbank(data, fb, nj=1, num_mel_bins=20, show_progress=False)
+    compute_global_cmvn(fb / "feats.scp", fb, show_progress=False)
+
+    class AnyText:
+        def check(self, cut):
+            return None
+
+        def targets(self, cut):
+            return [1]
+
+        def collate(self, feats, targets):
+            from asrlib.train.loader import pad_features
+
+            x, lens = pad_features(feats)
+            return {"feats": x, "feat_lens": lens}
+
+    from asrlib.features.cmvn import load_cmvn
+
+    ds = CutData(
+        ensure_cuts(fb, data),
+        AnyText(),
+        Normaliser(load_cmvn(fb / "cmvn.scp")),
+        LoaderConfig(num_workers=2),
+        on_the_fly=OnTheFlyFbank(20, 16000),
+        speed_perturb=[0.9, 1.0, 1.1],
+        seed=1,
+    )
+    files = sorted(p.name for p in tmp_path.rglob("*"))
+    batches = list(ds.batches(epoch_cut_batches(ds, SamplerSettings(max_duration=100.0, seed=0), 0, 0)))
+    frames = {u: int(n) for b in batches for u, n in zip(b["ids"], b["feat_lens"])}
+    assert sorted(frames) == sorted(f"u{i}{sp}" for i in range(4) for sp in ("", "_sp0.9", "_sp1.1"))
+    for i in range(4):  # played slower: longer; faster: shorter (within a frame of the factor)
+        assert abs(frames[f"u{i}_sp0.9"] - frames[f"u{i}"] / 0.9) <= 2
+        assert abs(frames[f"u{i}_sp1.1"] - frames[f"u{i}"] / 1.1) <= 2
+    assert sorted(p.name for p in tmp_path.rglob("*")) == files  # nothing written: no audio, no features

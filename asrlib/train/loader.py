@@ -21,11 +21,14 @@ import logging
 import random
 from itertools import islice
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
+from lhotse import CutSet
 
 from asrlib.config import LoaderConfig
 from asrlib.data.cuts import open_cuts
@@ -147,7 +150,7 @@ class Normaliser:
         if self.cmn == "utterance":
             feats = utterance_cmn(feats)
         elif self.cmn == "speaker":
-            spk = self.utt2spk.get(cut.id)
+            spk = (cut.supervisions[0].speaker if cut.supervisions else None) or self.utt2spk.get(cut.id)
             if spk not in self.speaker_mean:
                 raise AsrError(f"utterance '{cut.id}' has no speaker statistics (speaker {spk!r}): rerun compute_cmvn")
             feats = (feats - self.speaker_mean[spk]).astype(np.float32, copy=False)
@@ -170,7 +173,8 @@ class OnTheFlyFbank:
 
 
 def load_features(cut, on_the_fly: Optional[OnTheFlyFbank]) -> np.ndarray:
-    if cut.has_features and on_the_fly is None:
+    """The cut's stored features, else (speed-perturbed copies, corpora without stored features) computed."""
+    if cut.has_features:
         return np.asarray(cut.load_features(), dtype=np.float32)
     if on_the_fly is None:
         raise AsrError(f"cut {cut.id} has no stored features and features.on_the_fly is off")
@@ -227,9 +231,17 @@ class SamplerSettings:
         )
 
 
+def _perturbed(cut, factor: float):
+    """``cut`` played ``factor`` times faster (lhotse's lazy resampling); its stored features no longer apply."""
+    return cut.drop_features().perturb_speed(factor)
+
+
 class CutData:
     """One set's lazy cuts with their targets and normalisation; :meth:`batches` yields the padded batches of an
-    epoch through a DataLoader. ``excluded_path``: where the cuts that cannot be trained on are listed."""
+    epoch through a DataLoader. ``excluded_path``: where the cuts that cannot be trained on are listed.
+    ``speed_perturb`` factors (e.g. 0.9, 1.0, 1.1: Kaldi's 3-way speed perturbation): every cut also played at each
+    factor != 1, a lazy lhotse transform whose features ``on_the_fly`` computes in the workers (no copy of the audio
+    or of the features is written), the copies interleaved at random (``seed``)."""
 
     def __init__(
         self,
@@ -239,9 +251,19 @@ class CutData:
         loader: LoaderConfig = LoaderConfig(),
         excluded_path: Optional[PathLike] = None,
         on_the_fly: Optional[OnTheFlyFbank] = None,
+        speed_perturb: Sequence[float] = (),
+        seed: int = 0,
     ) -> None:
         self.cuts_path = Path(cuts_path)
         self.cuts = open_cuts(self.cuts_path)
+        factors = [float(f) for f in speed_perturb]
+        if any(f != 1.0 for f in factors):  # lazy copies, interleaved at random (seeded): no audio or features written
+            if on_the_fly is None:
+                raise AsrError("speed perturbation computes the perturbed cuts' features on the fly: pass on_the_fly")
+            self.cuts = CutSet.mux(
+                *[self.cuts if f == 1.0 else self.cuts.map(partial(_perturbed, factor=f)) for f in factors],
+                seed=seed,
+            )
         self.name = str(self.cuts_path)
         self.targets, self.normalise, self.loader_cfg = targets, normalise, loader
         self.excluded_path = Path(excluded_path) if excluded_path is not None else None
@@ -392,12 +414,18 @@ def open_set(
     loader: LoaderConfig = LoaderConfig(),
     excluded_path: Optional[PathLike] = None,
     data_dir: Optional[PathLike] = None,
+    speed_perturb: Sequence[float] = (),
+    fbank: Optional[Tuple[int, int]] = None,
+    seed: int = 0,
 ) -> CutData:
     """A feature dir's set for training: its cut manifest (written first if it is missing or stale:
-    :func:`asrlib.data.cuts.ensure_cuts`), ``targets``, and the normalisation of ``cmvn_scp`` after ``cmn``."""
+    :func:`asrlib.data.cuts.ensure_cuts`), ``targets``, and the normalisation of ``cmvn_scp`` after ``cmn``;
+    ``fbank`` (mel bins, sample rate): features computed on the fly for cuts without stored ones (speed-perturbed
+    copies, ``speed_perturb``)."""
     from asrlib.data.cuts import ensure_cuts
     from asrlib.features.cmvn import load_cmvn
 
     cuts = ensure_cuts(feats_dir, data_dir)
     normalise = Normaliser(load_cmvn(cmvn_scp, online_prior=online_prior), cmn, feats_dir)
-    return CutData(cuts, targets, normalise, loader, excluded_path)
+    on_the_fly = OnTheFlyFbank(*fbank) if fbank is not None else None
+    return CutData(cuts, targets, normalise, loader, excluded_path, on_the_fly, speed_perturb, seed)

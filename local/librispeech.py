@@ -10,9 +10,10 @@ transcript line without its flac, a chapter without ``trans.txt``, an empty tran
 ``<set>/excluded.txt`` with its reason, never dropped silently.
 
 Sets: every ``train-*`` subset goes into ``train``; ``dev-clean`` -> ``dev``, ``dev-other`` -> ``dev_other``,
-``test-clean`` -> ``test``, ``test-other`` -> ``test_other``. The audio is converted to 16-bit WAV in ``wav/``
-(the data-dir validation and the feature stage take WAV files; about 115 GB for the 960 h set — put ``data`` on a
-large disk). Speakers are the LibriSpeech reader ids (utterance ids start with them, as Kaldi wants).
+``test-clean`` -> ``test``, ``test-other`` -> ``test_other``. The FLAC files are read where they lie (``wav.scp``
+lists them; validation and the feature stage read FLAC through soundfile): no converted copy of the corpus (it would
+be about 115 GB for the 960 h set). Speakers are the LibriSpeech reader ids (utterance ids start with them, as
+Kaldi wants).
 """
 
 from __future__ import annotations
@@ -20,16 +21,12 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from multiprocessing import Pool
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
-
-from tqdm import tqdm
 
 from asrlib.config import DataConfig
 from asrlib.data.corpus import corpus_main, save_manifest, write_excluded, write_tables
 from asrlib.errors import AsrError
-from asrlib.io.atomic import atomic_path
 from asrlib.io.stage import is_done, mark_done
 
 log = logging.getLogger("local.librispeech")
@@ -86,18 +83,6 @@ def check_subset(subset_dir: Path) -> List[Tuple[str, str]]:
     return problems
 
 
-def _to_wav(job: Tuple[str, str]) -> str:
-    import soundfile as sf
-
-    src, dst = job
-    if Path(dst).is_file():
-        return dst
-    x, sr = sf.read(src, dtype="int16")
-    with atomic_path(dst) as tmp:
-        sf.write(str(tmp), x, sr, subtype="PCM_16", format="WAV")
-    return dst
-
-
 def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str], nj: int = 1) -> Dict[str, int]:
     """Manifests (lhotse) + Kaldi dirs of ``subsets``; returns ``{set: number of utterances}``."""
     from lhotse.recipes import prepare_librispeech as lhotse_prepare
@@ -146,16 +131,7 @@ def prepare_librispeech(corpus_dir: Path, out_dir: Path, subsets: Sequence[str],
             save_manifest(
                 manifests[p]["supervisions"], out_dir / "manifests" / f"librispeech_supervisions_{p}.jsonl.gz"
             )
-        wav_dir = out_dir / "wav" / name
-        wav_dir.mkdir(parents=True, exist_ok=True)
-        jobs = [(str(r.sources[0].source), str((wav_dir / f"{r.id}.wav").resolve())) for r in recs]
-        bar = dict(total=len(jobs), desc=f"flac -> wav {name}", unit="utt", mininterval=1.0)
-        if nj > 1 and len(jobs) > 16:
-            with Pool(nj) as pool:
-                list(tqdm(pool.imap_unordered(_to_wav, jobs, chunksize=16), **bar))
-        else:
-            list(tqdm(map(_to_wav, jobs), **bar))
-        wav = {r.id: dst for r, (_, dst) in zip(recs, jobs)}
+        wav = {r.id: str(Path(r.sources[0].source).resolve()) for r in recs}  # the FLAC in place
         write_tables(out_dir / name, wav, {sp.id: sp.text for sp in sups}, {sp.id: sp.speaker for sp in sups})
         write_excluded(out_dir / name, excluded[name])
         counts[name] = len(sups)

@@ -64,7 +64,8 @@ def test_bad_chapters_are_listed(tmp_path):
     assert len(excl) == 6 and "19-198-0002" in excl
     wav = read_table_dict(out / "train" / "wav.scp")
     assert sorted(wav) == ["19-198-0000", "19-198-0001", "19-198-0003"]
-    assert sf.info(wav["19-198-0000"]).format == "WAV"
+    assert sf.info(wav["19-198-0000"]).format == "FLAC" and wav["19-198-0000"].endswith(".flac")  # read in place
+    assert not (out / "wav").exists()  # no converted copy of the corpus
     assert read_table_dict(out / "train" / "utt2spk")["19-198-0001"] == "19"
     with pytest.raises(AsrError, match="unknown LibriSpeech subset"):
         prepare_librispeech(corpus, tmp_path / "d2", ["train-clean-100", "dev-clean", "test-cleaned"])

@@ -83,8 +83,11 @@ def big_lang(d: Path, num_words: int, ngrams: int) -> Path:
 def test_logprobs():
     if not (EXP / "final.pt").is_file() or not (SMALL / "TLG.fst").is_file():
         pytest.skip("needs the digits recipe's trained model (make run): recipes/digits/exp/lstm_ctc/final.pt")
+    import torch
+
     from asrlib.app.recognizer import Recognizer
 
+    torch.set_num_threads(1)  # as tests/test_recognizer.py: on a shared 2-core machine more threads only wait
     rec = Recognizer.from_dir(EXP)
     out = []
     for line in (DIGITS / "data" / "test" / "wav.scp").read_text().splitlines()[:20]:

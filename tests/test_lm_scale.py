@@ -214,3 +214,15 @@ def test_graph_build_names_the_line_of_a_truncated_arpa(tmp_path):
         build_tlg(tmp_path, grammar="arpa", arpa=arpa, ngram_order=2)
     arpa.write_text(upper)
     assert build_tlg(tmp_path, grammar="arpa", arpa=arpa, ngram_order=2).is_file()
+
+
+def test_structure_only_check_keeps_nothing_and_still_finds_truncation(tmp_path):
+    (tmp_path / "ok.arpa").write_text(GOOD)
+    lm = read_arpa(tmp_path / "ok.arpa", structure_only=True)
+    assert lm.order == 2 and not lm.probs[0]
+    (tmp_path / "cut.arpa").write_text(GOOD.split("-0.2\ta b")[0])
+    with pytest.raises(AsrError, match=r"truncated: .*\(1 of 2 entries\)"):
+        read_arpa(tmp_path / "cut.arpa", structure_only=True)
+    (tmp_path / "n.arpa").write_text(GOOD.replace("-0.6\tb", "x\tb"))
+    with pytest.raises(AsrError, match=r":9: not a number"):
+        read_arpa(tmp_path / "n.arpa", structure_only=True)

@@ -25,9 +25,13 @@ log = logging.getLogger(__name__)
 LOG10_TOLERANCE = 1e-4  # log10 probabilities up to this above 0 are rounding, not an error
 
 
-def read_arpa(path: PathLike, max_order: Optional[int] = None) -> NgramLm:
+def read_arpa(path: PathLike, max_order: Optional[int] = None, structure_only: bool = False) -> NgramLm:
     """The model of the ARPA file ``path`` (orders above ``max_order`` are checked for structure and skipped).
-    ``<s>``'s unigram probability is not kept (it is never predicted); its back-off weight is."""
+    ``<s>``'s unigram probability is not kept (it is never predicted); its back-off weight is.
+
+    ``structure_only``: check the header, sections, counts, fields and numbers only, keeping nothing (constant
+    memory, for files too large to load; the word, history and duplicate checks need the tables) and return a model
+    with empty tables."""
     path = Path(path)
     if not path.is_file():
         raise AsrError(f"ARPA file {path} does not exist")
@@ -113,6 +117,8 @@ def read_arpa(path: PathLike, max_order: Optional[int] = None) -> NgramLm:
                 raise fail(lineno, f"a log10 probability or back-off weight is not a number: '{line}'")
             if logp > LOG10_TOLERANCE:
                 positive.append(lineno)
+            if structure_only:
+                continue
             g = tuple(fields[1 : k + 1])
             table = probs[k - 1]
             if g in table or (g == (BOS,) and bos_seen):
@@ -134,7 +140,7 @@ def read_arpa(path: PathLike, max_order: Optional[int] = None) -> NgramLm:
     if section != "end":
         where = f"inside the \\{k}-grams: section ({seen} of {declared[k]} entries)" if k else "before any n-grams"
         raise AsrError(f"{path}: truncated: the file ends at line {lineno} {where}, without \\end\\")
-    if not probs or not probs[0]:
+    if not structure_only and (not probs or not probs[0]):
         raise AsrError(f"{path}: no 1-grams")
     if positive:
         log.warning(

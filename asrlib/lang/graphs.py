@@ -224,6 +224,7 @@ def make_known_length(words: Dict[str, int], count: int) -> kaldifst.StdVectorFs
 
 
 KALDILM_TIMEOUT_S = 120.0
+ARPA_FULL_CHECK_MAX_BYTES = 200 * 2**20  # about 7 M n-grams, 3.5 GiB of Python tables
 KALDILM_SCRIPT = """import sys
 from kaldilm.arpa2fst import arpa2fst
 arpa2fst(input_arpa=sys.argv[1], output_fst=sys.argv[2], read_symbol_table=sys.argv[3], disambig_symbol="#0",
@@ -235,16 +236,17 @@ def make_arpa_fst(arpa: PathLike, words_txt: PathLike, ngram_order: int, check: 
     """G from an ARPA n-gram through kaldilm (Kaldi's arpa2fst), run in a child process (kaldilm must not share a
     process with kaldi_hmm_gmm) that writes G in OpenFst's binary form; back-off arcs read ``#0``.
 
-    With ``check`` the ARPA file is first read by :func:`asrlib.lang.arpa.read_arpa`, so that a truncated or
-    inconsistent file is an error naming its line (kaldilm would stop with a less precise message or, for a missing
-    ``\\end\\``, not at all)."""
+    With ``check`` the ARPA file is first read by :func:`asrlib.lang.arpa.read_arpa` (a file above
+    ``ARPA_FULL_CHECK_MAX_BYTES`` for its structure only), so that a truncated or inconsistent file is an error naming
+    its line."""
     arpa = Path(arpa)
     if not arpa.is_file():
         raise AsrError(f"ARPA language model {arpa} does not exist (lang.arpa)")
     if check:
         from asrlib.lang.arpa import read_arpa
 
-        read_arpa(arpa, max_order=ngram_order)
+        # the full check holds the model in memory (about 0.5 KiB an n-gram): above the limit, the structure only
+        read_arpa(arpa, max_order=ngram_order, structure_only=arpa.stat().st_size > ARPA_FULL_CHECK_MAX_BYTES)
     limit = KALDILM_TIMEOUT_S + arpa.stat().st_size / 1e5  # about 10 s more per MB of ARPA
     with tempfile.TemporaryDirectory(dir=arpa.parent, prefix=".g_") as tmp:
         out = Path(tmp) / "G.fst"

@@ -1,10 +1,9 @@
 """Distributed algorithms, exact properties (2 Gloo learners on CPU, toy CTC task, plain SGD):
 ma K=1 == sync; bmuf eta=0 zeta=1 == ma (same period); 1-level hierarchical averaging == periodic; learners hold
-identical parameters after every synchronisation; shards are disjoint, deterministic and padded to equal length."""
+identical parameters after every synchronisation."""
 
 import pytest
 
-from asrlib.parallel.base import shard_round_robin
 from asrlib.parallel.harness import run_learners, run_toy_scenarios
 from helpers import make_toy_ctc_setup, toy_config_yaml
 
@@ -12,17 +11,6 @@ from helpers import make_toy_ctc_setup, toy_config_yaml
 def _max_diff(a, b):
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-@pytest.mark.parametrize("n,world", [(9, 2), (10, 2), (7, 4), (3, 4)])
-def test_shards_disjoint_complete_padded(n, world):
-    batches = [[f"u{i}a", f"u{i}b"] for i in range(n)]
-    shards = [shard_round_robin(batches, r, world) for r in range(world)]
-    assert len({len(s) for s in shards}) == 1  # equal length: same number of steps
-    real = [b for s in shards for b in s if b]
-    assert sorted(map(tuple, real)) == sorted(map(tuple, batches))  # disjoint and complete
-    assert sum(1 for s in shards for b in s if not b) == -n % world  # padding only where needed
-    assert shard_round_robin(batches, 1, world) == shards[1]  # deterministic
 
 
 def test_equivalences_and_identical_params(tmp_path):

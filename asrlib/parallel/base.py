@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import math
 import random
 import threading
 import time
@@ -40,13 +39,6 @@ from asrlib.train.algo import TrainAlgo
 from asrlib.train.checkpoint import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
-
-
-def shard_round_robin(batches: Sequence[List[str]], rank: int, world: int) -> List[List[str]]:
-    """Learner ``rank``'s batches, padded with ``[]`` to the longest shard (``ceil(len / world)``)."""
-    mine = [list(b) for b in batches[rank::world]]
-    longest = math.ceil(len(batches) / world)
-    return mine + [[] for _ in range(longest - len(mine))]
 
 
 def flatten(tensors: Sequence[torch.Tensor], device: Optional[torch.device] = None) -> torch.Tensor:
@@ -101,12 +93,6 @@ class DistAlgo(TrainAlgo):
         self._t_cycle: Optional[float] = None
 
     # ------------------------------------------------------------------ data
-    def shard_batches(self, batches: Sequence[List[str]], epoch: int) -> List[List[str]]:
-        return shard_round_robin(batches, self.rank, self.world_size)
-
-    def shard_eval(self, batches: Sequence[List[str]]) -> List[List[str]]:
-        return [list(b) for b in batches[self.rank :: self.world_size]]
-
     def reduce_metric(self, total: float, count: float) -> tuple:
         t = torch.tensor([float(total), float(count)], dtype=torch.float64, device=self.device)
         with self.meter.category("bookkeeping"):

@@ -1,19 +1,19 @@
 """The seam where a (distributed) training algorithm plugs into the trainer.
 
-The trainer calls, in order, for each step: ``shard_batches`` once per epoch, then per batch ``after_backward``
-(e.g. gradient all-reduce) and ``after_step`` (e.g. periodic model averaging, BMUF block update); ``end_epoch``
-before the dev loss (computed on ``shard_eval`` of the dev batches, summed by ``reduce_metric``) and
-``end_training`` after the last epoch (``epoch_scalars`` after each ``end_epoch``: the algorithm's figures for
-TensorBoard). An empty batch ``[]`` in a shard means "no data for this learner at this
-step, but take part in the step's communication" (uneven shard ends). The algorithm's own state is saved in every
-checkpoint through ``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo``
-is the
+The trainer calls, for each step, ``after_backward`` (e.g. gradient all-reduce) and ``after_step`` (e.g. periodic
+model averaging, BMUF block update); ``end_epoch`` before the dev loss (each learner sums its share of the dev
+batches, combined by ``reduce_metric``) and ``end_training`` after the last epoch (``epoch_scalars`` after each
+``end_epoch``: the algorithm's figures for TensorBoard). Each learner's batches come from the data path
+(asrlib/train/loader.py: lhotse's sampler with the learner's rank, the same number of batches on every rank); a step
+with ``has_data=False`` (a learner without data at that step, e.g. an uneven shard end in the test harness) still
+takes part in the step's communication. The algorithm's own state is saved in every checkpoint through
+``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo`` is the
 single-process algorithm: it does nothing at those points.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict
 
 import torch
 
@@ -29,14 +29,6 @@ class TrainAlgo:
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called once after the model/optimizer exist (and after a checkpoint was loaded)."""
-
-    def shard_batches(self, batches: Sequence[List[str]], epoch: int) -> List[List[str]]:
-        """This learner's batches for the epoch (deterministic in seed, epoch and rank)."""
-        return list(batches)
-
-    def shard_eval(self, batches: Sequence[List[str]]) -> List[List[str]]:
-        """This learner's share of the dev batches (its sums are combined by ``reduce_metric``)."""
-        return list(batches)
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
         """Gradients are ready and not yet applied (zero if ``has_data`` is False); return whether to step."""

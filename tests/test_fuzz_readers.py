@@ -313,7 +313,29 @@ def _seed_manifest_gz(d: Path) -> Path:
     return d / "recordings.jsonl.gz"
 
 
+def _seed_cuts(d: Path) -> Path:
+    import numpy as np
+
+    from asrlib.data.cuts import write_cuts
+    from asrlib.kaldi_io import write_matrices
+
+    (d / "data").mkdir()
+    (d / "data" / "wav.scp").write_text(f"u1 {_seed_wav(d)}\n")
+    (d / "data" / "text").write_text("u1 HELLO\n")
+    write_matrices(d / "fb" / "feats.ark", [("u1", np.zeros((10, 4), np.float32))])
+    (d / "fb" / "utt2num_frames").write_text("u1 10\n")
+    write_cuts(d / "data", d / "cuts.jsonl.gz", d / "fb")
+    return d / "cuts.jsonl.gz"
+
+
+def read_cuts(p: Path):
+    from asrlib.data.cuts import open_cuts
+
+    return len(list(open_cuts(p)))
+
+
 READERS = {
+    "cuts_lazy": (_seed_cuts, read_cuts),
     "table": (_seed_table, read_table),
     "data_dir": (_seed_data_dir, read_data_dir),
     "ark": (_seed_ark, read_ark),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
@@ -49,10 +50,21 @@ class KaldiArkReader(FeaturesReader):
 class NumberedManifest(LazyManifestIterator):
     """lhotse's lazy JSONL manifest iterator, with errors that name the file and the line."""
 
+    def __len__(self) -> int:  # one pass through the checked reader (lhotse's own count reads the raw stream)
+        return sum(1 for _ in self)
+
     def __iter__(self):
         path = self.source.path
+        n = 0
         with open_best(path, "r") as f:
-            for n, line in enumerate(f, 1):
+            while True:
+                try:
+                    line = f.readline()
+                except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:  # a damaged gzip stream or text
+                    raise AsrError(f"{path}:{n + 1}: damaged manifest ({type(e).__name__}: {str(e)[:150]})") from None
+                if not line:
+                    return
+                n += 1
                 if not line.strip():
                     continue
                 try:

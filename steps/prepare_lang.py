@@ -120,6 +120,9 @@ def main(argv=None):
         lm_text=lm_text,
         lm_text_has_utt_ids=cfg.lm_text_has_utt_ids,
         grammar_words=cfg.grammar_words,
+        lm_prune_target=cfg.lm_prune_target,
+        lm_count_cutoffs=cfg.lm_count_cutoffs or (),
+        lm_toolkit=cfg.lm_toolkit,
     )
     info = {
         "words": len(lexicon),

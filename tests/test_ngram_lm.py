@@ -202,6 +202,10 @@ def test_prepare_lang_estimates_from_lm_text(tmp_path):
     assert (data / "lang" / "TLG.fst").is_file()
     order, table = read_arpa(data / "lang" / "lm_2gram.arpa")
     assert order == 2 and ("ONE", "TWO") in table
+    full = len(table)
+    # stage 3 passes the lang.lm_* pruning settings on: the same LM pruned to a target size
+    assert prepare_lang_main(args + ["--set", f"lang.lm_prune_target={full - 3}"]) == 0
+    assert len(read_arpa(data / "lang" / "lm_2gram.arpa")[1]) == full - 3
     with pytest.raises(AsrError, match=r"LM text .*missing\.txt does not exist \(lang\.lm_text\)"):
         prepare_lang_main(args[:-1] + ["lang.ngram_order=3", "--set", "lang.lm_text=[train/text, missing.txt]"])
     with pytest.raises(AsrError, match="neither lang.arpa .* nor lang.lm_text"):

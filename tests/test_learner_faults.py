@@ -35,7 +35,7 @@ ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "TORCHELASTIC"))},
     "PYTHONPATH": str(ROOT),
 }
-CKPT = 3  # checkpoint_every; 5 steps per learner per epoch, 2 epochs
+CKPT = 3  # checkpoint_every; 6 steps per learner per epoch (lhotse's sampler on the toy set), 2 epochs
 SLOW = ["train.dist.straggler_rank=1", "train.dist.straggler_sleep=0.2"]
 
 
@@ -140,7 +140,7 @@ def test_a_killed_learner_is_restarted_from_the_last_checkpoint_and_ends_bit_ide
     log = (exp / "log" / "train.log").read_text()
     assert "torchrun restart 1 of 1: resuming from the last checkpoint" in log  # ... and restarted the job
     rep = restart_report(exp)
-    assert rep["attempts"] == 2 and rep["restarts"] == 1 and rep["final_step"] == 10, rep
+    assert rep["attempts"] == 2 and rep["restarts"] == 1 and rep["final_step"] == 12, rep
     assert rep["resumed_step"] == CKPT and 1 <= rep["steps_lost"] <= CKPT, rep
     assert (exp / "final.pt").is_file() and (exp / ".train.done").is_file()
     assert json.loads((exp / ".lock").read_text() or "{}") == {}  # released at the end
@@ -148,7 +148,7 @@ def test_a_killed_learner_is_restarted_from_the_last_checkpoint_and_ends_bit_ide
 
 
 def test_bmuf_job_killed_mid_block_and_rerun_ends_bit_identical(toy):
-    bmuf = ["train.dist.period=3", "train.checkpoint_every=4"]  # blocks end at steps 3, 5 (epoch end), 8, 10
+    bmuf = ["train.dist.period=3", "train.checkpoint_every=4"]  # blocks end at steps 3, 6 (epoch end), 9, 12
     ref = toy.parent / "bmuf_ref"
     ref_job = _start(_cmd(toy, ref, "bmuf", *bmuf, restarts=0), toy.parent / "bmuf_ref.out")  # alongside
     exp, out = toy.parent / "bmuf_res", toy.parent / "bmuf_res.out"
@@ -167,7 +167,7 @@ def test_bmuf_job_killed_mid_block_and_rerun_ends_bit_identical(toy):
     assert not (exp / "final.pt").exists()
     assert _run(cmd, toy.parent / "bmuf_rerun.out") == 0, (toy.parent / "bmuf_rerun.out").read_text()[-3000:]
     rep = restart_report(exp)
-    assert rep["attempts"] == 2 and rep["resumed_step"] == 4 and rep["final_step"] == 10, rep
+    assert rep["attempts"] == 2 and rep["resumed_step"] == 4 and rep["final_step"] == 12, rep
     assert _finish(ref_job) == 0, (toy.parent / "bmuf_ref.out").read_text()[-3000:]
     _assert_same_weights(ref, exp)
 

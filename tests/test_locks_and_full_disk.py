@@ -357,7 +357,17 @@ def test_feature_stage_on_a_disk_that_fills_up_fails_cleanly_and_the_rerun_compl
     assert json.loads((out / ".done").read_text())["num_utts"] == 3
     from asrlib.features.fbank import compute_fbank
 
-    compute_fbank(tmp_path / "data", tmp_path / "ref", nj=2, num_mel_bins=23, show_progress=False)
+    compute_fbank(tmp_path / "data", tmp_path / "ref", nj=2, num_mel_bins=23, show_progress=False, compress=True)
     ref = dict(MatrixReader(tmp_path / "ref" / "feats.scp"))
     got = dict(MatrixReader(out / "feats.scp"))
     assert got.keys() == ref.keys() and all(got[k].tobytes() == ref[k].tobytes() for k in ref)
+
+
+def test_stale_temporaries_of_every_writer_are_removed_under_the_lock(tmp_path):
+    from asrlib.io.stage import remove_stale_temps
+
+    for name in (".x.ab12.tmp", ".tmp4242.logprobs.ark", ".tmp4242.cuts.jsonl.gz", "keep.ark", ".tmpfoo", ".lock"):
+        (tmp_path / name).write_text("")
+    removed = sorted(p.name for p in remove_stale_temps(tmp_path))
+    assert removed == [".tmp4242.cuts.jsonl.gz", ".tmp4242.logprobs.ark", ".x.ab12.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", ".tmpfoo", "keep.ark"]

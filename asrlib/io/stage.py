@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import re
 import logging
 import os
 import socket
@@ -21,7 +22,20 @@ from asrlib.io.atomic import _UMASK, write_json
 
 LOCK_NAME = ".lock"
 
+_PID_TEMP = re.compile(r"^\.tmp\d+\.")  # kaldi_io's archives, lhotse manifests: .tmp<pid>.<name>
 _held: Dict[Path, int] = {}  # directories this process has locked → nesting depth
+_fds: Dict[Path, int] = {}  # their lock files' descriptors
+
+
+def close_inherited_locks() -> None:
+    """In a forked helper process that must not keep its parent's directory locks (a DataLoader worker): close
+    its copies of the lock files' descriptors, so that the locks go with the parent when it exits or is killed
+    (an ``flock`` lasts while any process holds the open file)."""
+    for fd in _fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _fds.clear()
+    _held.clear()
 
 
 def _lock_holder(lock: Path) -> str:
@@ -74,12 +88,12 @@ def dir_lock(directory: PathLike) -> Iterator[Path]:
         with contextlib.suppress(OSError):  # details only; on a full disk the lock itself still holds
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        _held[key] = 1
+        _held[key], _fds[key] = 1, fd
         try:
             remove_stale_temps(key)
             yield lock
         finally:
-            del _held[key]
+            del _held[key], _fds[key]
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # an empty lock file: nobody holds it (a killed holder's details stay)
     finally:
@@ -87,7 +101,8 @@ def dir_lock(directory: PathLike) -> Iterator[Path]:
 
 
 def remove_stale_temps(directory: PathLike) -> List[Path]:
-    """Remove the temporary files (``.NAME.XXXX.tmp``, see :func:`atomic_path`) under ``directory``.
+    """Remove the temporary files (``.NAME.XXXX.tmp``, see :func:`atomic_path`; ``.tmp<pid>.NAME`` of the archive and
+    manifest writers) under ``directory``.
 
     Call only while holding the directory's lock: any such file then belongs to a run that was killed before it
     could rename or remove it. Subdirectories with a lock file of their own are another step's and are left alone.
@@ -98,7 +113,7 @@ def remove_stale_temps(directory: PathLike) -> List[Path]:
     for d, subdirs, files in os.walk(root):
         subdirs[:] = [s for s in subdirs if not (Path(d) / s / LOCK_NAME).exists()]
         for f in files:
-            if f.startswith(".") and f.endswith(".tmp") and f != LOCK_NAME:
+            if (f.startswith(".") and f.endswith(".tmp") and f != LOCK_NAME) or _PID_TEMP.match(f):
                 p = Path(d) / f
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()

@@ -240,9 +240,10 @@ RESTART_RE = re.compile(r"torchrun restart (\d+) of")
 def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
     """``{rank: pid}`` of the live learners of torchrun attempt ``attempt`` (0 = the first start, k = its k-th
     restart) that train into ``exp_dir``, found in /proc (Linux): a ``steps.train`` process whose ``--exp-dir`` is
-    ``exp_dir`` and whose environment holds RANK and TORCHELASTIC_RESTART_COUNT."""
+    ``exp_dir`` and whose environment holds RANK and TORCHELASTIC_RESTART_COUNT, and whose parent is not one (its
+    DataLoader workers)."""
     want = Path(exp_dir).resolve()
-    out: Dict[int, int] = {}
+    found: Dict[int, tuple] = {}  # pid -> (rank, parent pid)
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -258,11 +259,13 @@ def learner_pids(exp_dir: Union[str, Path], attempt: int = 0) -> Dict[int, int]:
                 for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
                 if "=" in kv
             )
-        except OSError:  # the process ended meanwhile, or is not ours
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # the process ended meanwhile, or is not ours
             continue
         if "RANK" in env and env.get("TORCHELASTIC_RESTART_COUNT") == str(attempt):
-            out[int(env["RANK"])] = int(d.name)
-    return out
+            found[int(d.name)] = (int(env["RANK"]), ppid)
+    # a learner's DataLoader workers are forks of it (same command line and environment): not learners
+    return {rank: pid for pid, (rank, ppid) in found.items() if ppid not in found}
 
 
 def log_attempts(log_file: Union[str, Path]) -> List[Dict[str, Any]]:

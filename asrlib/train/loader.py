@@ -356,6 +356,7 @@ class CutData:
                 pin_memory=cfg.pin_memory and torch.cuda.is_available(),
                 persistent_workers=cfg.persistent_workers and n > 0,
                 generator=torch.Generator().manual_seed(0),  # leaves the global RNG (checkpointed) untouched
+                worker_init_fn=_worker_init,
             )
             self._loaders[n] = (holder, loader)
         holder, loader = self._loaders[n]
@@ -375,6 +376,13 @@ class _IndexSource(torch.utils.data.Sampler):
 
 def _identity(x):
     return x
+
+
+def _worker_init(worker_id: int) -> None:
+    """A forked worker drops its copies of the trainer's exp-dir lock: killed, the trainer releases it at once."""
+    from asrlib.io.stage import close_inherited_locks
+
+    close_inherited_locks()
 
 
 def epoch_cut_batches(data: CutData, s: SamplerSettings, epoch: int, skip: int, shuffle: bool = True) -> Iterator:

@@ -179,11 +179,19 @@ class TrainConfig:
     num_threads: int = 2  # torch threads per training process
     spec_augment: bool = True  # SpecAugment: time and frequency masks on the training features
     freq_warp: float = 0.0  # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
+    # ours (asrlib/train/augment.py) | lhotse (lhotse.dataset.SpecAugment with the same masks plus its time warp)
+    spec_augment_impl: str = "ours"
+    time_warp: int = 80  # spec_augment_impl lhotse: its time_warp_factor (0 = none)
     # on-the-fly noise (asrlib/train/noise_aug.py): share of training utterances that get white/pink/babble noise
     # added in the log-mel domain at an SNR (dB) drawn uniformly from [noise_snr_min, noise_snr_max]
     noise_prob: float = 0.0
-    noise_snr_min: float = 5.0  # dB (noise_prob)
-    noise_snr_max: float = 25.0  # dB (noise_prob)
+    noise_snr_min: float = 5.0  # dB (noise_prob, noise_cuts)
+    noise_snr_max: float = 25.0  # dB (noise_prob, noise_cuts)
+    # noise from a corpus mixed into the training cuts by lhotse (asrlib/train/noise_mix.py; CTC training): a folder
+    # of audio files or a lhotse cut/recording manifest (e.g. MUSAN's noise from `lhotse prepare musan`), mixed into a
+    # noise_cuts_prob share of the cuts at an SNR from [noise_snr_min, noise_snr_max]; features computed on the fly
+    noise_cuts: str = ""
+    noise_cuts_prob: float = 0.5
     log_every: int = 10  # steps between training log lines (text log and TensorBoard)
     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     kill_after_steps: int = 0

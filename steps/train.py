@@ -31,6 +31,7 @@ from asrlib.parallel import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.loader import CtcTargets, CutData, open_set
+from asrlib.train.noise_mix import NoiseMix
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
 log = logging.getLogger("train")
@@ -73,8 +74,11 @@ def main(argv=None):
 
     targets = CtcTargets(a.lang_dir, stack)
 
+    t = cfg.train
+
     def dataset(name: str) -> CutData:
-        train = name == a.train_set and bool(cfg.train.speed_perturb)
+        perturb = name == a.train_set and bool(t.speed_perturb)
+        noise = name == a.train_set and bool(t.noise_cuts)
         return open_set(
             a.feats_dir / name,
             targets,
@@ -84,9 +88,14 @@ def main(argv=None):
             cfg.train.loader,
             excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
             data_dir=a.data_dir / name,
-            speed_perturb=check_speed_factors(cfg.train.speed_perturb) if train else (),
-            fbank=(cfg.features.num_mel_bins, cfg.data.sample_rate) if train else None,
-            seed=cfg.train.seed,
+            speed_perturb=check_speed_factors(t.speed_perturb) if perturb else (),
+            fbank=(cfg.features.num_mel_bins, cfg.data.sample_rate) if perturb or noise else None,
+            seed=t.seed,
+            noise_mix=NoiseMix(
+                t.noise_cuts, cfg.data.sample_rate, t.noise_cuts_prob, t.noise_snr_min, t.noise_snr_max, t.seed
+            )
+            if noise
+            else None,
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)

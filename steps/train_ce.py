@@ -62,6 +62,8 @@ def main(argv=None):
     torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
     num_pdfs = int(ali_info["num_pdfs"])
+    if cfg.train.noise_cuts or cfg.train.speed_perturb:  # their cuts' frames would not match the alignments
+        log.warning("train.noise_cuts and train.speed_perturb apply to CTC training (steps.train), not to this one")
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
     cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack

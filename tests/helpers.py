@@ -52,10 +52,14 @@ def make_toy_ctc_setup(
         write_table(root / "fbank" / name / "utt2num_frames", [(u, str(len(x))) for u, x in feats])
         write_table(root / "data" / name / "text", text)
     compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", show_progress=False)
-    lang = root / "lang"
+    write_toy_lang(root / "lang")
+    return root
+
+
+def write_toy_lang(lang: Path) -> None:
+    """The toy task's lang dir: lexicon.txt (W1-W4) and tokens.txt (blank, A-D)."""
     write_table(lang / "lexicon.txt", [(w, " ".join(p)) for w, p in LEXICON.items()])
     write_table(lang / "tokens.txt", [("<blk>", "0")] + [(p, str(i + 1)) for i, p in enumerate(PHONES)], sort=False)
-    return root
 
 
 def toy_config_yaml(path: Path, feat_dim: int = 20, **train_overrides) -> Path:
@@ -112,6 +116,20 @@ def toy_dirs(root: Path) -> List[str]:
     return ["--data-dir", str(root / "data"), "--feats-dir", str(root / "fbank"), "--lang-dir", str(root / "lang")]
 
 
+def train_step(setup: Path, cfg: Path, exp: Path, *extra: str) -> "subprocess.CompletedProcess[str]":
+    """``python -m steps.train`` on a set-up of :func:`make_toy_ctc_setup` (or :func:`make_audio_ctc_setup`) into
+    ``exp``, output captured."""
+    cmd = [sys.executable, "-m", "steps.train", "--config", str(cfg), *toy_dirs(setup), "--exp-dir", str(exp), *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def final_params(path: Path) -> dict:
+    """The weights in a checkpoint or final model written by training."""
+    import torch
+
+    return torch.load(path, weights_only=True)["model"]
+
+
 TINY_TRAIN = {
     "epochs": 1,
     "batch_seconds": 4,
@@ -133,3 +151,52 @@ def tiny_recipe_run(recipe: str, tmp_path: Path, sections: Dict[str, dict]) -> "
     return run_recipe(
         recipe, "--config", conf, "--stop-stage", 4, "--nj", 1, "--data", tmp_path / "data", "--exp", tmp_path / "exp"
     )
+
+
+def make_audio_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, num_mel_bins: int = 20) -> Path:
+    """The toy task's lang and words, but with audio: ``root/data/<set>`` (wav.scp of 1-2 s tone sequences at
+    16 kHz, text) and ``root/fbank/<set>`` computed from it (``num_mel_bins``), global CMVN of train. For what needs
+    audio: speed perturbation, noise mixing, on-the-fly features."""
+    import soundfile as sf
+
+    from asrlib.features.fbank import compute_fbank
+
+    root = Path(root)
+    rng = np.random.default_rng(0)
+    words = sorted(LEXICON)
+    for name, n in (num_utts or {"train": 12, "dev": 4}).items():
+        d = root / "data" / name
+        (root / "wav").mkdir(parents=True, exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
+        rows, text = [], []
+        for i in range(n):
+            utt = f"spk{i % 2}-{name}-{i:03d}"
+            ws = [words[j] for j in rng.integers(0, len(words), size=int(rng.integers(1, 4)))]
+            tones = [300.0 * (1 + PHONES.index(ph)) for w in ws for ph in LEXICON[w]]
+            t = np.arange(int(16000 * 0.3)) / 16000
+            x = np.concatenate([np.zeros(1600)] + [0.3 * np.sin(2 * np.pi * f * t) for f in tones] + [np.zeros(1600)])
+            x = x + rng.normal(0, 0.003, size=len(x))
+            sf.write(root / "wav" / f"{utt}.wav", x.astype(np.float32), 16000)
+            rows.append((utt, str(root / "wav" / f"{utt}.wav")))
+            text.append((utt, " ".join(ws)))
+        write_table(d / "wav.scp", rows)
+        write_table(d / "text", text)
+        compute_fbank(d, root / "fbank" / name, nj=1, num_mel_bins=num_mel_bins, show_progress=False)
+    compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", show_progress=False)
+    write_toy_lang(root / "lang")
+    return root
+
+
+def write_noise_dir(folder: Path, sample_rates=(16000, 8000), seconds: float = 3.0) -> Path:
+    """A folder of white/brown noise WAV files (one per rate in ``sample_rates``): a noise corpus for mixing."""
+    import soundfile as sf
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    for i, sr in enumerate(sample_rates):
+        x = rng.normal(0, 0.1, size=int(sr * seconds))
+        if i % 2:
+            x = np.cumsum(x) / 30.0
+        sf.write(folder / f"noise{i}_{sr}.wav", x.astype(np.float32), sr)
+    return folder

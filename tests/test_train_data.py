@@ -16,7 +16,7 @@ from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 from asrlib.models.lstm import build_model
-from asrlib.train.augment import freq_warp, spec_augment
+from asrlib.train.augment import freq_warp, make_spec_augment, spec_augment
 from asrlib.train.loader import (
     CtcTargets,
     SamplerSettings,
@@ -25,7 +25,7 @@ from asrlib.train.loader import (
     epoch_cut_batches,
     open_set,
 )
-from helpers import make_toy_ctc_setup
+from helpers import make_audio_ctc_setup, make_toy_ctc_setup
 
 
 def _set(setup, name="train", workers=0, **kw):
@@ -222,55 +222,49 @@ def test_spec_augment_is_reproducible_from_the_global_rng():
     assert torch.equal(a, b) and not torch.equal(a, x)
 
 
+@pytest.mark.parametrize("impl", ["ours", "lhotse"])
+def test_both_spec_augments_are_reproducible_from_the_checkpointed_rngs_and_leave_padding(impl):
+    import random
+
+    aug = make_spec_augment(impl, 0.0, 20)
+    x = torch.randn(3, 120, 40)
+    x[1, 70:] = 0.0  # padding of a shorter utterance
+    lens = torch.tensor([120, 70, 120])
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(5), random.seed(5), np.random.seed(5)
+        outs.append(aug(x, lens))
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], x)
+    masked_bins = (outs[0] == outs[0][:, :1, :]).all(dim=1).sum()  # bins constant over time: frequency masks
+    assert 1 <= masked_bins <= 3 * 2 * 10
+    if impl == "lhotse":  # its time warp stays inside the utterance: the padding is not warped into it
+        assert float(outs[0][1, 70:].abs().max()) < 1.0
+
+
+def test_unknown_spec_augment_impl_is_a_clear_error():
+    with pytest.raises(AsrError, match="spec_augment_impl"):
+        make_spec_augment("torchaudio", 0.0, 80)
+
+
 def test_lazy_speed_perturbation_adds_resampled_copies_without_writing_anything(tmp_path):
     """train.speed_perturb: every cut also at 0.9 and 1.1, features computed in the worker; no file written."""
-    import soundfile as sf
-
-    from asrlib.features.cmvn import compute_global_cmvn
-    from asrlib.features.fbank import compute_fbank
-    from asrlib.train.loader import CutData, Normaliser, OnTheFlyFbank
-
-    data, fb = tmp_path / "data", tmp_path / "fbank"
-    data.mkdir()
-    rows = []
-    for i in range(4):
-        t = np.arange(int(16000 * (1 + 0.3 * i))) / 16000
-        sf.write(data / f"u{i}.wav", (0.3 * np.sin(2 * np.pi * (300 + 80 * i) * t)).astype(np.float32), 16000)
-        rows.append((f"u{i}", str(data / f"u{i}.wav")))
-    write_table(data / "wav.scp", rows)
-    write_table(data / "text", [(u, "A") for u, _ in rows])
-    compute_fbank(data, fb, nj=1, num_mel_bins=20, show_progress=False)
-    compute_global_cmvn(fb / "feats.scp", fb, show_progress=False)
-
-    class AnyText:
-        def check(self, cut):
-            return None
-
-        def targets(self, cut):
-            return [1]
-
-        def collate(self, feats, targets):
-            from asrlib.train.loader import pad_features
-
-            x, lens = pad_features(feats)
-            return {"feats": x, "feat_lens": lens}
-
-    from asrlib.features.cmvn import load_cmvn
-
-    ds = CutData(
-        ensure_cuts(fb, data),
-        AnyText(),
-        Normaliser(load_cmvn(fb / "cmvn.scp")),
-        LoaderConfig(num_workers=2),
-        on_the_fly=OnTheFlyFbank(20, 16000),
+    setup = make_audio_ctc_setup(tmp_path, {"train": 4})
+    ds = open_set(
+        setup / "fbank" / "train",
+        CtcTargets(setup / "lang", 3),
+        setup / "fbank" / "train" / "cmvn.scp",
+        loader=LoaderConfig(num_workers=2),
+        data_dir=setup / "data" / "train",
         speed_perturb=[0.9, 1.0, 1.1],
+        fbank=(20, 16000),
         seed=1,
     )
     files = sorted(p.name for p in tmp_path.rglob("*"))
     batches = list(ds.batches(epoch_cut_batches(ds, SamplerSettings(max_duration=100.0, seed=0), 0, 0)))
     frames = {u: int(n) for b in batches for u, n in zip(b["ids"], b["feat_lens"])}
-    assert sorted(frames) == sorted(f"u{i}{sp}" for i in range(4) for sp in ("", "_sp0.9", "_sp1.1"))
-    for i in range(4):  # played slower: longer; faster: shorter (within a frame of the factor)
-        assert abs(frames[f"u{i}_sp0.9"] - frames[f"u{i}"] / 0.9) <= 2
-        assert abs(frames[f"u{i}_sp1.1"] - frames[f"u{i}"] / 1.1) <= 2
+    utts = [f"spk{i % 2}-train-{i:03d}" for i in range(4)]
+    assert sorted(frames) == sorted(u + sp for u in utts for sp in ("", "_sp0.9", "_sp1.1"))
+    for u in utts:  # played slower: longer; faster: shorter (within a frame of the factor)
+        assert abs(frames[f"{u}_sp0.9"] - frames[u] / 0.9) <= 2
+        assert abs(frames[f"{u}_sp1.1"] - frames[u] / 1.1) <= 2
     assert sorted(p.name for p in tmp_path.rglob("*")) == files  # nothing written: no audio, no features

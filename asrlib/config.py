@@ -191,7 +191,7 @@ class TrainConfig:
     # of audio files or a lhotse cut/recording manifest (e.g. MUSAN's noise from `lhotse prepare musan`), mixed into a
     # noise_cuts_prob share of the cuts at an SNR from [noise_snr_min, noise_snr_max]; features computed on the fly
     noise_cuts: str = ""
-    noise_cuts_prob: float = 0.5
+    noise_cuts_prob: float = 0.5  # share of the training cuts that get noise from noise_cuts
     log_every: int = 10  # steps between training log lines (text log and TensorBoard)
     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     kill_after_steps: int = 0

@@ -74,6 +74,10 @@ def test_two_learners_get_as_many_batches_and_disjoint_cuts(tmp_path):
     assert len(set(seen)) == 41  # everything once (lhotse splits the last batches; it duplicates only below 2 cuts)
     dev = [_ids(dev_cut_batches(ds, 2.0, r, 2)) for r in (0, 1)]
     assert sorted(u for d in dev for b in d for u in b) == sorted(seen)  # the dev share: exact, no duplicate
+    # the trainer's one pass over the metadata: each learner's batch count, and the whole set's cuts and seconds
+    for r in (0, 1):
+        batches, n, seconds = _set(setup).census(SamplerSettings(max_duration=2.0, seed=3, world_size=2, rank=r))
+        assert (batches, n) == (len(shards[r]), 41) and seconds == pytest.approx(_set(setup).stats()[1])
 
 
 def test_workers_build_the_same_batches_as_the_training_process(tmp_path):

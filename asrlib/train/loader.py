@@ -342,7 +342,8 @@ class CutData:
             return batches
         return (c if c is None else self.noise_mix(c, epoch, i) for i, c in enumerate(batches, start=first))
 
-    def sampler(self, s: SamplerSettings, shuffle: bool):
+    def sampler(self, s: SamplerSettings, shuffle: bool, keep=None):
+        """lhotse's sampler over the cuts that ``keep`` (default :meth:`usable`) lets through, as it meets them."""
         from lhotse.dataset import DynamicBucketingSampler
 
         n = sum(1 for _ in islice(self.cuts, s.num_buckets))  # a set smaller than the buckets: fewer buckets
@@ -359,7 +360,27 @@ class CutData:
             rank=s.rank,
             seed=s.seed,
         )
-        return sampler.filter(self.usable)
+        return sampler.filter(keep or self.usable)
+
+    def census(self, s: SamplerSettings) -> Tuple[int, int, float]:
+        """One pass of the sampler over epoch 0's metadata (no features read): (this learner's batches, the usable
+        cuts, their seconds). Every rank's sampler meets every cut (lhotse forms all batches and keeps each
+        ``world_size``-th), so the counts and the exclusions are the whole set's."""
+        tally = [0, 0.0]
+
+        def counted(cut) -> bool:
+            ok = self.usable(cut)
+            if ok:
+                tally[0], tally[1] = tally[0] + 1, tally[1] + cut.duration
+            return ok
+
+        sampler = self.sampler(s, shuffle=True, keep=counted)
+        sampler.set_epoch(0)
+        batches = sum(1 for _ in sampler)
+        if not tally[0]:
+            self.write_report()
+            raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+        return batches, tally[0], tally[1]
 
     def batches(self, index_source: Iterator, workers: Optional[int] = None) -> Iterator[dict]:
         """Padded batches of the CutSets (or ``None`` padding) that ``index_source`` yields, read by the loader's

@@ -126,16 +126,17 @@ class Trainer:
         self.extra_state = extra_state or {}
         self.optimizer = make_optimizer(model.parameters(), self.tcfg)
         self.sampling = SamplerSettings.of(self.tcfg, self.algo.rank, self.algo.world_size)
-        self.num_cuts, self.train_seconds = train_ds.stats()
+        # one pass of the sampler over the cut metadata (no features read): this learner's batches in epoch 0, which
+        # times the epochs is the schedule's length (later epochs differ by a batch or two: clamped by the schedule),
+        # and the usable cuts with their seconds
+        batches, self.num_cuts, self.train_seconds = train_ds.census(self.sampling)
+        self.epoch_steps = max(1, batches)
         for ds, n in ((train_ds, self.num_cuts), (dev_ds, dev_ds.stats()[0] if dev_ds is not None else 0)):
             excluded = ds.write_report() if ds is not None else 0
             if excluded:
                 log.warning(
                     "excluded %d of %d utterances of %s (see %s)", excluded, excluded + n, ds.name, ds.excluded_path
                 )
-        # the schedule's length: this learner's batches in epoch 0 (a pass of the sampler over the cut metadata, no
-        # features read), times the epochs; later epochs differ by a batch or two (clamped by the schedule)
-        self.epoch_steps = max(1, sum(1 for _ in epoch_cut_batches(train_ds, self.sampling, 0, 0)))
         self.total_steps = self.epoch_steps * self.tcfg.epochs
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0

@@ -193,10 +193,13 @@ def _sources(cut) -> str:
 class BatchDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the sampler's CutSets: features (read or computed), normalised, with targets,
     padded. A cut whose features cannot be read is skipped and reported in the batch's ``skipped``; ``None`` (a
-    learner's padding step) gives an empty batch."""
+    learner's padding step) gives an empty batch. ``numpy``: a worker sends numpy arrays (:func:`_from_worker`;
+    not when the DataLoader pins memory for CUDA, which pins tensors only)."""
 
-    def __init__(self, targets, normalise: Normaliser, on_the_fly: Optional[OnTheFlyFbank] = None) -> None:
-        self.targets, self.normalise, self.on_the_fly = targets, normalise, on_the_fly
+    def __init__(
+        self, targets, normalise: Normaliser, on_the_fly: Optional[OnTheFlyFbank] = None, numpy: bool = True
+    ) -> None:
+        self.targets, self.normalise, self.on_the_fly, self.numpy = targets, normalise, on_the_fly, numpy
 
     def __getitem__(self, cuts) -> dict:
         if cuts is None:
@@ -214,7 +217,7 @@ class BatchDataset(torch.utils.data.Dataset):
             targets.append(self.targets.targets(cut))
             ids.append(cut.id)
         batch = self.targets.collate(feats, targets) if feats else {}
-        if torch.utils.data.get_worker_info() is not None:
+        if self.numpy and torch.utils.data.get_worker_info() is not None:
             batch = {k: v.numpy() for k, v in batch.items()}  # see _from_worker
         return {**batch, "ids": ids, "skipped": skipped}
 
@@ -326,14 +329,13 @@ class CutData:
         for c in self.usable_cuts():
             n, seconds = n + 1, seconds + c.duration
         if not n:
-            self.write_report()
-            raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+            raise self._none_usable()
         return n, seconds
 
     def feature_dim(self) -> int:
         for cut in self.usable_cuts():
             return load_features(cut, self.on_the_fly).shape[1]
-        raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+        raise self._none_usable()
 
     # ---------------------------------------------------------------- batches
     def mixed(self, batches: Iterator, epoch: int, first: int) -> Iterator:
@@ -378,9 +380,13 @@ class CutData:
         sampler.set_epoch(0)
         batches = sum(1 for _ in sampler)
         if not tally[0]:
-            self.write_report()
-            raise AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
+            raise self._none_usable()
         return batches, tally[0], tally[1]
+
+    def _none_usable(self) -> AsrError:
+        """The error when no cut can be trained on, after listing why in the report file."""
+        self.write_report()
+        return AsrError(f"no usable utterance in {self.cuts_path}; see {self.excluded_path}")
 
     def batches(self, index_source: Iterator, workers: Optional[int] = None) -> Iterator[dict]:
         """Padded batches of the CutSets (or ``None`` padding) that ``index_source`` yields, read by the loader's
@@ -389,14 +395,15 @@ class CutData:
         n = cfg.num_workers if workers is None else workers
         if n not in self._loaders:  # one DataLoader per worker count: persistent workers live across epochs
             holder = _IndexSource()
+            pin = cfg.pin_memory and torch.cuda.is_available()
             loader = torch.utils.data.DataLoader(
-                BatchDataset(self.targets, self.normalise, self.on_the_fly),
+                BatchDataset(self.targets, self.normalise, self.on_the_fly, numpy=not pin),
                 sampler=holder,
                 batch_size=None,
                 collate_fn=_identity,
                 num_workers=n,
                 prefetch_factor=cfg.prefetch_factor if n else None,
-                pin_memory=cfg.pin_memory and torch.cuda.is_available(),
+                pin_memory=pin,
                 persistent_workers=cfg.persistent_workers and n > 0,
                 generator=torch.Generator().manual_seed(0),  # leaves the global RNG (checkpointed) untouched
                 worker_init_fn=_worker_init,

@@ -84,7 +84,7 @@ def test_mixed_batches_keep_ids_change_features_and_do_not_depend_on_workers(set
     half = _epoch(_open(setup, NoiseMix(folder, 16000, 0.5, 10.0, 20.0, seed=1)))
     changed = sum(not torch.equal(half[u], clean[u]) for u in clean)
     assert 0 < changed < len(clean)
-    with pytest.raises(ValueError, match="snr_min <= snr_max"):
+    with pytest.raises(AsrError, match="noise_snr_min <= train.noise_snr_max"):
         NoiseMix(folder, 16000, 0.5, 20.0, 10.0, seed=1)
 
 

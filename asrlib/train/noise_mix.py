@@ -12,14 +12,15 @@ from lhotse import CutSet
 from lhotse.cut import MixedCut
 
 from asrlib.data.noise_corpus import open_noise_corpus
-from asrlib.errors import PathLike
+from asrlib.errors import AsrError, PathLike
 
 
 class NoiseMix:
     def __init__(self, path: PathLike, sample_rate: int, prob: float, snr_min: float, snr_max: float, seed: int):
         if not 0.0 <= prob <= 1.0 or snr_min > snr_max:
-            raise ValueError(
-                f"noise mixing needs 0 <= prob <= 1 and snr_min <= snr_max (got {prob}, {snr_min}, {snr_max})"
+            raise AsrError(
+                "noise mixing needs 0 <= train.noise_cuts_prob <= 1 and train.noise_snr_min <= train.noise_snr_max "
+                f"(got {prob}, {snr_min}, {snr_max})"
             )
         self.noise = open_noise_corpus(path, sample_rate)
         self.prob, self.snr, self.seed = prob, (snr_min, snr_max), seed

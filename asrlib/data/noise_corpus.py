@@ -27,9 +27,8 @@ def _recordings_of_dir(folder: Path) -> RecordingSet:
 
 def open_noise_corpus(path: PathLike, sample_rate: int) -> CutSet:
     """Mono cuts of the noise in ``path`` (a folder of audio files, or a lhotse cut/recording manifest), held in
-        memory (noise corpora are small: MUSAN is 2 k files), at ``sample_rate``, without stored features (the mix is
-    made in the audio domain). A multi-channel recording gives its
-        first channel. Errors name the file."""
+    memory (noise corpora are small: MUSAN is 2 k files), at ``sample_rate``, without stored features (the mix is
+    made in the audio domain). A multi-channel recording gives its first channel. Errors name the file."""
     path = Path(path)
     if path.is_dir():
         manifest = _recordings_of_dir(path)

@@ -147,6 +147,11 @@ class DistConfig:
     powersgd_bucket_mb: float = 25.0  # powersgd: DDP gradient bucket size (one hook call per bucket)
     outer_lr: float = 0.7  # diloco: learning rate of the outer Nesterov step on the averaged pseudo-gradient
     outer_momentum: float = 0.9  # diloco: momentum of the outer step
+    # diloco: bits per pseudo-gradient value sent: 32 (float32 all-reduce) | 8 | 4 (codes with a float32 scale per
+    # outer_block values, reduce-scatter + all-gather; asrlib/parallel/quant.py)
+    outer_bits: int = 32
+    outer_block: int = 128  # diloco outer_bits 8 / 4: values per scale
+    outer_error_feedback: bool = True  # diloco outer_bits 8 / 4: carry the rounding error into the next outer step
 
 
 @dataclass

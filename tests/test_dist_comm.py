@@ -2,14 +2,18 @@
 torch.distributed (collectives, point-to-point, other threads; checkpoint and metric traffic apart); powersgd
 (torch's PowerSGD hook through DDP) keeps the learners identical and sends fewer bytes than sync once compression
 starts, more so at a lower rank; diloco sends one model per H steps; both train; the bytes go to the log,
-dist.rank<R>.json summary and TensorBoard. (Their resume: tests/test_dist_resume.py; uneven shard ends:
-tests/test_dist_algorithms.py, which runs every algorithm of ALGOS.)"""
+dist.rank<R>.json summary and TensorBoard; diloco with a quantised pseudo-gradient (outer_bits 8 / 4) sends what
+asrlib/parallel/quant.py says it sends, measured, and its two-collective mean is the same on every learner. (Their
+resume: tests/test_dist_resume.py; uneven shard ends: tests/test_dist_algorithms.py, which runs every algorithm of
+ALGOS.)"""
 
 import threading
 
+import pytest
 import torch
 import torch.distributed as dist
 
+from asrlib.errors import AsrError
 from asrlib.parallel import meter
 from asrlib.parallel.harness import run_learners, run_toy_scenarios
 from helpers import make_toy_ctc_setup, toy_config_yaml
@@ -58,6 +62,11 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
         "psgd4": ["train.dist.algo=powersgd", "train.dist.warmup_steps=2", "train.dist.powersgd_rank=4"],
         # outer momentum 0.5: at so small an H the paper's 0.9 overshoots on the toy (measured)
         "diloco": ["train.dist.algo=diloco", "train.dist.period=4", "train.dist.outer_momentum=0.5"],
+        **{
+            f"dq{b}": ["train.dist.algo=diloco", "train.dist.period=4", "train.dist.outer_momentum=0.5"]
+            + [f"train.dist.outer_bits={b}", "train.dist.outer_block=16"]
+            for b in (8, 4)
+        },
     }
     scenarios = [
         dict(setup=str(setup), config=str(cfg), overrides=ov, exp_dir=str(tmp_path / name), watch=True)
@@ -83,8 +92,21 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
     # diloco: one model-sized all-reduce per outer step (every H = 4 steps and a last one at the end)
     outer = by["diloco"][0]["algo"]["outer_steps"]
     assert outer == -(-steps // 4) and sum(sent["diloco"]) == (outer - 1) * model  # the last after the last epoch
+    # quantised: per outer step one message of codes + float32 scales (block 16) per learner, half of it in the
+    # all-to-all (the other half stays home) and the learner's averaged half in the all-gather
+    n = model // 4
+    chunk = -(-n // 32) * 16
+    payload = {b: 2 * (chunk * b // 8 + chunk // 16 * 4) for b in (8, 4)}
+    last = {"diloco": model, "dq8": payload[8], "dq4": payload[4]}
+    for b in (8, 4):
+        assert by[f"dq{b}"][0]["algo"]["outer_steps"] == outer and sum(sent[f"dq{b}"]) == (outer - 1) * payload[b]
+        # per outer step 32 / (bits + 32 / block) times fewer bytes than a float32 model (less the padding)
+        assert abs(model / payload[b] / (32 / (b + 2)) - 1) < 0.05, b
+        # whole run, measured: sync's bytes over diloco's = (steps / outer steps) x that
+        whole = sum(sent["sync"]) / by[f"dq{b}"][0]["algo"]["measured_sent_bytes"]
+        assert whole == pytest.approx(steps / outer * (model + 4) / payload[b]) and whole > 3.5 * 32 / (b + 2)
     for name, (a, _) in by.items():  # the run's total includes what was sent after the last epoch end
-        assert a["algo"]["measured_sent_bytes"] == sum(sent[name]) + (model if name == "diloco" else 0), name
+        assert a["algo"]["measured_sent_bytes"] == sum(sent[name]) + last.get(name, 0), name
     for name, (a, b) in by.items():  # both learners report the mean over learners
         e = a["algo"]["epochs"][-1]
         assert e["measured_sent_bytes_mean"] == b["algo"]["epochs"][-1]["measured_sent_bytes_mean"]
@@ -95,3 +117,59 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
     acc.Reload()
     mb = [s.value for s in acc.Scalars("comm/sent_MB_per_learner")]
     assert len(mb) == 3 and abs(sum(mb) - (outer - 1) * model / 1e6) < 1e-6
+
+
+def test_quantise_roundtrip_and_packing():
+    from asrlib.parallel import quant
+
+    torch.manual_seed(0)
+    x = torch.randn(4096)
+    x[:64] = 0.0  # an all-zero block: scale 0, decoded exactly
+    for bits, bound in ((8, 127), (4, 7)):
+        codes, scale = quant.quantise(x, bits, 64)
+        assert codes.dtype == torch.uint8 and codes.numel() == 4096 * bits // 8 and scale.numel() == 64
+        y = quant.dequantise(codes, scale, bits, 64)
+        assert torch.equal(y[:64], torch.zeros(64))
+        # round to nearest: within half a step of the block's scale; the block maximum is hit exactly
+        step = scale.repeat_interleave(64)
+        assert bool(((x - y).abs() <= step / 2 + 1e-7).all())
+        assert torch.allclose(y.reshape(64, 64).abs().amax(1), x.reshape(64, 64).abs().amax(1))
+        assert torch.equal(quant.unpack(quant.pack(codes, scale), 4096, bits, 64), y)
+        assert int(torch.round(y[64:128] / scale[1]).abs().max()) == bound
+    with pytest.raises(AsrError, match="train.dist.outer_bits"):
+        quant.check(3, 64)
+    with pytest.raises(AsrError, match="train.dist.outer_block"):
+        quant.check(4, 7)
+
+
+def _quantised_means(rank, world):
+    from asrlib.parallel.quant import QuantisedMean
+
+    m = meter.install()
+    before = m.snapshot()
+    q = QuantisedMean(1000, 4, 32, rank, world)
+    g = torch.Generator().manual_seed(rank)
+    vs = [torch.randn(1000, generator=g) for _ in range(20)]
+    means = [q.mean(v) for v in vs]
+    return {
+        "means": means,
+        "vs": vs,
+        "sent": m.snapshot()["sent_bytes"] - before["sent_bytes"],
+        "payload": q.payload_bytes(),
+        "state": q.state_dict(),
+    }
+
+
+def test_quantised_mean_is_shared_and_error_feedback_keeps_the_sum():
+    """Every learner gets the same mean; with error feedback the sum of 20 means stays within one rounding step of
+    the true sum (the remainders carried forward), while each single mean is off by up to a 4-bit step."""
+    r0, r1 = run_learners(_quantised_means, 2, timeout=60)
+    for a, b in zip(r0["means"], r1["means"]):
+        assert torch.equal(a, b)
+    true = [(a + b) / 2 for a, b in zip(r0["vs"], r1["vs"])]
+    one = max(float((m - t).abs().max()) for m, t in zip(r0["means"], true))
+    drift = float((sum(r0["means"]) - sum(true)).abs().max())
+    assert one > 0.05 and drift < one
+    # measured: 20 calls, each 2 messages (all-to-all, all-gather) of a 512-value chunk: 256 code bytes + 16 scales
+    assert r0["sent"] == r1["sent"] == 20 * r0["payload"] == 20 * 2 * (1024 // 2 // 2 + 16 * 4)
+    assert r0["state"]["error"].shape == (1024,) and r0["state"]["server_error"].shape == (512,)

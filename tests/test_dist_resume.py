@@ -2,7 +2,7 @@
 and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum; also with
 the block exchange overlapped, which a checkpoint completes), ring (the travelling model), powersgd (each
 learner's error feedback, warm-start P/Q and the hook's generator) and diloco (global model, outer Nesterov
-momentum, every learner's model), with dropout and
+momentum, every learner's model; with outer_bits 4 also every learner's quantisation error feedback), with dropout and
 SpecAugment on (every learner's RNG is checkpointed) and Adam."""
 
 import torch
@@ -18,6 +18,8 @@ ALGOS = {
     "bmuf_overlap": ["train.dist.period=3", "train.dist.overlap=true"],
     "powersgd": ["train.dist.warmup_steps=2", "train.dist.powersgd_rank=2"],  # compressed from step 3
     "diloco": ["train.dist.period=3"],
+    # 4-bit pseudo-gradient: every learner's error feedback (its own and its chunk's mean's) in the checkpoint
+    "diloco_q4": ["train.dist.period=3", "train.dist.outer_bits=4", "train.dist.outer_block=16"],
 }
 
 
@@ -54,3 +56,7 @@ def test_resume_is_exact(tmp_path):
     ck = torch.load(tmp_path / "diloco_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
     momentum = ck["shared"]["outer"]["state"][0]["momentum_buffer"]
     assert float(momentum.abs().sum()) > 0 and ck["shared"]["syncs"] >= 1
+    ck = torch.load(tmp_path / "diloco_q4_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
+    quant = [r["quant"] for r in ck["per_rank"]]  # per learner, and not the same on both
+    for key in ("error", "server_error"):
+        assert all(float(q[key].abs().sum()) > 0 for q in quant) and not torch.equal(quant[0][key], quant[1][key])

@@ -9,7 +9,11 @@
 - optional ``warmup_steps`` of synchronous SGD (gradient all-reduce) first; ``theta`` starts from the model
   reached then.
 
-A learner sends one model-sized all-reduce per H steps: ``H`` times fewer bytes than ``sync``. The block counter
+A learner sends one model-sized all-reduce per H steps: ``H`` times fewer bytes than ``sync``. With
+``outer_bits`` 8 or 4 (Streaming DiLoCo, Douillard et al. 2025, sends 4-bit pseudo-gradients) the pseudo-gradient
+is averaged quantised instead (:mod:`asrlib.parallel.quant`: ``outer_block`` values per float32 scale, a
+reduce-scatter then an all-gather of the codes, ``outer_error_feedback`` carrying what rounding dropped into the
+next outer step): about ``32 / (bits + 32 / outer_block)`` times fewer bytes per outer step again. The block counter
 runs across epoch ends (no synchronisation there: every learner's own model is in the checkpoint), so H may exceed
 an epoch; the dev loss at an epoch end is therefore the mean of the learners' losses on their own models. At the end
 of training the last (possibly shorter) block gets its outer step, and every learner holds ``theta``. A learner
@@ -17,7 +21,7 @@ without data at a step (uneven shard end) takes no inner step; its smaller pseud
 mean, as a model does in ``ma`` and ``bmuf``.
 
 ``theta``, the outer optimizer's momentum and the position in the block are checkpointed (identical on every
-learner), with every learner's model and inner optimizer state, so resume is exact.
+learner), with every learner's model, inner optimizer state and quantisation error feedback, so resume is exact.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from asrlib.errors import AsrError
+from asrlib.parallel import quant
 from asrlib.parallel.base import DistAlgo
 
 log = logging.getLogger(__name__)
@@ -46,10 +51,13 @@ class Diloco(DistAlgo):
                 f"train.dist.outer_lr must be > 0 and outer_momentum in [0, 1), not {cfg.outer_lr}, "
                 f"{cfg.outer_momentum}"
             )
+        if cfg.outer_bits != 32:
+            quant.check(cfg.outer_bits, cfg.outer_block)
         self.since_sync = 0
         self.syncs = 0
         self.theta = None  # the global model, a flat parameter of the outer optimizer
         self.outer = None
+        self.quant = None  # quant.QuantisedMean (outer_bits 8 / 4), made on first use
 
     def init_state(self) -> None:
         self._start_outer()
@@ -58,6 +66,16 @@ class Diloco(DistAlgo):
         self.theta = torch.nn.Parameter(self.flat_params())
         self._make_outer_optimizer()
         self.since_sync = 0
+        self.quant = None  # fresh error feedback
+
+    def _quantiser(self) -> quant.QuantisedMean:
+        if self.quant is None:
+            n = sum(p.numel() for p in self.params())
+            c = self.cfg
+            self.quant = quant.QuantisedMean(
+                n, c.outer_bits, c.outer_block, self.rank, self.world_size, c.outer_error_feedback
+            )
+        return self.quant
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
         return self.sync_during_warmup(has_data)
@@ -75,10 +93,17 @@ class Diloco(DistAlgo):
     def outer_step(self) -> None:
         """Average the pseudo-gradient theta - theta_i over the learners; one Nesterov step of theta."""
         delta = self.theta.detach() - self.flat_params()
-        with self.stats.timed():
-            dist.all_reduce(delta)
-        self.stats.all_reduce(delta.numel() * delta.element_size(), self.world_size)
-        self.theta.grad = delta.div_(self.world_size)
+        if self.cfg.outer_bits == 32:
+            with self.stats.timed():
+                dist.all_reduce(delta)
+            self.stats.all_reduce(delta.numel() * delta.element_size(), self.world_size)
+            delta.div_(self.world_size)
+        else:
+            q = self._quantiser()
+            with self.stats.timed():
+                delta = q.mean(delta)
+            self.stats.all_reduce(q.payload_bytes(), self.world_size)  # a reduce-scatter + all-gather of it
+        self.theta.grad = delta
         self.outer.step()
         self.theta.grad = None
         self.set_flat_params(self.theta.detach())
@@ -103,6 +128,13 @@ class Diloco(DistAlgo):
         self.outer.load_state_dict(st["outer"])
         self.since_sync, self.syncs = st["since_sync"], st["syncs"]
 
+    def local_state(self) -> Dict[str, Any]:
+        return {"quant": self.quant.state_dict()} if self.quant is not None else {}
+
+    def load_local(self, st: Dict[str, Any]) -> None:
+        if "quant" in st:
+            self._quantiser().load_state_dict(st["quant"], self.device)
+
     def _make_outer_optimizer(self) -> None:
         self.outer = torch.optim.SGD(
             [self.theta],
@@ -117,4 +149,7 @@ class Diloco(DistAlgo):
             "outer_steps": self.syncs,
             "outer_lr": self.cfg.outer_lr,
             "outer_momentum": self.cfg.outer_momentum,
+            "outer_bits": self.cfg.outer_bits,
+            "outer_block": self.cfg.outer_block,
+            "outer_error_feedback": self.cfg.outer_error_feedback,
         }

@@ -9,7 +9,8 @@ and bucket-order sync, its built-in all-reduce without a hook) does not pass thr
 every algorithm here that trains through DDP sends its gradients through a Python hook.
 
 Per call, ``sent`` is the size of the tensor this learner hands over to be sent: the whole tensor for
-``all_reduce``, ``reduce``, ``all_gather`` (its input), ``gather``, ``all_to_all_single``, ``reduce_scatter_tensor``,
+``all_reduce``, ``reduce``, ``all_gather``/``all_gather_single`` (its input), ``gather``, ``all_to_all_single`` (its
+input: with split sizes, only what it holds), ``reduce_scatter_tensor``,
 ``send``/``isend``; for ``broadcast``/``scatter`` the source's tensor (0 elsewhere). ``recv`` is what a learner
 asks to receive (``recv``/``irecv``, a non-source ``broadcast``). How the library moves those bytes (a ring
 all-reduce puts ``2 (n-1)/n`` times the tensor on each link) is not guessed here; :class:`~asrlib.parallel.stats.
@@ -30,7 +31,14 @@ from typing import Any, Callable, Dict, Iterator
 import torch
 import torch.distributed as dist
 
-_SENT_ALWAYS = ("all_reduce", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+_OUT_IN = (  # (output, input, ...): the input is sent
+    "all_gather_into_tensor",
+    "all_gather_single",  # torch 2.13's name for all_gather_into_tensor
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "all_to_all_single",  # the input as handed over (with split sizes: only what it holds)
+)
+_SENT_ALWAYS = ("all_reduce", "reduce", *_OUT_IN)
 _SENT_P2P = ("send", "isend")
 _RECV_P2P = ("recv", "irecv")
 _ROOTED = {"broadcast": 1, "scatter": 2}  # root sends, the others receive; position of ``src``
@@ -82,8 +90,7 @@ _ORIGINALS: Dict[str, Callable] = {}
 def _count(name: str, args: tuple, kwargs: dict) -> None:
     tensor = args[0] if args else kwargs.get("tensor", kwargs.get("output_tensor"))
     if name in _SENT_ALWAYS:
-        # all_gather_into_tensor / reduce_scatter_tensor / all_to_all_single: (output, input, ...)
-        if name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+        if name in _OUT_IN:
             tensor = args[1] if len(args) > 1 else kwargs.get("input_tensor", kwargs.get("input"))
         METER.add(_nbytes(tensor), 0)
     elif name in ("all_gather", "gather"):  # (tensor_list / tensor, tensor, ...) and (tensor, gather_list, ...)

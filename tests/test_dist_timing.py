@@ -127,3 +127,32 @@ def test_compressed_payloads_powersgd_and_diloco():
     assert step_time("powersgd", 8, unmeasured) == pytest.approx(0.052 + p.allreduce(8, calls=3))
     run = {"epochs": [{"steps": 10, "measured_sent_bytes": 10 * 4e6}, {"steps": 20, "measured_sent_bytes": 20 * 4e4}]}
     assert payload_per_step(run) == pytest.approx(4e4) and payload_per_step(run, skip_epochs=0) > 4e4
+
+
+def test_quantised_diloco_payload(tmp_path):
+    """A quantised pseudo-gradient (diloco outer_bits 4) is one all-reduce-shaped exchange of the measured payload
+    per H steps plus the quantising; at a few bits it gets closer to linear than float32 diloco at the same H, most
+    where the link is slow; the payload per outer step is read from a run's measured bytes."""
+    from asrlib.parallel.timing import payload_per_outer_step, with_bandwidth
+
+    p = _params(link=with_bandwidth(LINKS["eth10"], 10), t_calc=0.01, t_merge=5e-4, model_bytes=2.5e7)
+    f32 = dataclasses.replace(p, diloco_period=32)
+    q4 = dataclasses.replace(f32, diloco_payload=2.5e7 / 7.5, t_quantise=0.002)
+    assert step_time("diloco", 8, q4) == pytest.approx(0.0105 + (q4.allreduce(8, nbytes=2.5e7 / 7.5) + 0.003) / 32)
+    assert step_time("diloco", 8, f32) == pytest.approx(0.0105 + (p.allreduce(8) + 0.001) / 32)
+    for n in (8, 64, 256):
+        assert speedup("sync", n, q4) < speedup("diloco", n, f32) < speedup("diloco", n, q4) <= n
+    fast = {k: dataclasses.replace(v, link=with_bandwidth(LINKS["eth100"], 100)) for k, v in (("f", f32), ("q", q4))}
+    gain_slow = speedup("diloco", 64, q4) / speedup("diloco", 64, f32)
+    assert gain_slow > speedup("diloco", 64, fast["q"]) / speedup("diloco", 64, fast["f"]) > 1
+    run = {"measured_sent_bytes": 96 * 3.3e6, "outer_steps": 96, "H": 32}
+    assert payload_per_outer_step(run) == pytest.approx(3.3e6)
+    from steps.scaling_report import main
+
+    (tmp_path / "run" / "log").mkdir(parents=True)
+    (tmp_path / "run" / "log" / "dist.rank0.json").write_text(json.dumps(run))
+    save_params(tmp_path / "p.json", p)
+    args = ["--params", str(tmp_path / "p.json"), "--diloco-run", str(tmp_path / "run"), "--algos", "sync", "diloco"]
+    assert main([*args, "--link", "eth10", "--max-n", "8", "--out-dir", str(tmp_path / "out")]) == 0
+    out = json.loads((tmp_path / "out" / "scaling.json").read_text())
+    assert out["params"]["diloco_payload"] == pytest.approx(3.3e6) and out["params"]["diloco_period"] == 32

@@ -30,8 +30,12 @@ Per-minibatch time of one learner with n learners (the algorithms as implemented
   bucket (the uncompressed vectors, P, Q) whose bytes are the compressed payload — learnt from a run's measured
   bytes per step (:func:`payload_per_step`), not computed from the shapes; ``T_compress`` the hook's matrix
   products (measured or 0).
-- diloco, H inner steps: ``T_calc + T_merge + (T_allreduce(n) + 2 T_merge) / H`` (one model-sized all-reduce of
-  the pseudo-gradient, then the outer Nesterov step and the copy into the model).
+- diloco, H inner steps: ``T_calc + T_merge + (T_allreduce(n; payload) + 2 T_merge + T_quantise) / H`` (one
+  all-reduce of the pseudo-gradient, then the outer Nesterov step and the copy into the model). The payload is the
+  float32 model, or with ``outer_bits`` 8 / 4 the quantised vector (codes + scales) a learner hands over per outer
+  step, learnt from a run's measured bytes (:func:`payload_per_outer_step`): its reduce-scatter (all-to-all of the
+  other learners' chunks) and all-gather move ``2 (n-1)/n`` of it over each link with ``2 (n-1)`` latencies, as a
+  ring all-reduce does; ``T_quantise`` is the quantising and dequantising (measured or 0).
 - ring (slides): ``T_calc + T_merge + T_wait`` with ``T_wait = max(n T_transmit + (n-1) T_merge - T_calc, 0)``,
   i.e. speed-up ``n (T_calc + T_merge) / (T_calc + T_merge + T_wait)``: n while the model's lap fits in one
   T_calc, then saturating near ``(T_calc + T_merge) / (T_transmit + T_merge)``.
@@ -86,6 +90,10 @@ class TimingParams:
     powersgd_calls: int = 3
     t_compress: float = 0.0
     diloco_period: int = 500  # H
+    # diloco: bytes a learner hands over per outer step (measured; 0 = not measured: the float32 model_bytes) and the
+    # quantise / dequantise compute per outer step
+    diloco_payload: float = 0.0
+    t_quantise: float = 0.0
 
     def slowdown(self, n: int) -> float:
         """c(n): how much longer a minibatch's computation takes when n learners share the cores."""
@@ -139,7 +147,8 @@ def step_time(algo: str, n: int, p: TimingParams) -> float:
         payload = p.powersgd_payload or p.model_bytes
         return tc + tm + p.t_compress * slow + p.allreduce(n, nbytes=payload, calls=p.powersgd_calls)
     if algo == "diloco":
-        return tc + tm + (p.allreduce(n) + 2 * tm) / p.diloco_period
+        exchange = p.allreduce(n, nbytes=p.diloco_payload or p.model_bytes) + p.t_quantise * slow
+        return tc + tm + (exchange + 2 * tm) / p.diloco_period
     raise ValueError(f"unknown algorithm {algo!r}")
 
 
@@ -170,6 +179,12 @@ def payload_per_step(summary: dict, skip_epochs: int = 1) -> float:
     ep = summary["epochs"][skip_epochs:] or summary["epochs"]
     steps = sum(e["steps"] for e in ep)
     return sum(e["measured_sent_bytes"] for e in ep) / max(steps, 1)
+
+
+def payload_per_outer_step(summary: dict) -> float:
+    """Bytes one learner handed to the collectives per diloco outer step, from a run's ``log/dist.rank<R>.json``
+    (its measured training bytes over its outer steps)."""
+    return summary["measured_sent_bytes"] / max(summary["outer_steps"], 1)
 
 
 def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Link:

@@ -107,6 +107,7 @@ def _make_recognizer(a: argparse.Namespace):
         method=a.method,
         chunk_seconds=a.chunk_seconds,
         max_duration=a.max_duration or None,
+        device=a.device,
         **{k: getattr(a, k) for k in DECODE_KEYS},  # each has its option; None keeps the model dir's setting
     )
 
@@ -260,7 +261,7 @@ def cmd_info(a: argparse.Namespace) -> int:
     from asrlib.app.model_dir import DECODE_KEYS, open_model_dir, verify_files
 
     md = open_model_dir(a.model)
-    backend = md.load_backend()
+    backend = md.load_backend("cpu")
     lang = md.lang_dir
     words = [w for w in read_words(lang / "words.txt").values() if not (w.startswith("#") or w.startswith("<"))]
     kind = "mobile bundle" if md.type == "onnx-bundle" else "packaged" if md.packaged else "experiment dir"
@@ -363,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--method", choices=["tlg", "greedy"], default="tlg")
     t.add_argument("--nj", type=int, default=1, help="parallel processes (files are spread over them)")
     t.add_argument("--num-threads", type=int, default=1, help="torch threads per process")
+    t.add_argument(
+        "--device",
+        default="auto",
+        help="where a torch model runs: auto (CUDA when there is one), cpu, cuda, cuda:N (a mobile bundle: the CPU)",
+    )
     t.add_argument("-o", "--output", type=Path, help="write here (atomically) instead of stdout")
     t.add_argument("--beam", type=float, help="search beam (default: the model dir's decode settings)")
     t.add_argument("--max-active", type=int)

@@ -137,7 +137,7 @@ class _UnidirectionalStream(_StackedStream):
         from asrlib.models.lstm import _PeepholeLayer, _TorchLstmLayer
 
         z, self.cmvn_state = self.cmvn.apply_chunk(np.asarray(feats, np.float32), self.cmvn_state)
-        x = torch.from_numpy(z).reshape(1, len(feats) // self.stack, -1)
+        x = torch.from_numpy(z).reshape(1, len(feats) // self.stack, -1).to(self.saved.device)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported")
             for i, layer in enumerate(self.model.layers):
@@ -147,7 +147,7 @@ class _UnidirectionalStream(_StackedStream):
                     x, self.state[i] = layer.fwd(x, self.state[i])
                 else:  # pragma: no cover - a new layer type must say how it streams
                     raise AsrError(f"internal error: cannot stream layer type {type(layer).__name__}")
-            return self.model.output(x).log_softmax(dim=-1)[0].numpy()
+            return self.model.output(x).log_softmax(dim=-1)[0].cpu().numpy()
 
 
 class _WholeRecordingStream:
@@ -190,13 +190,15 @@ class _WholeRecordingStream:
 
 
 class TorchBackend:
-    """A ``final.pt`` of :mod:`asrlib.models.saved` (weights + CMVN), run with torch on the CPU."""
+    """A ``final.pt`` of :mod:`asrlib.models.saved` (weights + CMVN), run with torch on ``device`` (auto: CUDA when
+    there is one; fp32 either way)."""
 
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, device: str = "auto") -> None:
+        from asrlib.models.device import resolve_device
         from asrlib.models.saved import load_model
 
         self.model_path = Path(model_path)
-        self.saved = load_model(self.model_path)
+        self.saved = load_model(self.model_path).to(resolve_device(device, "--device"))
         if self.saved.cmn == "speaker":
             raise AsrError(
                 f"{self.model_path} was trained with per-speaker CMN (features.cmvn: speaker): its input "
@@ -234,11 +236,18 @@ class _OnnxStream(_StackedStream):
 
 class OnnxBundleBackend:
     """A mobile bundle (``steps.export_mobile``): ``model.streaming.int8.onnx`` run with ONNX Runtime, its LSTM
-    state carried from chunk to chunk (the same network sherpa-onnx runs from ``model.int8.onnx``)."""
+    state carried from chunk to chunk (the same network sherpa-onnx runs from ``model.int8.onnx``), on the CPU:
+    ``device`` may be auto or cpu (an int8 phone model has no CUDA path here)."""
 
-    def __init__(self, bundle_dir: Path, num_threads: int = 1) -> None:
+    def __init__(self, bundle_dir: Path, num_threads: int = 1, device: str = "auto") -> None:
         from asrlib.export.bundle import check_bundle
         from asrlib.export.runtime import StreamingOnnxModel
+
+        if device not in ("auto", "cpu"):
+            raise AsrError(
+                f"{bundle_dir} is a mobile bundle, run with ONNX Runtime on the CPU; --device {device} is for "
+                f"torch models (an experiment dir or an `asr package` dir)"
+            )
 
         self.bundle = check_bundle(bundle_dir, verify=False)  # open_model_dir has verified the files
         self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
@@ -261,10 +270,11 @@ class OnnxBundleBackend:
         }
 
 
-#: model.json ``type`` → loader(model dir, model.json dict) → backend. A new bundle type registers itself here.
-BACKENDS: Dict[str, Callable[[Path, dict], AcousticBackend]] = {
-    "torch": lambda root, meta: TorchBackend(root / meta.get("model", "final.pt")),
-    "onnx-bundle": lambda root, meta: OnnxBundleBackend(root),
+#: model.json ``type`` → loader(model dir, model.json dict, device) → backend. A new bundle type registers itself
+#: here. ``device``: where a torch model runs (asr transcribe --device; auto, cpu, cuda, cuda:N).
+BACKENDS: Dict[str, Callable[[Path, dict, str], AcousticBackend]] = {
+    "torch": lambda root, meta, device: TorchBackend(root / meta.get("model", "final.pt"), device),
+    "onnx-bundle": lambda root, meta, device: OnnxBundleBackend(root, device=device),
 }
 
 
@@ -287,8 +297,8 @@ class ModelDir:
     def decode_config(self) -> DecodeConfig:
         return DecodeConfig(**{k: v for k, v in self.meta.get("decode", {}).items() if k in DECODE_KEYS})
 
-    def load_backend(self) -> AcousticBackend:
-        return BACKENDS[self.type](self.root, self.meta)
+    def load_backend(self, device: str = "auto") -> AcousticBackend:
+        return BACKENDS[self.type](self.root, self.meta, device)
 
 
 def _missing_lang_files(lang_dir: Path) -> List[str]:
@@ -531,7 +541,7 @@ def package_model(
         raise AsrError(f"lang dir {lang_dir} lacks {', '.join(missing)}; run the lang stage (steps.prepare_lang)")
     if out_dir.exists() and not force:
         raise AsrError(f"{out_dir} already exists; remove it or pass --force to replace it")
-    backend = TorchBackend(model_path)  # checks the model file's format version
+    backend = TorchBackend(model_path, "cpu")  # checks the model file's format version
     num_tokens = len(read_tokens(lang_dir / "tokens.txt"))
     if num_tokens != backend.vocab_size:
         raise AsrError(

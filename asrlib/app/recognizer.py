@@ -399,6 +399,7 @@ class Recognizer:
         chunk_seconds: float = 10.0,
         max_greedy_segment: float = 30.0,
         max_duration: Optional[float] = None,
+        device: str = "auto",
     ) -> None:
         from asrlib.config import check_segment_settings
 
@@ -413,7 +414,7 @@ class Recognizer:
         self.model_dir, self.method = model_dir, method
         self.decode_config = decode or model_dir.decode_config()
         check_segment_settings(self.decode_config, str(model_dir.root))
-        self.backend: AcousticBackend = model_dir.load_backend()
+        self.backend: AcousticBackend = model_dir.load_backend(device)  # a torch model on device (auto: CUDA if any)
         self.sample_rate = model_dir.sample_rate
         lang = model_dir.lang_dir
         tokens = read_tokens(lang / "tokens.txt")
@@ -455,11 +456,13 @@ class Recognizer:
         method: str = "tlg",
         chunk_seconds: float = 10.0,
         max_duration: Optional[float] = None,
+        device: str = "auto",
         **decode: object,
     ) -> "Recognizer":
         """Load a packaged model dir (``asr package``) or a training experiment dir; decode settings (the
         :class:`DecodeConfig` fields recorded in the model dir: beam, max_active, acoustic_scale, blank_penalty and
-        the ``segment*`` settings; else its defaults) can be overridden by keyword (None = keep)."""
+        the ``segment*`` settings; else its defaults) can be overridden by keyword (None = keep). ``device``: where a
+        torch model runs (auto: CUDA when there is one; cpu; cuda; cuda:N)."""
         md = open_model_dir(path)
         cfg = md.decode_config()
         for k, v in decode.items():
@@ -467,7 +470,7 @@ class Recognizer:
                 raise AsrError(f"unknown decode setting '{k}' (known: {', '.join(DECODE_KEYS)})")
             if v is not None:
                 setattr(cfg, k, type(getattr(cfg, k))(v))
-        return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds, max_duration=max_duration)
+        return cls(md, method=method, decode=cfg, chunk_seconds=chunk_seconds, max_duration=max_duration, device=device)
 
     # -------------------------------------------------------------------------------- log-probs
     def _fbank(self, samples: np.ndarray) -> np.ndarray:

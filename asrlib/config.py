@@ -182,6 +182,12 @@ class TrainConfig:
     checkpoint_every: int = 100  # steps; a checkpoint is also written at each epoch end
     seed: int = 42  # seeds initialisation, batch order, augmentation and dropout (resume restores the RNG states)
     num_threads: int = 2  # torch threads per training process
+    # where every stage that runs the network runs it: auto (cuda:LOCAL_RANK when torch sees CUDA, else cpu) | cpu |
+    # cuda | cuda:N (asrlib/models/device.py; docs/gpus.md)
+    device: str = "auto"
+    # training arithmetic: auto (bf16 on CUDA, fp32 on the CPU) | fp32 | bf16 | fp16 (autocast for the network, losses
+    # in fp32, a GradScaler for fp16 kept in the checkpoint)
+    precision: str = "auto"
     spec_augment: bool = True  # SpecAugment: time and frequency masks on the training features
     freq_warp: float = 0.0  # VTLP-like mel-axis stretch of ±freq_warp per utterance (with spec_augment)
     # ours (asrlib/train/augment.py) | lhotse (lhotse.dataset.SpecAugment with the same masks plus its time warp)
@@ -211,7 +217,8 @@ class TrainConfig:
 
 # train settings that change how a run goes, not what it computes: left out of the training stage's fingerprint and
 # of the resume check, so changing them neither retrains nor refuses to resume
-TRAIN_RUN_ONLY = ("kill_after_steps", "loader")  # how batches are read, not what they hold
+TRAIN_RUN_ONLY = ("kill_after_steps", "loader", "device", "precision")  # how batches are read and where the
+# network runs, not what it learns: a checkpoint written on a GPU resumes on the CPU and the other way round
 RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints of older versions: ignored when resuming
 
 
@@ -438,6 +445,7 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
             f"{path}: export.bundle_model must be one of {', '.join(BUNDLE_MODELS)}, got {cfg.export.bundle_model!r}"
         )
     check_segment_settings(cfg.decode, str(path))
+    check_device_settings(cfg.train, str(path))
     if cfg.lang.units not in UNITS or cfg.lang.bpe_model_type not in ("unigram", "bpe"):
         raise AsrError(
             f"{path}: lang.units must be one of {', '.join(UNITS)} and lang.bpe_model_type unigram or bpe, got "
@@ -462,6 +470,24 @@ def load_config(path: str | Path, overrides: Optional[List[str]] = None) -> Reci
                     f"grammar arpa has its own vocabulary"
                 )
     return cfg
+
+
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def check_device_name(name: str, where: str = "train.device") -> None:
+    base, _, index = str(name).partition(":")
+    if base not in DEVICES or (index and (base != "cuda" or not index.isdigit())):
+        raise AsrError(f"{where} must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def check_device_settings(train: "TrainConfig", where: str) -> None:
+    """``train.device`` and ``train.precision`` name a device and a precision (whether the device exists is asked
+    when a stage resolves it: asrlib.models.device.resolve_device)."""
+    check_device_name(train.device, f"{where}: train.device")
+    if train.precision not in PRECISIONS:
+        raise AsrError(f"{where}: train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
 
 
 def check_segment_settings(decode: DecodeConfig, where: str) -> None:

@@ -368,6 +368,8 @@ def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
                     f"{e}/logprobs_{s}",
                     "--num-threads",
                     str(cfg.decode.num_threads),
+                    "--device",
+                    cfg.train.device,
                 ],
                 [f"{e}/.train.done", *feats(s)],
                 [f"{e}/logprobs_{s}/.done"],

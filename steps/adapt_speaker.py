@@ -35,6 +35,7 @@ from asrlib.io.stage import is_done, mark_done
 from asrlib.io.tables import read_table, read_table_dict, write_table
 from asrlib.kaldi_io import write_matrices
 from asrlib.lang.lexicon import read_lexicon_ids
+from asrlib.models.device import resolve_device
 from asrlib.models.saved import load_model
 from asrlib.train.speaker_adapt import adapt_speaker, apply_transform, best_pronunciations
 
@@ -52,7 +53,8 @@ def main(argv=None):
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--num-threads", type=int, default=2)
     a = p.parse_args(argv)
-    cfg = load_config(a.config, a.overrides).adapt
+    full = load_config(a.config, a.overrides)
+    cfg = full.adapt
     done = a.out_dir / ".done"
     fp = {
         **config_to_dict(cfg),
@@ -66,7 +68,7 @@ def main(argv=None):
         return 0
     setup_logging(a.out_dir / "log" / "adapt_speaker.log")
     torch.set_num_threads(a.num_threads)
-    saved = load_model(a.model)
+    saved = load_model(a.model).to(resolve_device(full.train.device))
     lexicon = read_lexicon_ids(a.lang_dir)
     reader = open_features(a.feats, saved.cmn)
     utts = [u for u, _ in read_table(a.feats)]

@@ -25,6 +25,7 @@ from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
 from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
 from asrlib.io.stage import mark_done
+from asrlib.models.device import resolve_device
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.parallel import make_algo
@@ -103,7 +104,7 @@ def main(argv=None):
     model = build_model(train_ds.feature_dim(), vocab, cfg.model)
     init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
     log.info("model: %d parameters", count_parameters(model))
-    algo = make_algo(cfg.train.dist)
+    algo = make_algo(cfg.train.dist, resolve_device(cfg.train.device))  # NCCL for CUDA learners
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
     log.info("%d usable train utts (%.0f s)", trainer.num_cuts, trainer.train_seconds)
     summary = trainer.fit()

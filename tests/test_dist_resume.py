@@ -8,6 +8,7 @@ SpecAugment on (every learner's RNG is checkpointed) and Adam."""
 import torch
 
 from asrlib.parallel.harness import run_learners, run_toy_scenarios
+from asrlib.train.checkpoint import read_rank_parts
 from helpers import make_toy_ctc_setup, toy_config_yaml
 
 ALGOS = {
@@ -47,16 +48,22 @@ def test_resume_is_exact(tmp_path):
                 return [m["loss"] for m in r["metrics"] if m["kind"] == "dev"]
 
             assert dev(ref) == dev(resumed), algo
-    ck = torch.load(tmp_path / "bmuf_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
-    assert ck["world_size"] == 2 and len(ck["per_rank"]) == 2
+    latest = tmp_path / "bmuf_res" / "checkpoints" / "latest.pt"
+    ck = torch.load(latest, weights_only=True)["algo"]
+    assert ck["world_size"] == 2 and "per_rank" not in ck  # rank 0 holds no other learner's state
+    parts = read_rank_parts(latest)  # each learner's part in a file of its own, its own model in it
+    assert [sorted(p) for p in parts] == [["model", "optimizer", "rng"]] * 2
+    # parts are kept for the checkpoints a file names (latest.pt, epoch-1.pt, epoch-2.pt), the rest removed
+    kept = sorted(p.name for p in (latest.parent / "ranks").iterdir())
+    assert kept == [f"step{s}.rank{r}.pt" for s in (12, 6) for r in (0, 1)], kept
     assert {"W", "Wg", "delta"} <= set(ck["shared"]) and float(ck["shared"]["delta"].abs().sum()) > 0
-    ck = torch.load(tmp_path / "powersgd_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
-    errors = [r["error"] for r in ck["per_rank"]]  # per learner, and not the same on both
+    errors = [r["error"] for r in read_rank_parts(tmp_path / "powersgd_res" / "checkpoints" / "latest.pt")]
+    # per learner, and not the same on both
     assert all(float(e[0].abs().sum()) > 0 for e in errors) and not torch.equal(errors[0][0], errors[1][0])
     ck = torch.load(tmp_path / "diloco_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
     momentum = ck["shared"]["outer"]["state"][0]["momentum_buffer"]
     assert float(momentum.abs().sum()) > 0 and ck["shared"]["syncs"] >= 1
-    ck = torch.load(tmp_path / "diloco_q4_res" / "checkpoints" / "latest.pt", weights_only=True)["algo"]
-    quant = [r["quant"] for r in ck["per_rank"]]  # per learner, and not the same on both
+    quant = [r["quant"] for r in read_rank_parts(tmp_path / "diloco_q4_res" / "checkpoints" / "latest.pt")]
+    # per learner, and not the same on both
     for key in ("error", "server_error"):
         assert all(float(q[key].abs().sum()) > 0 for q in quant) and not torch.equal(quant[0][key], quant[1][key])

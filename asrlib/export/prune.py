@@ -161,6 +161,8 @@ class MaskedAlgo(LocalAlgo):
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, mask in self.masks.items():
+                if mask.device != params[name].device:  # the training device (train.device)
+                    self.masks[name] = mask = mask.to(params[name].device)
                 params[name].mul_(mask)
 
     def end_training(self, model: nn.Module) -> None:
@@ -180,7 +182,8 @@ def finetune(
 ) -> dict:
     """Fine-tune ``model`` in place with the recipe's Trainer for ``export.finetune_epochs`` epochs at
     ``export.finetune_lr`` (short warm-up, cosine decay) over ``export.finetune_utts`` random training utterances
-    (0 = all), keeping ``masks``; resumable from ``exp_dir``."""
+    (0 = all), keeping ``masks``; resumable from ``exp_dir``. Runs on ``train.device``; ``model`` is back on the CPU
+    afterwards."""
     from asrlib.train.loader import CtcTargets, CutData, open_set
     from asrlib.train.trainer import Trainer
 
@@ -221,7 +224,11 @@ def finetune(
     trainer = Trainer(
         ft_cfg, model, train_ds, dataset(dev_set), exp_dir, algo=MaskedAlgo(masks) if masks else LocalAlgo()
     )
-    return trainer.fit()
+    summary = trainer.fit()  # on train.device
+    model.cpu()  # pruning, factorising and the ONNX export work on the CPU copy
+    if masks:
+        masks.update({k: v.cpu() for k, v in masks.items()})
+    return summary
 
 
 # ---------------------------------------------------------------------------------------------- files

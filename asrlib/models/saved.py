@@ -56,12 +56,23 @@ class SavedModel:
         """Raw (un-normalised) fbank (T, D) → CTC log-probs (T // stack, V) as float32."""
         return self.log_probs_of_inputs(self.normalise(feats))
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device: torch.device) -> "SavedModel":
+        """Run the network on ``device`` (asrlib.models.device.resolve_device); inputs and outputs stay numpy."""
+        self.model.to(device)
+        return self
+
     @torch.no_grad()
     def log_probs_of_inputs(self, inputs: np.ndarray) -> np.ndarray:
-        """Network-input frames (T, D) (:meth:`normalise`'s output, or a transform of it) → CTC log-probs."""
-        x = torch.from_numpy(np.asarray(inputs, np.float32)).unsqueeze(0)
-        logp, _ = self.model(x, torch.tensor([x.shape[1]]))
-        return logp[0].numpy()
+        """Network-input frames (T, D) (:meth:`normalise`'s output, or a transform of it) → CTC log-probs, computed
+        in fp32 on the model's device."""
+        dev = self.device
+        x = torch.from_numpy(np.asarray(inputs, np.float32)).unsqueeze(0).to(dev)
+        logp, _ = self.model(x, torch.tensor([x.shape[1]], device=dev))
+        return logp[0].cpu().numpy()
 
 
 def save_model(

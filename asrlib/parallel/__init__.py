@@ -14,18 +14,22 @@ from asrlib.errors import AsrError
 ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco")
 
 
-def make_algo(cfg: DistConfig):
+def make_algo(cfg: DistConfig, device=None):
     """The algorithm named by ``train.dist.algo`` (``local`` = one process, no communication: the trainer's
-    :class:`asrlib.train.algo.LocalAlgo`)."""
+    :class:`asrlib.train.algo.LocalAlgo`) for learners training on ``device`` (a ``torch.device``; None: CUDA when
+    there is one)."""
     if cfg.algo == "local":
         from asrlib.train.algo import LocalAlgo
 
         return LocalAlgo()
-    return make_dist_algo(cfg)
+    return make_dist_algo(cfg, device)
 
 
-def make_dist_algo(cfg: DistConfig):
-    """The algorithm object for ``cfg.algo`` (initialises the process group from torchrun's environment)."""
+def make_dist_algo(cfg: DistConfig, device=None):
+    """The algorithm object for ``cfg.algo`` (initialises the process group from torchrun's environment: NCCL for
+    learners on CUDA, Gloo on the CPU)."""
+    from asrlib.parallel.env import init_process_group
+
     if cfg.algo not in ALGOS:
         raise AsrError(f"train.dist.algo must be local or one of {', '.join(ALGOS)}, not {cfg.algo!r}")
     if cfg.algo == "sync":
@@ -46,4 +50,4 @@ def make_dist_algo(cfg: DistConfig):
         from asrlib.parallel.diloco import Diloco as cls
     else:
         from asrlib.parallel.ring import RingRsps as cls
-    return cls(cfg)
+    return cls(cfg, init_process_group(cfg, device))

@@ -12,15 +12,17 @@ synchronisations and no learner waits forever for one that ran out of data (the 
 empty batch counts is up to the algorithm (weight 0 in a gradient average; no local update, but a share in the
 model average).
 
-Checkpoints: only rank 0 writes, but :meth:`state_dict` is collective: it gathers every learner's RNG state and,
-where learners' models can differ (all but ``sync``), every learner's model and optimizer state, so resuming with
-the same number of learners restores each learner exactly.
+Checkpoints: rank 0 writes the checkpoint (the trainer's state, with the algorithm's shared state from
+:meth:`state_dict`, which may be collective: in-flight exchanges are brought to rest first); every learner writes
+its own part, :meth:`rank_state` (its RNG states and, where learners' models can differ (all but ``sync`` and
+``powersgd``), its model and optimizer state), into a file of its own beside it (``checkpoints/ranks/``, see
+:mod:`asrlib.train.checkpoint`), so no learner ever holds N learners' states. Resuming with the same number of
+learners restores each learner exactly; with another number, every learner starts from rank 0's model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import random
 import threading
@@ -36,7 +38,7 @@ from asrlib.parallel import meter
 from asrlib.parallel.env import DistInfo, init_process_group
 from asrlib.parallel.stats import CommStats
 from asrlib.train.algo import TrainAlgo
-from asrlib.train.checkpoint import rng_state, set_rng_state
+from asrlib.train.checkpoint import rng_state, set_rng_state, to_cpu
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +59,6 @@ def unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
             offset += n
 
 
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return copy.deepcopy(obj)
-
-
 class DistAlgo(TrainAlgo):
     """Base of the torch.distributed algorithms (see the module docstring for the shared rules)."""
 
@@ -85,6 +77,8 @@ class DistAlgo(TrainAlgo):
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self._resume: Optional[Dict[str, Any]] = None
+        self._resume_mine: Optional[Dict[str, Any]] = None
+        self._rank_part: Dict[str, Any] = {}
         self._epoch_mark = (CommStats(), time.perf_counter())
         self._meter_mark = self._meter_start = self.meter.snapshot()
         self.epoch_stats: List[Dict[str, float]] = []
@@ -172,9 +166,10 @@ class DistAlgo(TrainAlgo):
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model, self.optimizer = model, optimizer
-        st = self._resume
-        if st is not None and st.get("world_size") == self.world_size and st.get("per_rank"):
-            mine = st["per_rank"][self.rank]
+        st, mine = self._resume, self._resume_mine
+        if st is not None and mine is None and st.get("world_size") == self.world_size and st.get("per_rank"):
+            mine = st["per_rank"][self.rank]  # a checkpoint of an older asrlib: every learner's part in one file
+        if mine is not None:
             if "model" in mine:
                 model.load_state_dict(mine["model"])
                 optimizer.load_state_dict(mine["optimizer"])
@@ -317,28 +312,37 @@ class DistAlgo(TrainAlgo):
 
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> Dict[str, Any]:
-        """Collective: gather every learner's state onto rank 0 (other ranks get a stub)."""
+        """Collective: bring exchanges in flight to rest; the state shared by the learners (rank 0 writes it). This
+        learner's own part is taken at the same moment and handed out by :meth:`rank_state`."""
         self.quiesce()
         with self.lock:
-            mine: Dict[str, Any] = {"rng": rng_state(), **_to_cpu(self.local_state())}
+            mine: Dict[str, Any] = {"rng": rng_state(), **to_cpu(self.local_state())}
             if self.per_rank_model and self.model is not None:
-                mine["model"] = _to_cpu(self.model.state_dict())
-                mine["optimizer"] = _to_cpu(self.optimizer.state_dict())
-            shared = _to_cpu(self.shared_state())
-        gathered: Optional[List[Any]] = [None] * self.world_size if self.rank == 0 else None
-        with self.meter.category("bookkeeping"):
-            dist.gather_object(mine, gathered, dst=0)
+                mine["model"] = to_cpu(self.model.state_dict())
+                mine["optimizer"] = to_cpu(self.optimizer.state_dict())
+            shared = to_cpu(self.shared_state())
+        self._rank_part = mine
         return {
             "algo": self.name,
             "world_size": self.world_size,
             "steps": self.steps_done,
-            "per_rank": gathered,
+            "rank_files": True,  # each learner's part is in its own file (asrlib.train.checkpoint.rank_file)
             "shared": shared,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Keep the state; :meth:`setup` applies this learner's part (after the trainer restored rank 0's)."""
+    def rank_state(self) -> Dict[str, Any]:
+        """This learner's part of the checkpoint :meth:`state_dict` just began (written by this learner)."""
+        mine, self._rank_part = self._rank_part, {}
+        return mine
+
+    def load_state_dict(self, state: Dict[str, Any], mine: Optional[Dict[str, Any]] = None) -> None:
+        """Keep the state and this learner's part; :meth:`setup` applies them (after the trainer restored rank 0's)."""
         self._resume = state or None
+        self._resume_mine = mine
+
+    def barrier(self) -> None:
+        with self.meter.category("bookkeeping"):
+            dist.barrier()
 
     # ------------------------------------------------------------------ reporting
     def total_stats(self) -> CommStats:

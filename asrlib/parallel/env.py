@@ -1,9 +1,10 @@
 """Process-group set-up: from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_*)
 or, without torchrun, a one-learner world so a distributed algorithm still runs as a single process.
 
-Backend: NCCL when CUDA is available (communication buffers on ``cuda:LOCAL_RANK``), Gloo on CPU. Background
-point-to-point traffic (gossip, parameter server, ring) always uses separate Gloo groups on CPU tensors, because
-NCCL point-to-point from a second thread is not safe.
+Backend: NCCL for learners on CUDA (``train.device`` auto or cuda; communication buffers on the learner's
+``cuda:LOCAL_RANK``), Gloo for learners on the CPU. Background point-to-point traffic (gossip, parameter server,
+ring) always uses separate Gloo groups on CPU-staged copies of the model (docs/gpus.md says why), because NCCL
+point-to-point from a second thread is not safe and Gloo's needs no stream management.
 
 Under torchrun every learner asks the kernel to SIGKILL it when its torchrun agent (the launcher process) dies
 (:func:`die_with_agent`): torchrun starts each learner in a session of its own, so killing the launcher's process
@@ -38,16 +39,22 @@ class DistInfo:
     local_world_size: int  # learners per (real or simulated) node
     node: int  # rank // local_world_size
     backend: str
-    device: torch.device  # where collective buffers live
+    device: torch.device  # where collective buffers live (the learner's GPU with NCCL, the CPU with Gloo)
 
 
-def choose_backend(name: str) -> str:
+def choose_backend(name: str, device: Optional[torch.device] = None) -> str:
+    """``train.dist.backend`` for learners training on ``device`` (default: CUDA when there is one): ``auto`` is
+    NCCL for CUDA learners, Gloo for CPU ones."""
+    cuda = device.type == "cuda" if device is not None else torch.cuda.is_available()
     if name == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if cuda else "gloo"
     if name not in ("gloo", "nccl"):
         raise AsrError(f"train.dist.backend must be auto, gloo or nccl, not {name!r}")
-    if name == "nccl" and not torch.cuda.is_available():
-        raise AsrError("train.dist.backend=nccl needs CUDA; use gloo (or auto) on a CPU machine")
+    if name == "nccl" and not cuda:
+        raise AsrError(
+            "train.dist.backend=nccl needs the learners on CUDA (train.device auto or cuda on a machine with GPUs); "
+            "use gloo (or auto) for CPU learners"
+        )
     return name
 
 
@@ -72,17 +79,19 @@ def die_with_agent() -> None:
         os._exit(1)
 
 
-def init_process_group(cfg: DistConfig) -> DistInfo:
-    """Initialise torch.distributed once (torchrun env vars, else a one-learner world) and describe this learner."""
+def init_process_group(cfg: DistConfig, device: Optional[torch.device] = None) -> DistInfo:
+    """Initialise torch.distributed once (torchrun env vars, else a one-learner world) and describe this learner,
+    whose model trains on ``device`` (asrlib.models.device.resolve_device of train.device; default: cuda:LOCAL_RANK
+    when there is CUDA)."""
     if not dist.is_available():
         raise AsrError("this torch build has no torch.distributed; use train.dist.algo=local")
     if not dist.is_initialized():
-        backend = choose_backend(cfg.backend)
+        backend = choose_backend(cfg.backend, device)
         timeout = timedelta(seconds=cfg.timeout_s)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             die_with_agent()
             if backend == "nccl":
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(device if device is not None else int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, timeout=timeout)
         else:
             log.warning(
@@ -99,8 +108,9 @@ def init_process_group(cfg: DistConfig) -> DistInfo:
             f"{world} learners cannot be split into nodes of {local} (train.dist.local_world_size or "
             f"torchrun's LOCAL_WORLD_SIZE must divide the number of learners)"
         )
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    return DistInfo(rank, world, local, rank // local, backend, device)
+    # collective buffers: on the learner's GPU for NCCL, on the CPU for Gloo (staged copies of a CUDA model)
+    comm = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    return DistInfo(rank, world, local, rank // local, backend, comm)
 
 
 def node_groups(world: int, local: int, rank: int) -> Tuple[Optional[dist.ProcessGroup], List[int]]:

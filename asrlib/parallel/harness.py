@@ -157,6 +157,7 @@ def train_toy(
     watch: bool = False,
     stop_after: int = 0,
     uneven: Optional[Sequence[int]] = None,
+    device: Optional[torch.device] = None,
 ) -> Dict[str, Any]:
     """Train on a toy set-up with the algorithm of ``train.dist`` (each learner in its own process).
 
@@ -165,9 +166,11 @@ def train_toy(
     checkpoint at that step (the learners' state is as a crash would leave it). Returns final parameters,
     metrics, the algorithm's summary, the identity check record and ``fit_s`` (this learner's wall time in
     ``Trainer.fit``). ``setup`` may be any directory laid out like the toy one (``fbank/<set>``, ``data/<set>``,
-    ``lang``), e.g. a subset of a recipe's data (asrlib.data.subset) with ``lang`` linked in.
+    ``lang``), e.g. a subset of a recipe's data (asrlib.data.subset) with ``lang`` linked in. ``device``: where the
+    model trains (default: ``train.device``).
     """
     from asrlib.config import load_config
+    from asrlib.models.device import resolve_device
     from asrlib.models.lstm import build_model
     from asrlib.parallel import make_algo
     from asrlib.train.loader import CtcTargets, SamplerSettings, epoch_cut_batches, open_set
@@ -186,8 +189,9 @@ def train_toy(
 
     train_ds, dev_ds = ds("train"), ds("dev")
     model = build_model(train_ds.feature_dim(), len(targets.tokens), cfg.model)
-    algo = make_algo(cfg.train.dist)
-    trainer = Trainer(cfg, model, train_ds, dev_ds, Path(exp_dir), algo=algo)
+    device = device if device is not None else resolve_device(cfg.train.device)
+    algo = make_algo(cfg.train.dist, device)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, Path(exp_dir), algo=algo, device=device)
     if uneven is not None:
 
         def uneven_cuts(epoch, skip, counts=tuple(uneven)):
@@ -216,7 +220,7 @@ def train_toy(
     except StopAfter:
         return {"stopped_at": stop_after}
     return {
-        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "params": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "summary": summary,
         "metrics": trainer.metrics,
         "algo": algo.summary() if hasattr(algo, "summary") else None,

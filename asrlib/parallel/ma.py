@@ -95,9 +95,19 @@ class ModelAveraging(DistAlgo):
         global_now = self.since_sync % self.period == 0
         before = self._sq_norm_sum() if (global_now and self.cfg.adaptive) else None
         self.averager.step = self.since_sync
-        nbytes = sum(p.numel() * p.element_size() for p in self.params())
+        params = self.params()
+        nbytes = sum(p.numel() * p.element_size() for p in params)
         with self.stats.timed():
-            self.averager.average_parameters(self.params())
+            if params[0].device != self.device:  # Gloo for learners on GPUs: torch's averager on host copies
+                host = [torch.nn.Parameter(p.detach().to(self.device)) for p in params]
+                for h in host:  # it averages the parameters that have a gradient
+                    h.grad = torch.zeros_like(h)
+                self.averager.average_parameters(host)
+                with torch.no_grad():
+                    for p, h in zip(params, host):
+                        p.copy_(h)
+            else:
+                self.averager.average_parameters(params)
         if global_now:
             self.stats.all_reduce(nbytes, self.world_size)
             self.since_sync = 0

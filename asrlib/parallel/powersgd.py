@@ -8,16 +8,9 @@ uncompressed in one all-reduce. Error feedback (what compression lost is added t
 warm start (Q reused across steps) are on. The first ``max(2, train.dist.warmup_steps)`` steps are plain
 all-reduces (torch's ``start_powerSGD_iter``); ``train.dist.powersgd_rank`` is r.
 
-How it plugs into the trainer, which calls the bare model: DDP wraps the model, and forward hooks on the model run
-DDP's own pre- and post-forward (what ``DistributedDataParallel.forward`` does around ``module.forward``), so
-DDP's reducer sees the backward pass and calls the hook per bucket. The bucket layout is fixed at set-up (the
-rebuild DDP would do after the first step is done at once, on every learner, from the parameter order), so it is
-the same in a resumed run and the error-feedback tensors (per bucket) fit it.
-
-Empty batches (uneven shard ends): the learner without data runs the same hook on zero buckets (DDP's join
-mechanism, ``_get_zeros_like_grad_buckets`` / ``_run_comm_hook``) and applies the result, so every learner takes
-the identical step; as in DDP the hook divides by the world size, so on such a step the update is the sum over the
-learners with data divided by all learners (``sync`` divides by those with data).
+DDP's set-up, the forward hooks that let the trainer call the bare model, and how a learner without data joins a
+step are shared with ``sync`` (:mod:`asrlib.parallel.ddp`); the bucket layout is fixed at set-up, so the
+error-feedback tensors (per bucket) fit a resumed run.
 
 Checkpoints: the model is identical on every learner (rank 0's is everyone's); each learner's PowerSGD state (its
 error feedback, the warm-start P and Q, the step counter and the hook's random generator) is saved per learner, so
@@ -27,16 +20,14 @@ resume is exact. Works with Gloo on CPU (tests/test_dist_comm.py) and NCCL.
 from __future__ import annotations
 
 import logging
-import warnings
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import numpy as np
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-from torch.nn.parallel import DistributedDataParallel
 
 from asrlib.errors import AsrError
-from asrlib.parallel.base import DistAlgo
+from asrlib.parallel.ddp import DdpAlgo
 
 log = logging.getLogger(__name__)
 
@@ -52,32 +43,17 @@ def _rng_from_state(st: Dict[str, Any]) -> np.random.RandomState:
     return rng
 
 
-class PowerSgd(DistAlgo):
+class PowerSgd(DdpAlgo):
     name = "powersgd"
-    per_rank_model = False  # identical on every learner: rank 0's model in the checkpoint is everyone's
 
     def __init__(self, cfg, info=None):
         super().__init__(cfg, info)
         if cfg.powersgd_rank < 1:
             raise AsrError(f"train.dist.powersgd_rank must be >= 1, not {cfg.powersgd_rank}")
-        self.ddp = None
+        self.bucket_mb = cfg.powersgd_bucket_mb
         self.state = None
-        self._hooks: List[Any] = []
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self._attach(model)
-        super().setup(model, optimizer)  # restores this learner's PowerSGD state on resume (load_local)
-
-    def _attach(self, model: torch.nn.Module) -> None:
-        with warnings.catch_warnings():  # torch 2.13: broadcast_buffers is deprecated, its successor syncs at init
-            warnings.simplefilter("ignore", FutureWarning)
-            self.ddp = DistributedDataParallel(
-                model, broadcast_buffers=False, bucket_cap_mb=self.cfg.powersgd_bucket_mb, init_sync=False
-            )
-        red = self.ddp.reducer  # the bucket rebuild of the first step, now, the same on every learner
-        red._push_all_rebuilt_params()
-        red._rebuild_buckets()
-        self.ddp._has_rebuilt_buckets = True
+    def comm_hook(self) -> tuple:
         self.state = psgd.PowerSGDState(
             process_group=None,
             matrix_approximation_rank=self.cfg.powersgd_rank,
@@ -86,40 +62,7 @@ class PowerSgd(DistAlgo):
             warm_start=True,
             random_seed=0,
         )
-        self.ddp.register_comm_hook(self.state, psgd.powerSGD_hook)
-        ddp = self.ddp
-
-        def pre(module, args, kwargs):
-            return ddp._pre_forward(*args, **kwargs)
-
-        def post(module, args, output):
-            return ddp._post_forward(output)
-
-        self._hooks = [
-            model.register_forward_pre_hook(pre, with_kwargs=True),
-            model.register_forward_hook(post),
-        ]
-
-    def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
-        """DDP has averaged the gradients during backward; a learner without data joins with zero buckets."""
-        self.begin_update()
-        if not has_data:
-            with self.stats.timed():
-                buckets = self.ddp.reducer._get_zeros_like_grad_buckets()
-                futs = [self.ddp.reducer._run_comm_hook(b) for b in buckets]
-                for b, fut in zip(buckets, futs):
-                    flat = fut.wait()
-                    flat = flat[0] if isinstance(flat, list) else flat
-                    offset = 0
-                    for p in b.parameters():
-                        p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
-                        offset += p.numel()
-        return True
-
-    def stop(self) -> None:
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
+        return self.state, psgd.powerSGD_hook
 
     # ------------------------------------------------------------------ state
     def local_state(self) -> Dict[str, Any]:
@@ -149,5 +92,5 @@ class PowerSgd(DistAlgo):
             "powersgd_rank": self.cfg.powersgd_rank,
             "start_powerSGD_iter": self.state.start_powerSGD_iter,
             "hook_compression_rate": rate,
-            "buckets": len(self.ddp.reducer._get_zeros_like_grad_buckets()),
+            "buckets": self.buckets(),
         }

@@ -7,13 +7,14 @@ batches, combined by ``reduce_metric``) and ``end_training`` after the last epoc
 (asrlib/train/loader.py: lhotse's sampler with the learner's rank, the same number of batches on every rank); a step
 with ``has_data=False`` (a learner without data at that step, e.g. an uneven shard end in the test harness) still
 takes part in the step's communication. The algorithm's own state is saved in every checkpoint through
-``state_dict`` (called on every learner: it may be collective) / ``load_state_dict``. ``LocalAlgo`` is the
+``state_dict`` (called on every learner: it may be collective; rank 0 writes it) and ``rank_state`` (each
+learner's own part, written by that learner to a file of its own), restored by ``load_state_dict``. ``LocalAlgo`` is the
 single-process algorithm: it does nothing at those points.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -52,10 +53,18 @@ class TrainAlgo:
         return total, count
 
     def state_dict(self) -> Dict[str, Any]:
+        """The algorithm's state in the checkpoint rank 0 writes (called on every learner: it may be collective)."""
         return {}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        pass
+    def rank_state(self) -> Dict[str, Any]:
+        """This learner's own part of the checkpoint, written by this learner to a file of its own ({}: none)."""
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any], mine: Optional[Dict[str, Any]] = None) -> None:
+        """``state``: what :meth:`state_dict` gave; ``mine``: this learner's :meth:`rank_state` (None: not there)."""
+
+    def barrier(self) -> None:
+        """Wait for every learner (a no-op for one process)."""
 
 
 class LocalAlgo(TrainAlgo):

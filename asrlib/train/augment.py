@@ -20,12 +20,13 @@ def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
     imitates a speaker with a shorter or longer vocal tract. One batched matrix product with each utterance's (D, D)
     interpolation matrix (7x faster than gathering the bins). Uses the global torch RNG (checkpointed)."""
     n, _, d = x.shape
-    alpha = 1.0 + (torch.rand(n, 1) * 2 - 1) * max_warp
-    pos = (torch.arange(d, dtype=torch.float32).unsqueeze(0) * alpha).clamp(0, d - 1)  # (N, D) source bins
+    dev = x.device
+    alpha = 1.0 + (torch.rand(n, 1, device=dev) * 2 - 1) * max_warp
+    pos = (torch.arange(d, dtype=torch.float32, device=dev).unsqueeze(0) * alpha).clamp(0, d - 1)  # (N, D) source
     lo = pos.floor().long()
     hi = (lo + 1).clamp(max=d - 1)
     w = (pos - lo).unsqueeze(1)
-    interp = torch.zeros(n, d, d, dtype=x.dtype)  # [utterance, source bin, output bin]
+    interp = torch.zeros(n, d, d, dtype=x.dtype, device=dev)  # [utterance, source bin, output bin]
     interp.scatter_add_(1, lo.unsqueeze(1), (1 - w).to(x.dtype))
     interp.scatter_add_(1, hi.unsqueeze(1), w.to(x.dtype))
     return torch.bmm(x, interp)
@@ -33,7 +34,7 @@ def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
 
 def _span_mask(size: int, starts: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
     """(N, size) bool: whether position p of row i lies in one of row i's spans [starts[i, k], + widths[i, k])."""
-    pos = torch.arange(size).view(1, 1, size)
+    pos = torch.arange(size, device=starts.device).view(1, 1, size)
     return ((pos >= starts.unsqueeze(2)) & (pos < (starts + widths).unsqueeze(2))).any(dim=1)
 
 
@@ -49,14 +50,16 @@ def spec_augment(
     """Optional frequency warping, then frequency masks (each up to ``max_f`` bins) and time masks (each up to
     ``max_t_frac`` of the utterance's frames, inside them), zeros after CMVN = the mean. The whole batch's draws at
     once (no per-utterance loop: this runs in the training process on every step), from the global torch RNG
-    (checkpointed)."""
+    (checkpointed; on CUDA the device's generator, also checkpointed)."""
     x = freq_warp(x, max_warp) if max_warp > 0 else x
     n, t_max, d = x.shape
-    f = (torch.rand(n, num_freq_masks) * (max_f + 1)).long()
-    f0 = (torch.rand(n, num_freq_masks) * (d - f).clamp(min=1)).long()
+    dev = x.device
+    lens = lens.to(dev)
+    f = (torch.rand(n, num_freq_masks, device=dev) * (max_f + 1)).long()
+    f0 = (torch.rand(n, num_freq_masks, device=dev) * (d - f).clamp(min=1)).long()
     max_t = (lens * max_t_frac).long().clamp(min=1).unsqueeze(1)
-    t = (torch.rand(n, num_time_masks) * (max_t + 1)).long()
-    t0 = (torch.rand(n, num_time_masks) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
+    t = (torch.rand(n, num_time_masks, device=dev) * (max_t + 1)).long()
+    t0 = (torch.rand(n, num_time_masks, device=dev) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
     masked = _span_mask(d, f0, f).unsqueeze(1) | _span_mask(t_max, t0, t).unsqueeze(2)
     return x.masked_fill(masked, 0.0)
 
@@ -77,6 +80,7 @@ def lhotse_spec_augment(x: torch.Tensor, lens: torch.Tensor, time_warp: int, max
         p=1.0,
     )
     x = freq_warp(x, max_warp) if max_warp > 0 else x
+    lens = lens.cpu()  # lhotse reads the segments on the host
     segments = torch.stack([torch.arange(len(lens)), torch.zeros_like(lens), lens], dim=1).int()
     return sa(x, supervision_segments=segments)
 

@@ -96,7 +96,7 @@ class CeCriterion(Criterion):
     def _forward(self, model, batch):
         logp, _ = model(batch["feats"], batch["feat_lens"])
         tgt = batch["frame_targets"][:, : logp.shape[1]]
-        return logp, tgt
+        return logp.float(), tgt  # the loss in fp32 under autocast (a no-op in fp32)
 
     def loss(self, model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, float, int]:
         logp, tgt = self._forward(model, batch)

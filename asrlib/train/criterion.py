@@ -42,7 +42,7 @@ class CtcCriterion(Criterion):
         """Mean CTC loss per output frame of the batch; returns (loss, summed loss, output frames)."""
         logp, out_lens = model(batch["feats"], batch["feat_lens"])
         total = F.ctc_loss(
-            logp.transpose(0, 1),
+            logp.float().transpose(0, 1),  # in fp32 under autocast (a no-op in fp32)
             batch["targets"],
             out_lens,
             batch["target_lens"],

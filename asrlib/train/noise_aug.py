@@ -69,6 +69,10 @@ class NoiseAugment:
     def __call__(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """(N, T, D) normalised features, (N,) lengths -> a new tensor with noise in some utterances."""
         x = x.clone()
+        if self.bank.device != x.device:  # the training device (its draws stay on the CPU generator)
+            self.mean, self.inv_std, self.bank, self.log_energy = (
+                t.to(x.device) for t in (self.mean, self.inv_std, self.bank, self.log_energy)
+            )
         k_bank, t_bank, _ = self.bank.shape
         for i in range(x.shape[0]):
             if float(torch.rand(())) >= self.prob:
@@ -84,7 +88,7 @@ class NoiseAugment:
             active = energy[energy > energy.median()]
             active = active if active.numel() else energy  # a flat utterance: all frames
             log_gain = float(active.exp().mean().log()) - float(self.log_energy[k]) - snr / 10.0 * math.log(10.0)
-            noise = self.bank[k, (start + torch.arange(t)) % t_bank]
+            noise = self.bank[k, (start + torch.arange(t, device=x.device)) % t_bank]
             mixed = torch.logaddexp(raw, noise + log_gain)
             x[i, :t] = (mixed - self.mean) * self.inv_std
         return x

@@ -36,14 +36,14 @@ class InputTransform(torch.nn.Module):
 
     def matrix(self) -> np.ndarray:
         """``[A | b]``, D x (D+1), as Kaldi stores an affine feature transform."""
-        return torch.cat([self.A, self.b[:, None]], 1).detach().numpy().astype(np.float32)
+        return torch.cat([self.A, self.b[:, None]], 1).detach().cpu().numpy().astype(np.float32)
 
 
 def _ctc_nll(logp: torch.Tensor, targets: Sequence[int]) -> float:
-    t = torch.tensor(list(targets), dtype=torch.long)
-    return float(
-        torch.nn.functional.ctc_loss(logp, t, torch.tensor([logp.shape[0]]), torch.tensor([len(t)]), reduction="sum")
-    )
+    dev = logp.device
+    t = torch.tensor(list(targets), dtype=torch.long, device=dev)
+    n, m = torch.tensor([logp.shape[0]], device=dev), torch.tensor([len(t)], device=dev)
+    return float(torch.nn.functional.ctc_loss(logp, t, n, m, reduction="sum"))
 
 
 def best_pronunciations(logp: torch.Tensor, words: Sequence[str], lexicon: Dict[str, List[List[int]]]) -> List[int]:
@@ -90,21 +90,21 @@ def adapt_speaker(
     saved: SavedModel, inputs: Sequence[np.ndarray], targets: Sequence[Sequence[int]], cfg: AdaptConfig
 ) -> SpeakerResult:
     """Estimate one speaker's input transform: ``inputs`` the network-input frames of the speaker's utterances
-    (``saved.normalise`` applied), ``targets`` their first-pass token sequences."""
-    model = saved.model
+    (``saved.normalise`` applied), ``targets`` their first-pass token sequences. Runs on the model's device."""
+    model, dev = saved.model, saved.device
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    lin = InputTransform(inputs[0].shape[1])
+    lin = InputTransform(inputs[0].shape[1]).to(dev)
     opt = torch.optim.Adam(lin.parameters(), lr=cfg.lr)
     batches = pack_by_length([len(x) for x in inputs], cfg.batch_frames)
 
     def batch_loss(idx: List[int]) -> Tuple[torch.Tensor, int]:
         xs = [torch.from_numpy(np.asarray(inputs[i], np.float32)) for i in idx]
-        x = torch.nn.utils.rnn.pad_sequence(xs, batch_first=True)
-        logp, out_len = model(lin(x), torch.tensor([len(v) for v in xs]))
-        tg = torch.tensor([t for i in idx for t in targets[i]], dtype=torch.long)
-        tl = torch.tensor([len(targets[i]) for i in idx])
+        x = torch.nn.utils.rnn.pad_sequence(xs, batch_first=True).to(dev)
+        logp, out_len = model(lin(x), torch.tensor([len(v) for v in xs], device=dev))
+        tg = torch.tensor([t for i in idx for t in targets[i]], dtype=torch.long, device=dev)
+        tl = torch.tensor([len(targets[i]) for i in idx], device=dev)
         nll = torch.nn.functional.ctc_loss(logp.transpose(0, 1), tg, out_len, tl, reduction="sum", zero_infinity=True)
         return nll, int(out_len.sum())
 

@@ -25,14 +25,19 @@ from asrlib.features.cmvn import cmvn_fingerprint
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_open
 from asrlib.io.stage import is_done
+from asrlib.models.device import autocast, describe, grad_scaler, resolve_device, resolve_precision, to_device
 from asrlib.train.algo import LocalAlgo, TrainAlgo
 from asrlib.train.checkpoint import (
     latest_checkpoint,
     link_checkpoint,
     load_checkpoint,
+    load_rank_part,
+    rank_file,
+    remove_rank_files,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    to_cpu,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
 from asrlib.train.augment import make_spec_augment
@@ -44,10 +49,12 @@ log = logging.getLogger(__name__)
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = list(params)
     if cfg.optimizer == "adam":
         # fused: one kernel for all parameters; on CPU 0.4 ms a step for the digits model where the per-tensor loop
-        # takes 2-5 ms (of a 25-30 ms step)
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+        # takes 2-5 ms (of a 25-30 ms step); CPU and CUDA have the kernel
+        fused = all(p.device.type in ("cpu", "cuda") for p in params)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
@@ -92,9 +99,12 @@ def is_trained(marker: Path, fingerprint: dict) -> bool:
 
 def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:
     """torch's ``clip_grad_norm_``, bit for bit, without its pass over every gradient when nothing is clipped (torch
-    multiplies by its coefficient clamped to 1.0 then). Returns the total norm."""
+    multiplies by its coefficient clamped to 1.0 then). Returns the total norm (a tensor on an accelerator)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)
+    if norm.device.type != "cpu":  # on an accelerator: torch's own clipping, with no wait for the norm's value
+        torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
+        return norm
     if not bool(max_norm / (norm + 1e-6) >= 1.0):  # torch's own coefficient; NaN clips as in torch
         torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
     return float(norm)
@@ -116,10 +126,16 @@ class Trainer:
         algo: Optional[TrainAlgo] = None,
         extra_state: Optional[dict] = None,
         criterion: Optional[Criterion] = None,
+        device: Optional[torch.device] = None,
     ):
         self.cfg, self.tcfg = cfg, cfg.train
         self.criterion = criterion or CtcCriterion()
-        self.model, self.train_ds, self.dev_ds = model, train_ds, dev_ds
+        # train.device (asrlib.models.device): the model, every batch's tensors and the loss live there
+        self.device = device if device is not None else resolve_device(self.tcfg.device)
+        self.amp_dtype = resolve_precision(self.tcfg.precision, self.device)
+        self.scaler = grad_scaler(self.device, self.amp_dtype)  # fp16 only
+        self.model, self.train_ds, self.dev_ds = model.to(self.device), train_ds, dev_ds
+        log.info("training on %s", describe(self.device, self.amp_dtype))
         self.exp_dir = Path(exp_dir)
         self.ckpt_dir = self.exp_dir / "checkpoints"
         self.algo = algo or LocalAlgo()
@@ -160,35 +176,49 @@ class Trainer:
 
     def state_dict(self) -> dict:
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": to_cpu(self.model.state_dict()),  # CPU tensors: the checkpoint resumes on any device
+            "optimizer": to_cpu(self.optimizer.state_dict()),
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "rng": rng_state(),
             "algo": self.algo.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "metrics": self.metrics,
             "config": dataclasses.asdict(self.cfg),
             **self.extra_state,
         }
 
-    def load_state_dict(self, st: dict) -> None:
+    def load_state_dict(self, st: dict, mine: Optional[dict] = None) -> None:
+        """``st``: a checkpoint (tensors on the CPU: they are copied to the model's device, whatever device wrote
+        them); ``mine``: this learner's own part of it (distributed training)."""
         self.model.load_state_dict(st["model"])
-        self.optimizer.load_state_dict(st["optimizer"])
+        self.optimizer.load_state_dict(st["optimizer"])  # moves its state to the parameters' device
         self.scheduler.load_state_dict(st["scheduler"])
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.metrics = st["metrics"]
-        self.algo.load_state_dict(st["algo"])
+        self.algo.load_state_dict(st["algo"], mine)
+        if self.scaler is not None and st.get("scaler"):
+            self.scaler.load_state_dict(st["scaler"])
         set_rng_state(st["rng"])
 
     def save(self, name: str = "latest.pt") -> None:
-        st = self.state_dict()  # collective for distributed algorithms: gathers every learner's state onto rank 0
+        """Write the checkpoint ``name`` (and make it ``latest.pt``). Distributed: every learner writes its own part
+        first (:func:`~asrlib.train.checkpoint.rank_file`), then rank 0 the checkpoint that names them, so a
+        checkpoint file exists only when all its parts do."""
+        st = self.state_dict()  # collective for distributed algorithms (exchanges in flight come to rest)
+        mine = self.algo.rank_state()
+        if mine:
+            save_checkpoint(rank_file(self.ckpt_dir, self.step, self.algo.rank), mine)
+            self.algo.barrier()
         if not self.algo.is_main:
             return
         save_checkpoint(self.ckpt_dir / name, st)
         if name != "latest.pt":  # the same state: linked, not serialised and synced a second time
             link_checkpoint(self.ckpt_dir / name, self.ckpt_dir / "latest.pt")
+        if mine:  # the parts of checkpoints no file names any more: the step of latest.pt and of the epochs'
+            remove_rank_files(self.ckpt_dir, {self.step} | {m["step"] for m in self.metrics if m["kind"] == "dev"})
 
     def try_resume(self) -> bool:
         ck = latest_checkpoint(self.ckpt_dir)
@@ -215,7 +245,7 @@ class Trainer:
                     f"{ck} was written with other {section} settings {diff} (old, new): "
                     f"resume needs the same settings; use another exp dir or delete {self.ckpt_dir}"
                 )
-        self.load_state_dict(st)
+        self.load_state_dict(st, load_rank_part(ck, st, self.algo.rank, self.algo.world_size))
         log.info("resumed from %s: epoch %d, batch %d, step %d", ck, self.epoch, self.batch_in_epoch, self.step)
         return True
 
@@ -224,22 +254,30 @@ class Trainer:
         self.model.train()
         has_data = bool(batch["ids"])
         if has_data:
+            n_in = int(batch["feat_lens"].sum())  # before the copy: no wait for the device
+            batch = to_device(batch, self.device)
             if self.noise_aug is not None:
                 batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
             if self.tcfg.spec_augment:
                 batch["feats"] = self.spec_augment(batch["feats"], batch["feat_lens"])
-            loss, total, frames = self.criterion.loss(self.model, batch)
+            with autocast(self.device, self.amp_dtype):  # the criteria compute their losses in fp32
+                loss, total, frames = self.criterion.loss(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            n_in = int(batch["feat_lens"].sum())
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         else:  # padding at an uneven shard end (distributed): no data, but this learner takes part in the step
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
             total, frames, n_in = 0.0, 0, 0
         if self.algo.after_backward(self.model, has_data=has_data):  # False: no update this step
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)  # clip the true gradients; inf/NaN ones skip the step
             if self.tcfg.grad_clip > 0:
                 clip_gradients(self.model, self.tcfg.grad_clip)
-            self.optimizer.step()
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
         self.scheduler.step()
         self.step += 1
         self.algo.after_step(self.model, self.optimizer, self.step)
@@ -258,7 +296,9 @@ class Trainer:
         for batch in self.dev_ds.batches(cuts):
             self.dev_skipped += batch["skipped"]
             if batch["ids"]:
-                for k, v in self.criterion.evaluate(self.model, batch).items():
+                with autocast(self.device, self.amp_dtype):
+                    values = self.criterion.evaluate(self.model, to_device(batch, self.device))
+                for k, v in values.items():
                     sums[k] = sums.get(k, 0.0) + v
         count = sums.get("count", 0)
         total, frames = self.algo.reduce_metric(sums.get("loss", 0.0), count)

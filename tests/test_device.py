@@ -1,0 +1,314 @@
+"""train.device / train.precision (issue 25), checked without a GPU.
+
+The placement tests run the real code on a stand-in accelerator (tests/device_guard.py): tensors on it compute on
+CPU data, and any operation that mixes them with host tensors fails, as it would on CUDA. So a batch, target, length,
+index or buffer left on the host shows up here: in the trainer (augmentation, forward, loss, backward, optimizer, dev
+loss, checkpoint), in CE training, in inference and speaker adaptation, and in the distributed algorithms (the
+model on the device, their communication staged through the CPU for Gloo).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from asrlib.config import ModelConfig, load_config
+from asrlib.errors import AsrError
+from asrlib.models.device import autocast, grad_scaler, resolve_device, resolve_precision, to_device
+from asrlib.models.lstm import build_model
+from asrlib.parallel.env import choose_backend
+from asrlib.parallel.harness import run_learners, train_toy
+from asrlib.train.ce import CeCriterion
+from asrlib.train.checkpoint import load_checkpoint, set_rng_state, rng_state
+from asrlib.train.loader import CtcTargets, open_set
+from asrlib.train.trainer import Trainer
+from device_guard import MixedDevices, Placed, stand_in_device
+from helpers import make_toy_ctc_setup, toy_config_yaml
+
+LAYERS = {
+    "lstm": {},
+    "lstmp_bidirectional": {"bidirectional": True},
+    "peephole": {"peephole": True},
+    "peephole_bidirectional": {"peephole": True, "bidirectional": True},
+}
+
+
+def _model(**kw) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=2, hidden_size=16, proj_size=8, stack=3, dropout=0.0, **kw)
+    return build_model(20, 5, cfg)
+
+
+# ------------------------------------------------------------------------------------------------ the settings
+def test_device_and_precision_settings():
+    assert resolve_device("auto") == torch.device("cpu")  # this machine has no CUDA
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(AsrError, match="train.device=cuda.*no CUDA device"):
+        resolve_device("cuda")
+    for bad in ("gpu", "cuda:x", "cpu:1"):
+        with pytest.raises(AsrError, match="must be auto, cpu, cuda or cuda:N"):
+            resolve_device(bad)
+    assert resolve_precision("auto", torch.device("cpu")) is None  # fp32 on the CPU
+    assert resolve_precision("auto", torch.device("cuda", 0)) is torch.bfloat16  # bf16 on CUDA
+    assert resolve_precision("fp16", torch.device("cpu")) is torch.float16
+    assert grad_scaler(torch.device("cpu"), torch.float16) is not None and grad_scaler(torch.device("cpu"), None) is None
+    with pytest.raises(AsrError, match="train.precision"):
+        resolve_precision("int8", torch.device("cpu"))
+    # the backend follows the learners' device
+    assert choose_backend("auto", torch.device("cpu")) == "gloo"
+    assert choose_backend("auto", torch.device("cuda", 0)) == "nccl"
+    with pytest.raises(AsrError, match="needs the learners on CUDA"):
+        choose_backend("nccl", torch.device("cpu"))
+
+
+def test_config_rejects_a_bad_device(tmp_path):
+    cfg = toy_config_yaml(tmp_path / "c.yaml")
+    assert load_config(cfg, ["train.device=cuda:1", "train.precision=bf16"]).train.device == "cuda:1"
+    with pytest.raises(AsrError, match="train.device"):
+        load_config(cfg, ["train.device=tpu"])
+    with pytest.raises(AsrError, match="train.precision"):
+        load_config(cfg, ["train.precision=fp8"])
+
+
+def test_cuda_rng_state_of_a_gpu_checkpoint_is_skipped_on_the_cpu():
+    st = rng_state()
+    assert "cuda" not in st  # no CUDA here
+    torch.rand(3)
+    set_rng_state({**st, "cuda": [torch.zeros(16, dtype=torch.uint8)]})  # as a GPU run writes it
+    after = torch.rand(3)
+    set_rng_state(st)
+    assert torch.equal(after, torch.rand(3))  # the CPU generator was restored all the same
+
+
+# ------------------------------------------------------------------------------------------------ the guard itself
+def test_the_stand_in_device_catches_a_host_tensor():
+    with stand_in_device() as dev:
+        x = torch.randn(4, 3).to(dev)
+        assert isinstance(x, Placed) and x.device == dev
+        assert isinstance(x * 2 + torch.ones(3, device=dev), Placed)
+        with pytest.raises(MixedDevices, match="mixed with tensors on the device"):
+            x + torch.arange(3)  # built on the host: the mistake this guard is for
+        assert type(x.cpu()) is torch.Tensor and float(x.sum()) == pytest.approx(float(x.cpu().sum()))
+
+
+# ------------------------------------------------------------------------------------------------ model
+@pytest.mark.parametrize("layers", sorted(LAYERS))
+def test_forward_backward_on_the_device_equals_the_cpu(layers):
+    ref = _model(**LAYERS[layers])
+    x, lens = torch.randn(3, 30, 20), torch.tensor([30, 21, 12])
+    logp, out_lens = ref(x, lens)
+    logp.sum().backward()
+    with stand_in_device() as dev:
+        m = _model(**LAYERS[layers]).to(dev)
+        lp, ol = m(x.to(dev), lens.to(dev))
+        lp.sum().backward()
+        assert isinstance(lp, Placed) and torch.equal(ol.cpu(), out_lens)
+        assert torch.allclose(lp.cpu(), logp, atol=1e-5)
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            assert isinstance(p.grad, Placed) and torch.allclose(p.grad.cpu(), q.grad, atol=1e-4), name
+
+
+def test_compiled_peephole_cell_agrees_with_the_eager_one(monkeypatch):
+    """The per-frame cell torch.compile runs on CUDA: traced (aot_eager: dynamo and AOT autograd, no code generated,
+    so this stays fast), outputs and gradients within 1e-5 of the eager cell's."""
+    from asrlib.models import lstm
+
+    monkeypatch.setattr(lstm, "CELL_COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    eager = _model(peephole=True)
+    comp = _model(peephole=True)
+    for layer in comp.layers:
+        layer.fwd.cell_impl = "compiled"
+    for n, t in ((3, 30), (2, 24)):  # two batch shapes: dynamic shapes, no recompilation per shape needed
+        x, lens = torch.randn(n, t, 20), torch.full((n,), t)
+        (a, _), (b, _) = eager(x, lens), comp(x, lens)
+        a.sum().backward()
+        b.sum().backward()
+        assert (a - b).abs().max() < 1e-5
+    for p, q in zip(eager.parameters(), comp.parameters()):
+        assert (p.grad - q.grad).abs().max() < 1e-5
+
+
+# ------------------------------------------------------------------------------------------------ training
+def _trainer(setup, cfg_path, exp, device, overrides=()):
+    cfg = load_config(cfg_path, list(overrides))
+    cfg.train.loader.num_workers = 0
+    targets = CtcTargets(setup / "lang", cfg.model.stack)
+    cmvn = setup / "fbank" / "train" / "cmvn.scp"
+
+    def ds(name):
+        return open_set(setup / "fbank" / name, targets, cmvn, loader=cfg.train.loader, data_dir=setup / "data" / name)
+
+    train, dev = ds("train"), ds("dev")
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(train.feature_dim(), len(targets.tokens), cfg.model)
+    return Trainer(cfg, model, train, dev, exp, device=device)
+
+
+@pytest.mark.parametrize("layers", ["lstm", "peephole_bidirectional"])
+def test_training_on_the_device_keeps_every_tensor_there_and_resumes_on_the_cpu(tmp_path, layers):
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 16, "dev": 4})
+    extra = {"noise_prob": 0.5, "freq_warp": 0.1, "checkpoint_every": 100}
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=2, **extra)
+    model_ov = [f"model.{k}={str(v).lower()}" for k, v in LAYERS[layers].items()]
+    with stand_in_device() as dev:  # augmentation, forward, loss, backward, Adam, dev loss, checkpoint
+        t = _trainer(setup, cfg, tmp_path / "exp", dev, model_ov)
+        assert all(isinstance(p, Placed) for p in t.model.parameters())
+        t.tcfg = dataclasses.replace(t.tcfg, epochs=1)  # stop after epoch 1 ...
+        summary = t.fit()
+    assert summary["steps"] > 0 and np.isfinite(summary["final_dev_loss"])
+    ck = load_checkpoint(tmp_path / "exp" / "checkpoints" / "latest.pt")  # plain CPU tensors
+    assert all(type(v) is torch.Tensor and v.device.type == "cpu" for v in ck["model"].values())
+    # ... and the checkpoint written on the device resumes on the CPU for epoch 2
+    cpu = _trainer(setup, cfg, tmp_path / "exp", torch.device("cpu"), model_ov)
+    assert cpu.fit()["epochs"] == 2 and cpu.step > summary["steps"]
+
+
+def test_device_run_computes_what_the_cpu_run_computes(tmp_path):
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 16, "dev": 4})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, freq_warp=0.1)
+    ref = _trainer(setup, cfg, tmp_path / "cpu", torch.device("cpu"))
+    ref.fit()
+    with stand_in_device() as dev:
+        t = _trainer(setup, cfg, tmp_path / "dev", dev)
+        t.fit()
+        params = {k: v.cpu() for k, v in t.model.state_dict().items()}
+    for k, v in ref.model.state_dict().items():
+        assert torch.allclose(v, params[k], atol=1e-4), k
+
+
+def test_ce_criterion_on_the_device():
+    crit = CeCriterion(stack=3)
+    x, lens = torch.randn(2, 30, 20), torch.tensor([30, 24])
+    tgt = torch.randint(0, 5, (2, 10))
+    tgt[1, 8:] = -100
+    with stand_in_device() as dev:
+        m = _model().to(dev)
+        batch = to_device({"feats": x, "feat_lens": lens, "frame_targets": tgt, "ids": ["a", "b"]}, dev)
+        loss, total, count = crit.loss(m, batch)
+        loss.backward()
+        assert isinstance(loss, Placed) and count == 18 and np.isfinite(total)
+        assert set(crit.evaluate(m, batch)) == {"loss", "count", "frame_acc"}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_the_cpu_trains_and_resumes_exactly(tmp_path, precision):
+    """autocast for the network, the loss in fp32; fp16's GradScaler state in the checkpoint (resume exact)."""
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 16, "dev": 4})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=2, checkpoint_every=3, precision=precision)
+    probe = _trainer(setup, cfg, tmp_path / "probe", torch.device("cpu"))
+    with autocast(probe.device, probe.amp_dtype):
+        batch = next(probe.train_ds.batches(probe.epoch_cuts(0, 0)))
+        h = probe.model.output.weight.new_zeros(1, 1, probe.model.output.in_features) + 1
+        assert probe.model.output(h).dtype == probe.amp_dtype  # the network does run in the low precision
+        logp, _ = probe.model(batch["feats"], batch["feat_lens"])
+        loss, _, _ = probe.criterion.loss(probe.model, batch)
+    assert logp.dtype == torch.float32 and loss.dtype == torch.float32  # log_softmax and CTC in fp32
+    assert (probe.scaler is not None) == (precision == "fp16")
+    ref = _trainer(setup, cfg, tmp_path / "ref", torch.device("cpu"))
+    ref.fit()
+    stopped = _trainer(setup, cfg, tmp_path / "res", torch.device("cpu"))
+    steps = stopped.epoch_steps
+    stopped.tcfg = dataclasses.replace(stopped.tcfg, epochs=1)  # stop after epoch 1 (a checkpoint) ...
+    stopped.fit()
+    ck = load_checkpoint(tmp_path / "res" / "checkpoints" / "latest.pt")
+    assert (ck["scaler"] is not None) == (precision == "fp16") and ck["step"] == steps
+    if precision == "fp16":
+        assert ck["scaler"]["scale"] > 0
+    resumed = _trainer(setup, cfg, tmp_path / "res", torch.device("cpu"))  # ... and resume for epoch 2
+    resumed.fit()
+    for k, v in ref.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+# ------------------------------------------------------------------------------------------------ inference
+def test_inference_and_speaker_adaptation_on_the_device():
+    from asrlib.config import AdaptConfig
+    from asrlib.models.saved import SavedModel
+    from asrlib.train.speaker_adapt import adapt_speaker
+
+    feats = np.random.default_rng(0).normal(size=(60, 20)).astype(np.float32)
+    saved = SavedModel(_model(peephole=True, bidirectional=True), np.zeros(20), np.ones(20))
+    ref = saved.log_probs(feats)
+    with stand_in_device() as dev:
+        saved.to(dev)
+        assert saved.device == dev
+        assert np.allclose(saved.log_probs(feats), ref, atol=1e-5)
+        res = adapt_speaker(saved, [feats, feats[:45]], [[1, 2, 3], [2, 4]], AdaptConfig(epochs=1))
+        assert res.transform.shape == (20, 21) and np.isfinite(res.loss_after)
+
+
+# ------------------------------------------------------------------------------------------------ distributed
+STAGED = {  # algorithms whose model may live on a device while Gloo carries their messages (CPU-staged copies)
+    "ma": ["train.dist.period=2"],
+    "bmuf": ["train.dist.period=2"],
+    "bmuf_overlap": ["train.dist.period=2", "train.dist.overlap=true"],
+    "adpsgd": [],
+    "hadpsgd": ["train.dist.local_world_size=1"],
+    "asgd": [],
+    "ring": [],
+    "diloco": ["train.dist.period=2", "train.dist.warmup_steps=2"],
+    "diloco_q4": ["train.dist.period=2", "train.dist.outer_bits=4", "train.dist.outer_block=16"],
+}
+
+
+COMM_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor")
+COMM_CALLS += ("all_to_all_single", "gather", "scatter", "send", "isend", "recv", "irecv")
+
+
+def _refuse_device_tensors() -> None:
+    """Make every torch.distributed call with a device tensor fail: Gloo wants host memory, and on the stand-in
+    device it would move nothing without a word."""
+    import torch.distributed as dist
+    from torch.utils._pytree import tree_leaves
+
+    from device_guard import MixedDevices, Placed
+
+    def guarded(name, fn):
+        def call(*args, **kwargs):
+            if any(isinstance(x, Placed) for x in tree_leaves((args, kwargs))):
+                raise MixedDevices(f"torch.distributed.{name} was handed a device tensor on a Gloo group")
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name in COMM_CALLS:
+        if hasattr(dist, name):
+            setattr(dist, name, guarded(name, getattr(dist, name)))
+
+
+def _on_stand_in(rank, world, scenarios):
+    from device_guard import stand_in_device
+
+    _refuse_device_tensors()
+    out = []
+    for sc in scenarios:
+        with stand_in_device() as dev:
+            r = train_toy(rank, world, device=dev, **sc)
+        out.append({"steps": r["summary"]["steps"], "params": r["params"], "loss": r["summary"]["final_dev_loss"]})
+    return out
+
+
+def test_every_algorithm_stages_its_messages_for_gloo_when_the_model_is_on_a_device(tmp_path):
+    """Gloo takes host tensors only: a learner whose model is on the device must hand every collective and
+    point-to-point call a CPU copy (a device tensor there fails the run), and get the device's tensors back."""
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 24, "dev": 4})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, checkpoint_every=2)
+    scenarios = [
+        dict(
+            setup=str(setup),
+            config=str(cfg),
+            overrides=[f"train.dist.algo={name.split('_')[0]}", *ov],
+            exp_dir=str(tmp_path / name),
+        )
+        for name, ov in STAGED.items()
+    ]
+    res = run_learners(_on_stand_in, 2, args=(scenarios,), timeout=600)
+    for rank in range(2):
+        for name, r in zip(STAGED, res[rank]):
+            assert r["steps"] > 0 and np.isfinite(r["loss"]), (name, rank)
+            assert all(type(v) is torch.Tensor for v in r["params"].values())
+    for name, a, b in zip(STAGED, res[0], res[1]):  # every algorithm ends with one model on both learners
+        for k in a["params"]:
+            assert torch.equal(a["params"][k], b["params"][k]), (name, k)

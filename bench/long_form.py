@@ -14,7 +14,11 @@ recordings: its WER against the utterances' references joined in the same order,
 one-by-one hypotheses joined alike (the same words: ``wer_pieces``), the RTF the command prints (transcription time
 without model loading / audio seconds) and the process's peak RSS (``wait4``). ``per_utt`` is the one-by-one pass
 over the test set's wav.scp (same command). Ends with one JSON line of all figures. ``--quick``: 60 s only,
-two recordings, ``energy`` (under a minute).
+two recordings, ``blank`` (under a minute).
+
+``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
+(`python -m steps.recognize_mobile`, sherpa-onnx's search settings, chunks of the bundle's ``chunk_ms``): per
+utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
 """
 
 from __future__ import annotations
@@ -77,6 +81,18 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
     }
 
 
+def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) -> Dict:
+    """`steps.recognize_mobile` (streaming engine) in its own process: its hypotheses, printed RTF and peak RSS."""
+    cmd = [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(bundle), *inputs, "-o", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd + (["--endpoint"] if endpoint else []), capture_output=True, text=True, env=env, cwd=ROOT)
+    if p.returncode != 0:
+        raise SystemExit(f"recognize_mobile failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    m = re.search(r"RTF ([\d.]+), peak RSS (\d+) MB", p.stderr)
+    hyp = {k: " ".join(v) for k, *v in (line.split() for line in out.read_text().splitlines() if line.strip())}
+    return {"results": hyp, "rtf": float(m.group(1)), "rss_mib": float(m.group(2))}
+
+
 def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
     """Groups of utterance ids, each at least ``length`` seconds (see the module docstring)."""
     total = sum(seconds[u] for u in utts)
@@ -112,6 +128,7 @@ def main() -> None:
     p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")
+    p.add_argument("--streaming", action="store_true", help="also the mobile bundle's streaming recogniser")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     a = p.parse_args()
@@ -183,6 +200,35 @@ def main() -> None:
                     f"{row['segments']} segments",
                     file=sys.stderr,
                 )
+        if a.streaming:
+            bundle = a.model / "mobile" / "bundle"
+            one = run_streaming(bundle, ["--wav-scp", str(scp)], tmp / "s_utt.txt", False)
+            hyp = one["results"]
+            figures["per_utt"]["streaming"] = {
+                "wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
+                "rtf": one["rtf"],
+                "rss_mib": one["rss_mib"],
+            }
+            for name, endpoint in (("streaming", False), ("streaming_endpoint", True)):
+                for length, (groups, files) in plans.items():
+                    run = run_streaming(bundle, files, tmp / "s_long.txt", endpoint)
+                    keys = [Path(f).stem for f in files]
+                    ref = {k: " ".join(refs[u] for u in g) for k, g in zip(keys, groups)}
+                    pieces = {k: " ".join(hyp[u] for u in g if hyp.get(u)) for k, g in zip(keys, groups)}
+                    res = score(ref, {k: run["results"].get(k, "") for k in keys})
+                    row = {
+                        "recordings": len(groups),
+                        "words": res.num_words,
+                        "wer": round(res.wer, 2),
+                        "wer_pieces": round(score(ref, pieces).wer, 2),
+                        "rtf": run["rtf"],
+                        "rss_mib": run["rss_mib"],
+                    }
+                    figures.setdefault(name, {})[str(int(length))] = row
+                    print(
+                        f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f})",
+                        file=sys.stderr,
+                    )
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(figures, indent=2) + "\n")

@@ -1,7 +1,10 @@
 """Recognise audio files with a mobile bundle: asrlib's streaming recogniser or sherpa-onnx (the on-device engine).
 
     python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa] \
-        [--chunk-ms MS] [--num-threads 1] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
+        [--chunk-ms MS] [--endpoint] [--num-threads 1] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
+
+``--endpoint`` (streaming): a long recording is cut into segments at its pauses, each decoded from a zero state, by
+the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`).
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). A summary line (utterances, audio seconds, processing seconds, RTF, peak memory) goes to
@@ -45,6 +48,9 @@ def main(argv=None):
         default=None,
         help="streaming: audio per call (0 = whole file at once; default: the bundle's chunk_ms, or 320)",
     )
+    p.add_argument(
+        "--endpoint", action="store_true", help="streaming: segments cut at pauses by the bundle's endpoint rules"
+    )
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
     p.add_argument("-o", "--output", type=Path)
@@ -67,9 +73,11 @@ def main(argv=None):
         def run(x):
             return rec.recognize(x, rate)
     else:
-        from asrlib.export.streaming import StreamingRecognizer
+        from asrlib.export.bundle import check_bundle
+        from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
-        rec = StreamingRecognizer(a.bundle, num_threads=a.num_threads)
+        rules = EndpointRules.of_bundle(check_bundle(a.bundle, verify=False)) if a.endpoint else None
+        rec = StreamingRecognizer(a.bundle, num_threads=a.num_threads, endpoint=rules)
         rate = rec.bundle.sample_rate
         chunk_ms = a.chunk_ms
         if chunk_ms is None:

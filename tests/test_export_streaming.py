@@ -1,12 +1,13 @@
 """The chunked recogniser on a bundle: same log-probs and words as whole-utterance decoding for any chunk size;
-front end equal to the feature stage's; clear errors for bad input."""
+front end equal to the feature stage's; clear errors for bad input; endpointing cuts a long input into segments at
+its pauses, each from a zero state, the same for any chunk size."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from asrlib.export.streaming import StreamingRecognizer, compute_fbank, recognize_whole
+from asrlib.export.streaming import EndpointRules, StreamingRecognizer, compute_fbank, recognize_whole
 from asrlib.features.fbank import Segment, compute_one, FbankOptions
 from asrlib.errors import AsrError
 from mobile_bundle import tone_bundle
@@ -110,3 +111,53 @@ def test_the_bundle_model_is_chosen_on_dev(bundle):
     assert choose_bundle_model(ExportConfig(max_wer_loss=gap - 0.01), *args)[0] == "int8"
     assert choose_bundle_model(ExportConfig(bundle_model="int8"), *args) == ("int8", {})
     assert (out / "baseline.streaming.int8.onnx").is_file()  # the uncompressed model streams too
+
+
+def _feed(rec, x, chunk):
+    s = rec.new_stream()
+    for i in range(0, len(x), chunk or len(x)):
+        s.accept_waveform(SR, x[i : i + (chunk or len(x))])
+    return s, s.finish()
+
+
+def test_endpointing_cuts_a_long_input_at_its_pauses(bundle):
+    """Four test utterances with 1 s pauses between them (and 3 s of silence in front): with endpointing, one
+    segment per utterance, each decoded from a zero state (its words are the utterance's own, recognised alone);
+    the leading silence gives no segment (rule 1); the segments and words are the same for every chunk size;
+    without endpointing the stream is one segment, as before. Rule 3 bounds a segment's length."""
+    tm, out = bundle
+    pieces = utterance_audio(tm, "test")[:4]
+    rng = np.random.default_rng(1)
+    pause = lambda sec: rng.normal(0, 0.003, int(sec * SR)).astype(np.float32)  # noqa: E731 - the utterances' noise
+    x = np.concatenate([pause(3.0)] + [p for _, u in pieces for p in (u, pause(1.0))])
+    starts = np.cumsum([3.0] + [len(u) / SR + 1.0 for _, u in pieces])[:-1]
+    rules = EndpointRules(min_silence=0.6, max_silence=2.0, max_segment=20.0)
+    rec = StreamingRecognizer(out / "bundle", endpoint=rules)
+    runs = {chunk: _feed(rec, x, chunk) for chunk in (160 * 7, 16000 // 10 * 3, None)}
+    s, words = runs[None]
+    for other, other_words in runs.values():
+        assert other_words == words and [vars(g) for g in other.segments] == [vars(g) for g in s.segments]
+    assert len(s.segments) == len(pieces)
+    for seg, (utt, u), t0 in zip(s.segments, pieces, starts):
+        assert seg.start <= t0 + 0.3 and t0 + len(u) / SR <= seg.end + 0.1, (seg, t0)  # its utterance's speech
+        assert seg.words == StreamingRecognizer(out / "bundle").recognize(u, SR), utt
+    assert s.segments[0].start >= rules.max_silence  # the leading silence was dropped, not decoded with the first
+    assert words == [w for seg in s.segments for w in seg.words]
+    plain, plain_words = _feed(StreamingRecognizer(out / "bundle"), x, None)
+    assert plain.segments == [] and plain_words  # no endpointing: one stream, words as before
+    short = StreamingRecognizer(out / "bundle", endpoint=EndpointRules(0.6, 2.0, max_segment=1.0))
+    cut, _ = _feed(short, x, 4000)
+    assert len(cut.segments) > len(pieces) and all(g.end - g.start <= 1.0 + 1e-6 for g in cut.segments)
+
+
+def test_endpoint_rules_of_a_bundle(bundle):
+    from asrlib.export.bundle import Bundle
+
+    _, out = bundle
+    b = StreamingRecognizer(out / "bundle").bundle
+    with_decode = lambda **d: Bundle(b.dir, {**b.info, "decode": {**b.info.get("decode", {}), **d}})  # noqa: E731
+    rules = EndpointRules.of_bundle(with_decode(segment_min_silence=0.5, segment_pad=1.5, segment_max_seconds=15))
+    assert (rules.min_silence, rules.max_silence, rules.max_segment) == (0.5, 1.5, 15.0)
+    assert EndpointRules.of_bundle(with_decode(segment="none")) is None
+    with pytest.raises(AsrError, match="endpoint rules"):
+        EndpointRules(min_silence=0.0)

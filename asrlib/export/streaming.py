@@ -16,6 +16,18 @@ Pipeline per stream:
 
 Latency of a chunk = chunk duration (buffering) + processing time of the chunk + the front end's look-ahead
 (15 ms: the rest of a 25 ms window) + up to (subsampling − 1) × 10 ms waiting for a full stack.
+
+**Endpointing** (``endpoint``: :class:`EndpointRules`, off by default as in sherpa-onnx's Python API): a long input
+(a meeting, a voicemail box) is cut into *segments*, each decoded from a zero network state (LSTM and online CMN)
+and a fresh search, as the offline recogniser's ``decode.segment`` does (:mod:`asrlib.decode.segment`), so the
+network never carries its state across more audio than it was trained on. The rules are sherpa-onnx's three
+endpoint rules (and Kaldi online2's), with silence = a run of frames whose best token is the CTC blank: a segment
+ends when, after some speech, the silence has lasted ``min_silence`` (rule 2); when a segment has held nothing but
+silence for ``max_silence`` (rule 1: the silence is dropped); or when it reaches ``max_segment`` (rule 3). The
+frames after an endpoint are run again from the zero state. :meth:`Stream.finish` returns the words of every
+segment in order; :attr:`Stream.segments` has each one's words and times. A bundle's ``decode`` settings
+(``segment_min_silence``, ``segment_pad``, ``segment_max_seconds``; :meth:`EndpointRules.of_bundle`) give the
+rules that the offline recogniser uses on it.
 """
 
 from __future__ import annotations
@@ -71,6 +83,45 @@ class ChunkTiming:
     seconds: float
 
 
+@dataclass
+class EndpointRules:
+    """When a stream ends a segment (module docstring); seconds of network output frames."""
+
+    min_silence: float = 0.6  # rule 2: silence after speech that ends a segment (sherpa-onnx 1.2 s, Kaldi 0.5-2 s)
+    max_silence: float = 2.0  # rule 1: a segment of nothing but silence is dropped after this (sherpa-onnx 2.4 s)
+    max_segment: float = 20.0  # rule 3: no segment is longer (sherpa-onnx and Kaldi online2: 20 s)
+
+    def __post_init__(self) -> None:
+        if not (0 < self.min_silence and 0 < self.max_silence and self.min_silence < self.max_segment):
+            raise AsrError(
+                f"endpoint rules need 0 < min_silence < max_segment and max_silence > 0, got {self.min_silence}, "
+                f"{self.max_silence}, {self.max_segment}"
+            )
+
+    @classmethod
+    def of_bundle(cls, bundle: Bundle) -> Optional["EndpointRules"]:
+        """The rules of a bundle's ``decode`` settings (those of the offline recogniser, DecodeConfig's defaults
+        where the bundle has none); None when its ``segment`` is ``none``."""
+        from asrlib.config import DecodeConfig
+
+        d, dflt = bundle.info.get("decode", {}), DecodeConfig()
+        get = lambda k: float(d.get(k, getattr(dflt, k)))  # noqa: E731
+        if d.get("segment", dflt.segment) == "none":
+            return None
+        return cls(
+            get("segment_min_silence"), max(get("segment_pad"), get("segment_min_silence")), get("segment_max_seconds")
+        )
+
+
+@dataclass
+class StreamSegment:
+    """A finished segment of a stream: its words and the seconds of input it covers."""
+
+    start: float
+    end: float
+    words: List[str]
+
+
 class StreamingRecognizer:
     """Loads a bundle once; :meth:`new_stream` starts an utterance. ``model`` = "int8" or a path to another
     streaming ONNX model with the same signature (e.g. fp32, for comparisons)."""
@@ -84,6 +135,7 @@ class StreamingRecognizer:
         max_active: int = SHERPA_MAX_ACTIVE,
         acoustic_scale: float = 1.0,
         blank_penalty: float = 0.0,
+        endpoint: Optional[EndpointRules] = None,
     ):
         from asrlib.kaldi_imports import kaldi_decoder
 
@@ -97,6 +149,8 @@ class StreamingRecognizer:
         self.graph = read_fst(self.bundle.path("TLG.fst"))
         self.decoder_opts = kaldi_decoder.FasterDecoderOptions(beam=float(beam), max_active=int(max_active))
         self.acoustic_scale, self.blank_penalty = float(acoustic_scale), float(blank_penalty)
+        self.endpoint = endpoint
+        self.frame_seconds = self.stack * 0.01  # output frame: subsampling fbank frames of 10 ms
 
     def new_stream(self) -> "Stream":
         return Stream(self)
@@ -112,7 +166,7 @@ class StreamingRecognizer:
 
 
 class Stream:
-    """One utterance being recognised (see the module docstring)."""
+    """One utterance being recognised, or a long input in segments with endpointing (see the module docstring)."""
 
     def __init__(self, rec: StreamingRecognizer):
         from asrlib.kaldi_imports import kaldi_decoder
@@ -125,7 +179,11 @@ class Stream:
         self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
-        self.frames_decoded = 0  # network output frames searched
+        self.frames_decoded = 0  # network output frames searched in the current segment
+        self.segments: List[StreamSegment] = []  # finished segments (endpointing), in order
+        self.segment_start = 0  # output frame of the stream where the current segment begins
+        self.trailing_silence = 0  # output frames of blank at the end of the current segment
+        self.heard_speech = False  # a non-blank best token in the current segment
         self.finished = False
         self.timings: List[ChunkTiming] = []
         self.logprobs: List[np.ndarray] = []  # kept for tests / inspection (small: T' × V)
@@ -149,16 +207,57 @@ class Stream:
             return
         feats = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
         self.frames_used += n
-        scores, self.state = self.rec.model.run(feats, self.state)
-        self.logprobs.append(scores)
-        if self.rec.blank_penalty or self.rec.acoustic_scale != 1.0:
-            scores = scores.copy()
-            scores[:, 0] -= self.rec.blank_penalty
-            scores *= self.rec.acoustic_scale
-        self.decoder.advance_decoding(
-            kaldi_decoder.DecodableCtc(np.ascontiguousarray(scores, np.float32), offset=self.frames_decoded)
-        )
-        self.frames_decoded += scores.shape[0]
+        while len(feats):
+            scores, self.state = self.rec.model.run(feats, self.state)
+            cut = self._endpoint(scores) if self.rec.endpoint is not None else None
+            if cut is not None:  # the frames after the endpoint: again, from a zero state
+                scores, feats = scores[:cut], feats[cut * self.rec.stack :]
+            else:
+                feats = feats[:0]
+            self.logprobs.append(scores)
+            if self.rec.blank_penalty or self.rec.acoustic_scale != 1.0:
+                scores = scores.copy()
+                scores[:, 0] -= self.rec.blank_penalty
+                scores *= self.rec.acoustic_scale
+            if len(scores):
+                self.decoder.advance_decoding(
+                    kaldi_decoder.DecodableCtc(np.ascontiguousarray(scores, np.float32), offset=self.frames_decoded)
+                )
+                self.frames_decoded += scores.shape[0]
+            if cut is not None:
+                self._end_segment()
+
+    def _endpoint(self, scores: np.ndarray) -> Optional[int]:
+        """The first frame after an endpoint within ``scores`` (the current segment's next frames), else None;
+        advances the silence / speech counts over the frames up to there."""
+        rules, fs = self.rec.endpoint, self.rec.frame_seconds
+        length = self.frames_decoded
+        for i, tok in enumerate(np.argmax(scores, axis=1)):
+            length += 1
+            if tok == 0:
+                self.trailing_silence += 1
+            else:
+                self.trailing_silence, self.heard_speech = 0, True
+            silence = self.trailing_silence * fs
+            if (
+                (self.heard_speech and silence >= rules.min_silence)
+                or (not self.heard_speech and silence >= rules.max_silence)
+                or (length + 1) * fs > rules.max_segment + 1e-9  # the next frame would make it too long
+            ):
+                return i + 1
+        return None
+
+    def _end_segment(self) -> None:
+        """Close the current segment (kept if it has words) and start the next from a zero state."""
+        words = self._best_words(use_final=True)
+        end = self.segment_start + self.frames_decoded
+        if words:
+            fs = self.rec.frame_seconds
+            self.segments.append(StreamSegment(round(self.segment_start * fs, 3), round(end * fs, 3), words))
+        self.segment_start, self.frames_decoded = end, 0
+        self.trailing_silence, self.heard_speech = 0, False
+        self.state = self.rec.model.zero_state()
+        self.decoder.init_decoding()
 
     def _best_words(self, use_final: bool) -> List[str]:
         from asrlib.kaldi_imports import kaldifst
@@ -172,18 +271,22 @@ class Stream:
         return [self.rec.id2word[w] for w in olabels] if ok else []
 
     def partial(self) -> List[str]:
-        """The best words so far (not using final-state weights)."""
-        return self._best_words(use_final=False)
+        """The best words so far: the finished segments' and the current one's (not using final-state weights)."""
+        return [w for seg in self.segments for w in seg.words] + self._best_words(use_final=False)
 
     def finish(self) -> List[str]:
-        """End of input: flush the front end's last frames, run them, return the final words (frames that do
-        not fill a last stack are dropped, as in training)."""
+        """End of input: flush the front end's last frames, run them, return the final words of every segment
+        (frames that do not fill a last stack are dropped, as in training)."""
         if not self.finished:
             t0 = time.perf_counter()
             self.fbank.input_finished()
             self._advance()
+            if self.rec.endpoint is not None and self.frames_decoded:
+                self._end_segment()
             self.finished = True
             self.timings.append(ChunkTiming(0, time.perf_counter() - t0))
+        if self.rec.endpoint is not None:
+            return [w for seg in self.segments for w in seg.words]
         return self._best_words(use_final=True)
 
     def all_logprobs(self) -> np.ndarray:

@@ -135,18 +135,19 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5))
     pts = []
     for name, s in summary.items():
         x, y = s["sent_MB_per_learner"], s["wer_mean"]
         ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        label = f"{name} ({len(s['seeds'])})"  # number of seeds
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         pts.append((x, y, name))
     front = pareto(pts)
     ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, label="frontier")
     ax.set_xscale("log")
     ax.set_xlabel("MB sent per learner, whole run (measured)")
-    ax.set_ylabel("test %WER (greedy), mean over seeds; bars: min-max")
+    ax.set_ylabel("test %WER (greedy), mean over the (n) seeds; bars: min-max")
     ax.set_title(textwrap.fill(title, 90), fontsize=8)
     ax.legend()
     fig.tight_layout()

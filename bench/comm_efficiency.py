@@ -58,7 +58,7 @@ CONFIGS: Dict[str, List[str]] = {
     **{f"diloco_h{h}": _diloco(h) for h in (50, 100, 500)},
     # not in the default set: plain averaging (``_avg``), and plain averaging of a quantised pseudo-gradient
     # (``_q8`` / ``_q4``: 8 / 4 bits per value)
-    **{f"diloco_h{h}_avg": _diloco(h, plain=True) for h in (16, 32, 50, 100, 500)},
+    **{f"diloco_h{h}_avg": _diloco(h, plain=True) for h in (1, 16, 32, 50, 100, 500)},
     **{f"diloco_h{h}_q{b}": _diloco(h, b, plain=True) for h in (16, 24, 32, 50) for b in (8, 4)},
 }
 # outer settings on the 4-bit pseudo-gradient: Nesterov momentum 0.5 at lr 1 (``_m05``); no momentum at lr 1.5 / 2

@@ -21,7 +21,7 @@ import logging
 import random
 from itertools import islice
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, reduce
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -256,7 +256,8 @@ class CutData:
     factor != 1, a lazy lhotse transform whose features ``on_the_fly`` computes in the workers (no copy of the audio
     or of the features is written), the copies interleaved at random (``seed``). ``noise_mix``
     (:class:`asrlib.train.noise_mix.NoiseMix`): a noise corpus mixed into the epoch's batches (:meth:`mixed`), their
-    features computed by ``on_the_fly`` too."""
+    features computed by ``on_the_fly`` too. ``concat`` (:class:`asrlib.train.concat.ConcatCuts`, CTC targets only):
+    runs of each batch's cuts joined end to end (:meth:`mixed`, before the noise)."""
 
     def __init__(
         self,
@@ -269,6 +270,7 @@ class CutData:
         speed_perturb: Sequence[float] = (),
         seed: int = 0,
         noise_mix=None,
+        concat=None,
     ) -> None:
         self.cuts_path = Path(cuts_path)
         self.cuts = open_cuts(self.cuts_path)
@@ -276,6 +278,9 @@ class CutData:
         if noise_mix is not None and on_the_fly is None:
             raise AsrError("noise mixing computes the mixed cuts' features on the fly: pass on_the_fly")
         self.noise_mix = noise_mix
+        if concat is not None and not isinstance(targets, CtcTargets):
+            raise AsrError("train.concat_prob joins cuts for CTC training only (set it to 0)")
+        self.concat = concat
         if any(f != 1.0 for f in factors):  # lazy copies, interleaved at random (seeded): no audio or features written
             if on_the_fly is None:
                 raise AsrError("speed perturbation computes the perturbed cuts' features on the fly: pass on_the_fly")
@@ -339,10 +344,14 @@ class CutData:
 
     # ---------------------------------------------------------------- batches
     def mixed(self, batches: Iterator, epoch: int, first: int) -> Iterator:
-        """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) with ``noise_mix`` applied."""
-        if self.noise_mix is None:
+        """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) with ``concat`` and then
+        ``noise_mix`` applied."""
+        steps = [f for f in (self.concat, self.noise_mix) if f is not None]
+        if not steps:
             return batches
-        return (c if c is None else self.noise_mix(c, epoch, i) for i, c in enumerate(batches, start=first))
+        return (
+            c if c is None else reduce(lambda cs, f: f(cs, epoch, i), steps, c) for i, c in enumerate(batches, first)
+        )
 
     def sampler(self, s: SamplerSettings, shuffle: bool, keep=None):
         """lhotse's sampler over the cuts that ``keep`` (default :meth:`usable`) lets through, as it meets them."""
@@ -484,15 +493,16 @@ def open_set(
     fbank: Optional[Tuple[int, int]] = None,
     seed: int = 0,
     noise_mix=None,
+    concat=None,
 ) -> CutData:
     """A feature dir's set for training: its cut manifest (written first if it is missing or stale:
     :func:`asrlib.data.cuts.ensure_cuts`), ``targets``, and the normalisation of ``cmvn_scp`` after ``cmn``;
     ``fbank`` (mel bins, sample rate): features computed on the fly for cuts without stored ones (speed-perturbed
-    copies, ``speed_perturb``, and cuts with ``noise_mix``'s noise)."""
+    copies, ``speed_perturb``, and cuts with ``noise_mix``'s noise); ``concat``: :class:`CutData`'s."""
     from asrlib.data.cuts import ensure_cuts
     from asrlib.features.cmvn import load_cmvn
 
     cuts = ensure_cuts(feats_dir, data_dir)
     normalise = Normaliser(load_cmvn(cmvn_scp, online_prior=online_prior), cmn, feats_dir)
     on_the_fly = OnTheFlyFbank(*fbank) if fbank is not None else None
-    return CutData(cuts, targets, normalise, loader, excluded_path, on_the_fly, speed_perturb, seed, noise_mix)
+    return CutData(cuts, targets, normalise, loader, excluded_path, on_the_fly, speed_perturb, seed, noise_mix, concat)

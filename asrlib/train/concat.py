@@ -1,0 +1,43 @@
+"""Training cuts joined end to end (lhotse's ``Cut.append``: a ``MixedCut`` whose features are the parts' stored
+features one after the other, exactly, and whose supervisions are theirs in order), so that a recurrent model sees,
+in training, what it meets in a long recording: one utterance after another, a voice and a background that change
+in the middle of its state and of its online CMN's running mean (docs/long-recordings.md has the measurement).
+Training on concatenations for long-form speech: Chiu et al., "A comparison of end-to-end models for long-form
+speech recognition" (ASRU 2019).
+
+``train.concat_prob`` (CTC training): within each batch, in the sampler's order, a cut is joined to the one before
+it with this probability, up to ``train.concat_max`` cuts in a row; the batch keeps its audio, in fewer and
+longer cuts. The draws come from an RNG seeded by (seed, epoch, batch index), like the noise mix
+(:mod:`asrlib.train.noise_mix`), so a resumed run sees the same batches. Dev batches are not joined.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import reduce
+
+from lhotse import CutSet
+
+from asrlib.errors import AsrError
+
+
+class ConcatCuts:
+    def __init__(self, prob: float, max_cuts: int, seed: int) -> None:
+        if not 0.0 <= prob <= 1.0 or max_cuts < 2:
+            raise AsrError(
+                f"cut concatenation needs 0 <= train.concat_prob <= 1 and train.concat_max >= 2 "
+                f"(got {prob}, {max_cuts})"
+            )
+        self.prob, self.max_cuts, self.seed = prob, max_cuts, seed
+
+    def __call__(self, cuts: CutSet, epoch: int, index: int) -> CutSet:
+        """Batch ``index`` of ``epoch`` with runs of its cuts joined (each joined cut keeps its first part's id)."""
+        rng = random.Random(f"concat/{self.seed}/{epoch}/{index}")
+        parts = list(cuts)
+        groups = []
+        for cut in parts:
+            if groups and len(groups[-1]) < self.max_cuts and rng.random() < self.prob:
+                groups[-1].append(cut)
+            else:
+                groups.append([cut])
+        return CutSet.from_cuts(reduce(lambda a, b: a.append(b, preserve_id="left"), g) for g in groups)

@@ -73,6 +73,7 @@ for _h, _tag, _lr, _mom in [(32, "m05", 1.0, 0.5)] + [
 # the inner (recipe) learning rate x 1.4 / x 0.7 (0.0042 / 0.0021) and outer lr 0.8 (no momentum) with the 4-bit H 32
 # pseudo-gradient
 CONFIGS["diloco_h32_q4_ilr14"] = _diloco(32, 4, plain=True) + ["train.lr=0.0042"]
+CONFIGS["sync_ilr14"] = ["train.dist.algo=sync", "train.lr=0.0042"]  # the same learning rate for sync
 CONFIGS["diloco_h32_q4_ilr07"] = _diloco(32, 4, plain=True) + ["train.lr=0.0021"]
 CONFIGS["diloco_h32_q4_lr08"] = _diloco(32, 4, plain=True) + ["train.dist.outer_lr=0.8"]
 # the configurations plus the quantised one that meets the goal on dev (chosen on dev WER, 2026-11-25)

@@ -1,9 +1,11 @@
-"""Communication efficiency on digits: final test WER against the bytes each learner sent, for sync, bmuf, adpsgd,
-powersgd (rank 1, 2, 4) and diloco (H = 50, 100, 500), 2 learners (1 thread each) on this machine, several seeds.
+"""Communication efficiency on digits: final WER against the bytes each learner sent, for sync, bmuf, adpsgd,
+powersgd (rank 1, 2, 4) and diloco (H = 50, 100, 500; plain averaging; a 4- or 8-bit pseudo-gradient), 2 learners
+(1 thread each) on this machine, several seeds.
 
 Bytes are the training bytes each learner handed to torch.distributed over the whole run, measured at the calls
 (asrlib/parallel/meter.py; ``measured_sent_bytes`` of log/dist.rank<R>.json, mean over the learners). WER is greedy
-CTC decoding of the full test set (steps.compute_logprobs, steps.decode --method greedy, steps.score).
+CTC decoding of the full dev set (to choose configurations by) and of the full test set (to report), with
+steps.compute_logprobs, steps.decode --method greedy and steps.score.
 
 The full run is sized to finish on a shared 2-core machine: every algorithm trains the same reduced set-up
 (``--train-utts`` utterances taken at an even stride over the training set so that every voice is in it, a
@@ -12,11 +14,14 @@ are for that set-up, not for the recipe's model and 4500 utterances.
 
     PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --out recipes/digits/exp/bench_comm \
         --results bench/results/comm_efficiency.json
-    PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --quick      # < 1 min: sync and diloco, 1 epoch
+    PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --quick      # < 1 min: sync and 4-bit diloco, 1 epoch
 
-``--configs diloco_h100_avg diloco_h500_avg`` adds diloco with outer lr 1 and no outer momentum (plain averaging
-every H steps), not in the default set. Writes OUT/runs.json (every run), OUT/frontier.png (bytes per learner vs
-test WER, mean over seeds, with the Pareto frontier) and the results file; prints one JSON line.
+``--configs NAME ...`` picks from CONFIGS: besides the default set, ``diloco_h<H>_avg`` (outer lr 1, no outer
+momentum: plain averaging every H steps), ``diloco_h<H>_q8`` / ``_q4`` (the same with the pseudo-gradient sent in 8
+or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learning rates. A configuration's
+overrides come after the shared set-up, ``--set`` after both. Writes OUT/runs.json (every run; runs already there
+are not repeated), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the Pareto frontier) and
+the results file; prints one JSON line.
 """
 
 from __future__ import annotations

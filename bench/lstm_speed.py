@@ -9,6 +9,9 @@ Times forward and forward+backward of the acoustic model's recurrent stack (``nu
   oneDNN CPU kernel does not support projections, so this runs torch's slower generic path),
 - ``custom_lstmp``: asrlib's LstmpLayer without peepholes (the same maths through the Python time loop),
 - ``custom_lstmp_peephole``: LstmpLayer with peepholes (what ``model.peephole: true`` trains),
+- ``custom_lstmp_peephole_compiled`` (with ``--compiled``): the same with its per-frame cell compiled by
+  ``torch.compile`` (inductor; what the layer runs on CUDA), timed after its first call, which compiles
+  (``compile_s``: that first forward and backward),
 Times are medians over ``--reps`` calls. Prints a table, then one JSON line with the times and the ratios to
 torch_lstmp (last line).
 """
@@ -40,7 +43,8 @@ class _Stack(torch.nn.Module):
             elif kind == "torch_lstmp":
                 mods.append(torch.nn.LSTM(d, hidden, batch_first=True, proj_size=proj))
             else:
-                mods.append(LstmpLayer(d, hidden, proj, peephole=kind.endswith("peephole")))
+                mods.append(LstmpLayer(d, hidden, proj, peephole="peephole" in kind))
+                mods[-1].cell_impl = "compiled" if kind.endswith("compiled") else "eager"
         self.layers = torch.nn.ModuleList(mods)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,6 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--proj", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--compiled", action="store_true", help="also the peephole layer with a compiled cell")
     a = p.parse_args(argv)
     if a.quick:
         a.batch, a.frames, a.reps, a.hidden, a.proj = 4, 40, 2, 64, 32
@@ -79,8 +84,14 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     x = torch.randn(a.batch, a.frames, a.feat_dim * a.stack)
     res = {}
-    for kind in ("torch_lstm", "torch_lstmp", "custom_lstmp", "custom_lstmp_peephole"):
+    kinds = ["torch_lstm", "torch_lstmp", "custom_lstmp", "custom_lstmp_peephole"]
+    for kind in kinds + (["custom_lstmp_peephole_compiled"] if a.compiled else []):
         m = _Stack(kind, a.feat_dim * a.stack, a.hidden, a.proj, a.layers)
+        compile_s = None
+        if kind.endswith("compiled"):
+            t0 = time.perf_counter()
+            m(x).square().mean().backward()
+            compile_s = time.perf_counter() - t0
 
         def fwd():
             with torch.no_grad():
@@ -94,6 +105,7 @@ def main(argv=None) -> int:
             "params": sum(q.numel() for q in m.parameters()),
             "forward_s": _time(fwd, a.reps),
             "train_step_s": _time(fwd_bwd, a.reps),
+            **({"compile_s": compile_s} if compile_s is not None else {}),
         }
     base = res["torch_lstmp"]
     frames = a.batch * a.frames
@@ -101,12 +113,12 @@ def main(argv=None) -> int:
         f"{a.layers} layers, input {a.feat_dim}x{a.stack}, hidden {a.hidden}, projection {a.proj}; batch "
         f"{a.batch} x {a.frames} frames; {a.threads} threads; load average {os.getloadavg()[0]:.2f}"
     )
-    print(f"{'implementation':24s} {'params':>8s} {'fwd ms':>8s} {'fwd+bwd ms':>11s} {'frames/s':>9s} {'x torch':>8s}")
+    print(f"{'implementation':32s} {'params':>8s} {'fwd ms':>8s} {'fwd+bwd ms':>11s} {'frames/s':>9s} {'x torch':>8s}")
     for kind, r in res.items():
         r["train_ratio_vs_torch"] = r["train_step_s"] / base["train_step_s"]
         r["forward_ratio_vs_torch"] = r["forward_s"] / base["forward_s"]
         print(
-            f"{kind:24s} {r['params']:8d} {1000 * r['forward_s']:8.1f} {1000 * r['train_step_s']:11.1f} "
+            f"{kind:32s} {r['params']:8d} {1000 * r['forward_s']:8.1f} {1000 * r['train_step_s']:11.1f} "
             f"{frames / r['train_step_s']:9.0f} {r['train_ratio_vs_torch']:8.2f}"
         )
     print(json.dumps({"config": {k: v for k, v in vars(a).items()}, "load_avg_1m": os.getloadavg()[0], "results": res}))

@@ -8,6 +8,7 @@ model on the device, their communication staged through the CPU for Gloo).
 """
 
 import dataclasses
+import shutil
 
 import numpy as np
 import pytest
@@ -52,7 +53,9 @@ def test_device_and_precision_settings():
     assert resolve_precision("auto", torch.device("cpu")) is None  # fp32 on the CPU
     assert resolve_precision("auto", torch.device("cuda", 0)) is torch.bfloat16  # bf16 on CUDA
     assert resolve_precision("fp16", torch.device("cpu")) is torch.float16
-    assert grad_scaler(torch.device("cpu"), torch.float16) is not None and grad_scaler(torch.device("cpu"), None) is None
+    assert (
+        grad_scaler(torch.device("cpu"), torch.float16) is not None and grad_scaler(torch.device("cpu"), None) is None
+    )
     with pytest.raises(AsrError, match="train.precision"):
         resolve_precision("int8", torch.device("cpu"))
     # the backend follows the learners' device
@@ -312,3 +315,57 @@ def test_every_algorithm_stages_its_messages_for_gloo_when_the_model_is_on_a_dev
     for name, a, b in zip(STAGED, res[0], res[1]):  # every algorithm ends with one model on both learners
         for k in a["params"]:
             assert torch.equal(a["params"][k], b["params"][k]), (name, k)
+
+
+# ------------------------------------------------------------------------------------------------ docs/gpus.md
+def _doc_commands():
+    """The ``python -m steps.train*`` commands of docs/gpus.md's code blocks, as argument lists."""
+    import re
+    import shlex
+
+    from helpers import ROOT
+
+    text = (ROOT / "docs" / "gpus.md").read_text()
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("python -m steps.train"):
+                cmds.append(shlex.split(line))
+    return cmds
+
+
+def test_the_gpu_docs_commands_run_here(tmp_path):
+    """docs/gpus.md's training commands, on the toy set-up: with train.device=cuda they stop with a clear error on this
+    machine (no CUDA); with auto they train on the CPU, the precision they ask for included (4 learners: 2 here)."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    cmds = _doc_commands()
+    assert [c[2] for c in cmds] == ["steps.train", "steps.train_dist"]
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 12, "dev": 4})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1)
+    paths = {
+        "--config": str(cfg),
+        "--data-dir": str(setup / "data"),
+        "--feats-dir": str(setup / "fbank"),
+        "--lang-dir": str(setup / "lang"),
+        "--num-learners": "2",
+    }
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    for i, cmd in enumerate(cmds):
+        args = [paths.get(prev, tmp_path / f"exp{i}" if prev == "--exp-dir" else a) for prev, a in zip([""] + cmd, cmd)]
+        args = [sys.executable, *map(str, args[1:])]
+        if "train.device=cuda" in args:
+            r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
+            assert r.returncode != 0 and "torch sees no CUDA device" in r.stderr, r.stderr[-2000:]
+            args = [a.replace("train.device=cuda", "train.device=auto") for a in args]
+            shutil.rmtree(tmp_path / f"exp{i}", ignore_errors=True)
+        r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        log = (tmp_path / f"exp{i}" / "log" / "train.log").read_text()
+        precision = "bf16" if "train.precision=bf16" in args else "fp32"
+        assert f"training on cpu, {precision}" in log
+        assert (tmp_path / f"exp{i}" / "final.pt").is_file()

@@ -325,11 +325,15 @@ class Trainer:
                 mininterval=2.0,
             )
             run_total, run_frames, t0, in_frames = 0.0, 0, time.time(), 0
+            t_epoch, utts = time.time(), 0
             skipped: List[tuple] = []
             empty = 0
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
             for batch in self.train_ds.batches(self.epoch_cuts(self.epoch, self.batch_in_epoch)):
                 skipped += batch["skipped"]
                 empty += not batch["ids"]
+                utts += len(batch["ids"])
                 total, frames, nin = self.train_step(batch)
                 self.batch_in_epoch += 1
                 run_total, run_frames, in_frames = run_total + total, run_frames + frames, in_frames + nin
@@ -346,23 +350,32 @@ class Trainer:
                     os.kill(os.getpid(), signal.SIGKILL)
             self._end_of_data(skipped, empty)
             bar.close()
+            # this attempt's share of the epoch (all of it unless it resumed mid-epoch): throughput, device memory
+            speed = {"train_seconds": round(time.time() - t_epoch, 3), "train_utts": utts}
+            if self.device.type == "cuda":
+                speed["peak_device_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
             self.algo.end_epoch(self.model, self.optimizer)
             for name, value in self.algo.epoch_scalars().items() if tb is not None else ():
                 tb.add_scalar(name, value, self.step)  # the algorithm's figures, e.g. bytes sent per learner
             dev = self.dev_loss()
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-            self.metrics.append({"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev, **self.dev_extra})
+            self.metrics.append(
+                {"kind": "dev", "step": self.step, "epoch": self.epoch, "loss": dev, **self.dev_extra, **speed}
+            )
             if tb is not None and dev is not None:
                 tb.add_scalar(f"dev/{self.criterion.name}_loss", dev, self.step)
                 for name, value in self.dev_extra.items():
                     tb.add_scalar(f"dev/{name}", value, self.step)
             log.info(
-                "epoch %d done: step %d, dev %s loss per frame %s%s",
+                "epoch %d done: step %d, dev %s loss per frame %s%s; %d utterances in %.1f s%s",
                 self.epoch,
                 self.step,
                 self.criterion.label,
                 f"{dev:.4f}" if dev is not None else "n/a",
                 "".join(f", {k} {v:.4f}" for k, v in self.dev_extra.items()),
+                utts,
+                speed["train_seconds"],
+                f", peak {self.device} memory {speed['peak_device_mb']:.0f} MiB" if "peak_device_mb" in speed else "",
             )
             self.save(f"epoch-{self.epoch}.pt")
             if main:

@@ -3,7 +3,8 @@ the network (training, CE training, log-posteriors, decoding, export fine-tuning
 transcribe --device``).
 
 * :func:`resolve_device`: ``auto`` is ``cuda:LOCAL_RANK`` when torch sees a CUDA device (torchrun sets LOCAL_RANK;
-  0 without it), else the CPU; ``cuda`` / ``cuda:N`` without CUDA is an error naming the setting.
+  0 without it), else the CPU; ``cuda`` is ``cuda:LOCAL_RANK`` too, and an error naming the setting where there is
+  no CUDA, as is ``cuda:N`` (that very GPU for every learner).
 * :func:`resolve_precision`: ``auto`` is bf16 on CUDA, fp32 elsewhere. bf16 and fp16 run the network under
   ``torch.autocast`` (:func:`autocast`); the CTC and CE losses are computed in fp32 (the criteria cast the
   network's output), and fp16 scales the loss with a ``GradScaler`` (:func:`grad_scaler`) whose state is in the
@@ -35,16 +36,16 @@ def resolve_device(name: DeviceLike = "auto", where: str = "train.device") -> to
     check_device_name(name, where)
     if name == "cpu":
         return torch.device("cpu")
-    if name == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        name = f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % torch.cuda.device_count()}"
+    if name == "auto" and not torch.cuda.is_available():
+        return torch.device("cpu")
     if not torch.cuda.is_available():
         raise AsrError(
             f"{where}={name}, but torch sees no CUDA device (torch {torch.__version__}, "
             f"CUDA build: {torch.version.cuda or 'no'}); use cpu or auto"
         )
-    dev = torch.device("cuda", 0) if name == "cuda" else torch.device(name)
+    if name in ("auto", "cuda"):  # learner k of a node (torchrun's LOCAL_RANK) on GPU k
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    dev = torch.device(name)
     if dev.index >= torch.cuda.device_count():
         raise AsrError(f"{where}={name}, but torch sees {torch.cuda.device_count()} CUDA device(s)")
     return dev

@@ -3,14 +3,58 @@
 from the checkpointed RNG); an utterance whose features turn unreadable is skipped, listed, and training goes on."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import final_params as _params
-from helpers import make_toy_ctc_setup, toy_config_yaml
+from helpers import ROOT, make_toy_ctc_setup, toy_config_yaml, toy_dirs
 from helpers import train_step as _train
+
+
+def _survivors(exp: Path, wait: float = 10.0) -> list:
+    """Processes still running with ``exp`` on their command line (a dead trainer's forked workers carry its
+    command line), after up to ``wait`` seconds for them to go."""
+    import time
+
+    deadline = time.time() + wait
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+            except OSError:
+                continue
+            if str(exp) in cmd and state != "Z":
+                found.append(int(pid))
+        if not found or time.time() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def test_a_killed_trainer_takes_its_loader_workers_with_it(tmp_path):
+    """Batches larger than a pipe's buffer: a worker of a SIGKILLed trainer would block for ever on its pipe (the
+    other worker holds the pipe's read end) and live on as an orphan; the workers die with the trainer instead."""
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 40, "dev": 4}, feat_dim=400)
+    cfg = toy_config_yaml(tmp_path / "c.yaml", feat_dim=400, batch_seconds=8.0)
+    cmd = [
+        sys.executable,
+        "-m",
+        "steps.train",
+        "--config",
+        str(cfg),
+        *toy_dirs(setup),
+        "--exp-dir",
+        str(tmp_path / "exp"),
+    ]
+    with open(tmp_path / "out.txt", "w") as out:  # a file, not a pipe: orphans holding a pipe would block the wait
+        rc = subprocess.run([*cmd, "--set", "train.kill_after_steps=2"], cwd=ROOT, stdout=out, stderr=out).returncode
+    assert rc == -9, (tmp_path / "out.txt").read_text()[-2000:]
+    assert _survivors(tmp_path / "exp") == [], "the killed trainer's loader workers live on"
 
 
 @pytest.mark.parametrize("augment", [{}, {"noise_prob": 0.5, "freq_warp": 0.1}], ids=["specaug", "noise+warp"])

@@ -38,6 +38,27 @@ def close_inherited_locks() -> None:
     _held.clear()
 
 
+def die_with_parent() -> bool:
+    """Linux: ask the kernel to SIGKILL this (forked) process when its parent dies (prctl PR_SET_PDEATHSIG); exit at
+    once if the parent is gone already. A DataLoader worker whose trainer was killed would otherwise live on as an
+    orphan, blocked on the pipe to it (its siblings hold the pipe's other end). False where it cannot be done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # the parent died before the prctl: nobody will stop this process
+        os._exit(1)
+    return True
+
+
 def _lock_holder(lock: Path) -> str:
     try:
         h = json.loads(lock.read_text())

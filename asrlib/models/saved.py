@@ -58,7 +58,9 @@ class SavedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where the network's weights are (the CPU for a network without any)."""
+        t = next(iter([*self.model.parameters(), *self.model.buffers()]), None)
+        return t.device if t is not None else torch.device("cpu")
 
     def to(self, device: torch.device) -> "SavedModel":
         """Run the network on ``device`` (asrlib.models.device.resolve_device); inputs and outputs stay numpy."""

@@ -13,11 +13,8 @@ group, even with SIGKILL, would otherwise leave the learners training on, orphan
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
-import signal
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +25,7 @@ import torch.distributed as dist
 
 from asrlib.config import DistConfig
 from asrlib.errors import AsrError
+from asrlib.io.stage import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +61,13 @@ def die_with_agent() -> None:
     PR_SET_PDEATHSIG); exit at once if it has died already. A no-op elsewhere."""
     if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
         return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    except (OSError, AttributeError) as e:
-        log.warning(
-            "cannot tie this learner's life to its torchrun agent (%s): if the launcher is killed, kill "
-            "the learners too",
-            e,
-        )
-        return
-    if os.getppid() == 1:  # the agent died before the prctl: nobody will restart or stop this learner
+    if os.getppid() == 1:  # the agent died before this learner got here: nobody will restart or stop it
         log.error("the torchrun agent that started this learner is gone: exiting")
         os._exit(1)
+    if not die_with_parent():
+        log.warning(
+            "cannot tie this learner's life to its torchrun agent: if the launcher is killed, kill the learners too"
+        )
 
 
 def init_process_group(cfg: DistConfig, device: Optional[torch.device] = None) -> DistInfo:

@@ -446,10 +446,12 @@ def _from_worker(batch: dict) -> dict:
 
 
 def _worker_init(worker_id: int) -> None:
-    """A forked worker drops its copies of the trainer's exp-dir lock: killed, the trainer releases it at once."""
-    from asrlib.io.stage import close_inherited_locks
+    """A forked worker drops its copies of the trainer's exp-dir lock (killed, the trainer releases it at once) and
+    dies with the trainer (a SIGKILLed trainer's workers would otherwise live on as orphans)."""
+    from asrlib.io.stage import close_inherited_locks, die_with_parent
 
     close_inherited_locks()
+    die_with_parent()
 
 
 def epoch_cut_batches(data: CutData, s: SamplerSettings, epoch: int, skip: int, shuffle: bool = True) -> Iterator:

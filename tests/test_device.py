@@ -112,44 +112,39 @@ def test_forward_backward_on_the_device_equals_the_cpu(layers):
             assert isinstance(p.grad, Placed) and torch.allclose(p.grad.cpu(), q.grad, atol=1e-4), name
 
 
-def test_compiled_peephole_cell_agrees_with_the_eager_one(monkeypatch):
-    """The per-frame cell torch.compile runs on CUDA: traced (aot_eager: dynamo and AOT autograd, no code generated,
-    so this stays fast), outputs and gradients within 1e-5 of the eager cell's."""
+def _compiled_cell_agrees(backend: str, shapes) -> None:
+    """A peephole model with its cell compiled by ``backend`` against the eager one: outputs and gradients within
+    1e-5 over batches of ``shapes`` (N, T)."""
     from asrlib.models import lstm
 
-    monkeypatch.setattr(lstm, "CELL_COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
-    eager = _model(peephole=True)
-    comp = _model(peephole=True)
-    for layer in comp.layers:
-        layer.fwd.cell_impl = "compiled"
-    for n, t in ((3, 30), (2, 24)):  # two batch shapes: dynamic shapes, no recompilation per shape needed
-        x, lens = torch.randn(n, t, 20), torch.full((n,), t)
-        (a, _), (b, _) = eager(x, lens), comp(x, lens)
-        a.sum().backward()
-        b.sum().backward()
-        assert (a - b).abs().max() < 1e-5
-    for p, q in zip(eager.parameters(), comp.parameters()):
-        assert (p.grad - q.grad).abs().max() < 1e-5
+    lstm.CELL_COMPILE_BACKEND, before = backend, lstm.CELL_COMPILE_BACKEND
+    try:
+        eager, comp = _model(peephole=True), _model(peephole=True)
+        for layer in comp.layers:
+            layer.fwd.cell_impl = "compiled"
+        for n, t in shapes:
+            x, lens = torch.randn(n, t, 20), torch.full((n,), t)
+            (a, _), (b, _) = eager(x, lens), comp(x, lens)
+            a.sum().backward()
+            b.sum().backward()
+            assert (a - b).abs().max() < 1e-5
+        for p, q in zip(eager.parameters(), comp.parameters()):
+            assert (p.grad - q.grad).abs().max() < 1e-5
+    finally:
+        lstm.CELL_COMPILE_BACKEND = before
+
+
+def test_compiled_peephole_cell_agrees_with_the_eager_one():
+    """The per-frame cell torch.compile runs on CUDA, traced (aot_eager: dynamo and AOT autograd, no code generated,
+    so this stays fast); two batch shapes (dynamic shapes)."""
+    _compiled_cell_agrees("aot_eager", [(3, 30), (2, 24)])
 
 
 @pytest.mark.slow
 def test_inductor_compiled_peephole_cell_agrees_with_the_eager_one():
-    """The cell as CUDA runs it, compiled by inductor (here for the CPU: over a minute to compile), within 1e-5."""
-    from asrlib.models import lstm
-
-    torch._dynamo.reset()
-    assert lstm.CELL_COMPILE_BACKEND == "inductor"
-    eager, comp = _model(peephole=True), _model(peephole=True)
-    for layer in comp.layers:
-        layer.fwd.cell_impl = "compiled"
-    x, lens = torch.randn(3, 30, 20), torch.full((3,), 30)
-    (a, _), (b, _) = eager(x, lens), comp(x, lens)
-    a.sum().backward()
-    b.sum().backward()
-    assert (a - b).abs().max() < 1e-5
-    for p, q in zip(eager.parameters(), comp.parameters()):
-        assert (p.grad - q.grad).abs().max() < 1e-5
+    """The cell as CUDA runs it, compiled by inductor (here for the CPU: over a minute to compile)."""
+    _compiled_cell_agrees("inductor", [(3, 30)])
 
 
 # ------------------------------------------------------------------------------------------------ training

@@ -62,7 +62,7 @@ def dirs(sub: Path, data: Path) -> list:
 def epoch_figures(exp: Path) -> dict:
     dev = [m for m in json.loads((exp / "metrics.json").read_text()) if m["kind"] == "dev"][-1]
     return {
-        "utt_per_s": round(dev["train_utts"] / dev["train_seconds"], 1),
+        "utt_per_s": dev["train_utts_per_s"],
         "epoch_seconds": dev["train_seconds"],
         "peak_gpu_mb": dev.get("peak_device_mb"),
         "dev_loss": dev["loss"],

@@ -351,7 +351,8 @@ class Trainer:
             self._end_of_data(skipped, empty)
             bar.close()
             # this attempt's share of the epoch (all of it unless it resumed mid-epoch): throughput, device memory
-            speed = {"train_seconds": round(time.time() - t_epoch, 3), "train_utts": utts}
+            seconds = time.time() - t_epoch
+            speed = {"train_seconds": round(seconds, 3), "train_utts_per_s": round(utts / max(seconds, 1e-9), 2)}
             if self.device.type == "cuda":
                 speed["peak_device_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
             self.algo.end_epoch(self.model, self.optimizer)

@@ -145,12 +145,17 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
     pts = []
     for name, s in summary.items():
         x, y = s["sent_MB_per_learner"], s["wer_mean"]
-        ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3)
         label = f"{name} ({len(s['seeds'])})"  # number of seeds
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if len(s["seeds"]) < 3:  # a screening run: grey, not on the frontier
+            ax.plot(x, y, "o", mfc="none", color="0.6", ms=5)
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -3), fontsize=6, color="0.5")
+            continue
+        ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         pts.append((x, y, name))
     front = pareto(pts)
-    ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, label="frontier")
+    ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, label="frontier (>= 3 seeds)")
+    ax.plot([], [], "o", mfc="none", color="0.6", label="1-2 seeds (screening on dev)")
     ax.set_xscale("log")
     ax.set_xlabel("MB sent per learner, whole run (measured)")
     ax.set_ylabel("test %WER (greedy), mean over the (n) seeds; bars: min-max")

@@ -104,8 +104,8 @@ _compiled_cells: dict = {}
 def step_cell(impl: str, device: torch.device):
     """The per-frame cell :class:`LstmpLayer` runs: ``eager`` (:func:`lstmp_cell` as it is), ``compiled``
     (``torch.compile`` of it: on CUDA one fused kernel for the gate arithmetic instead of about ten per frame) or
-    ``auto`` (compiled on CUDA, eager elsewhere: on the CPU the compiled cell is slower, 29.7 against 16.0 ms for
-    a 50-frame batch forward and backward, and its first call compiles for over a minute; docs/gpus.md)."""
+    ``auto`` (compiled on CUDA, eager elsewhere: on the CPU its forward pass is slower, its first call compiles for
+    10 s to over a minute, and only a large training step gains, 0.86x; docs/gpus.md has the figures)."""
     if impl == "eager" or (impl == "auto" and device.type != "cuda"):
         return lstmp_cell
     if impl not in ("auto", "compiled"):

@@ -161,3 +161,25 @@ def test_endpoint_rules_of_a_bundle(bundle):
     assert EndpointRules.of_bundle(with_decode(segment="none")) is None
     with pytest.raises(AsrError, match="endpoint rules"):
         EndpointRules(min_silence=0.0)
+
+
+def test_recognize_mobile_endpoint_option(bundle, tmp_path):
+    """`steps.recognize_mobile --endpoint` runs the streaming recogniser with the bundle's endpoint rules."""
+    import soundfile as sf
+
+    from asrlib.export.bundle import check_bundle
+    from steps import recognize_mobile
+
+    tm, out = bundle
+    pieces = [u for _, u in utterance_audio(tm, "test")[:3]]
+    x = np.concatenate([p for u in pieces for p in (u, np.zeros(SR, np.float32))])
+    sf.write(str(tmp_path / "long.wav"), x, SR)
+    args = ["--bundle", str(out / "bundle"), "--chunk-ms", "320", str(tmp_path / "long.wav"), "-o"]
+    assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
+    assert recognize_mobile.main([*args, str(tmp_path / "one.txt")]) == 0
+    rules = EndpointRules.of_bundle(check_bundle(out / "bundle"))
+    s, expect = _feed(StreamingRecognizer(out / "bundle", endpoint=rules), x, SR * 320 // 1000)
+    assert len(s.segments) == len(pieces)  # the bundle's rules cut at the pauses
+    assert (tmp_path / "ep.txt").read_text().split()[1:] == expect
+    one = StreamingRecognizer(out / "bundle").recognize(x, SR, chunk_samples=SR * 320 // 1000)
+    assert (tmp_path / "one.txt").read_text().split()[1:] == one

@@ -3,8 +3,8 @@
 The placement tests run the real code on a stand-in accelerator (tests/device_guard.py): tensors on it compute on
 CPU data, and any operation that mixes them with host tensors fails, as it would on CUDA. So a batch, target, length,
 index or buffer left on the host shows up here: in the trainer (augmentation, forward, loss, backward, optimizer, dev
-loss, checkpoint), in CE training, in inference and speaker adaptation, and in the distributed algorithms (the
-model on the device, their communication staged through the CPU for Gloo).
+loss, checkpoint), in CE training, in inference and speaker adaptation, and in every distributed algorithm: with a
+stand-in NCCL (collectives take device tensors only, DDP included) and with Gloo (messages staged through the CPU).
 """
 
 import dataclasses
@@ -275,8 +275,8 @@ COMM_CALLS += ("all_to_all_single", "gather", "scatter", "send", "isend", "recv"
 
 
 def _refuse_device_tensors() -> None:
-    """Make every torch.distributed call with a device tensor fail: Gloo wants host memory, and on the stand-in
-    device it would move nothing without a word."""
+    """Make every torch.distributed call that hands a device tensor to a Gloo group fail: Gloo wants host memory,
+    and on the stand-in device it would move nothing without a word."""
     import torch.distributed as dist
     from torch.utils._pytree import tree_leaves
 
@@ -284,7 +284,8 @@ def _refuse_device_tensors() -> None:
 
     def guarded(name, fn):
         def call(*args, **kwargs):
-            if any(isinstance(x, Placed) for x in tree_leaves((args, kwargs))):
+            gloo = dist.get_backend(kwargs.get("group")) == "gloo"
+            if gloo and any(isinstance(x, Placed) for x in tree_leaves((args, kwargs))):
                 raise MixedDevices(f"torch.distributed.{name} was handed a device tensor on a Gloo group")
             return fn(*args, **kwargs)
 
@@ -307,9 +308,9 @@ def _on_stand_in(rank, world, scenarios):
     return out
 
 
-def test_every_algorithm_stages_its_messages_for_gloo_when_the_model_is_on_a_device(tmp_path):
-    """Gloo takes host tensors only: a learner whose model is on the device must hand every collective and
-    point-to-point call a CPU copy (a device tensor there fails the run), and get the device's tensors back."""
+def _every_algorithm(tmp_path, algos, learner, *args):
+    """Two learners (``learner(rank, world, *args, scenarios)``) train with each algorithm of ``algos`` on the
+    stand-in device; each ends with steps taken, a finite loss and one model on both learners. Returns the results."""
     setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 24, "dev": 4})
     cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, checkpoint_every=2)
     scenarios = [
@@ -318,17 +319,77 @@ def test_every_algorithm_stages_its_messages_for_gloo_when_the_model_is_on_a_dev
             config=str(cfg),
             overrides=[f"train.dist.algo={name.split('_')[0]}", *ov],
             exp_dir=str(tmp_path / name),
+            **({"uneven": [3, 2]} if name.endswith("_uneven") else {}),
         )
-        for name, ov in STAGED.items()
+        for name, ov in algos.items()
     ]
-    res = run_learners(_on_stand_in, 2, args=(scenarios,), timeout=600)
+    res = run_learners(learner, 2, args=(*args, scenarios), timeout=600)
     for rank in range(2):
-        for name, r in zip(STAGED, res[rank]):
+        for name, r in zip(algos, res[rank]):
             assert r["steps"] > 0 and np.isfinite(r["loss"]), (name, rank)
-            assert all(type(v) is torch.Tensor for v in r["params"].values())
-    for name, a, b in zip(STAGED, res[0], res[1]):  # every algorithm ends with one model on both learners
+    for name, a, b in zip(algos, res[0], res[1]):
         for k in a["params"]:
             assert torch.equal(a["params"][k], b["params"][k]), (name, k)
+    return res
+
+
+def test_every_algorithm_stages_its_messages_for_gloo_when_the_model_is_on_a_device(tmp_path):
+    """Gloo takes host tensors only: a learner whose model is on the device must hand every collective and
+    point-to-point call a CPU copy (a device tensor there fails the run), and get the device's tensors back."""
+    res = _every_algorithm(tmp_path, STAGED, _on_stand_in)
+    assert all(type(v) is torch.Tensor for r in res[0] + res[1] for v in r["params"].values())
+
+
+NCCL_WORLD = {  # every algorithm as it runs on GPU learners: NCCL for the collectives, Gloo side groups for p2p
+    "sync": [],
+    "sync_uneven": [],  # a learner without data at the last steps joins DDP's all-reduce with zero buckets
+    "powersgd": ["train.dist.powersgd_rank=1", "train.dist.warmup_steps=2"],
+    **STAGED,
+}
+
+
+def _on_stand_in_nccl(rank, world, store, scenarios):
+    """A learner of a world whose default group plays NCCL (device tensors only, tests/device_guard.py), as
+    ``init_process_group`` sets it up for learners on CUDA: collective buffers on the learner's device."""
+    import torch.distributed as dist
+
+    import asrlib.parallel.env as env
+    from device_guard import DEVICE, register_stand_in_nccl
+
+    dist.destroy_process_group()  # the harness's Gloo world
+    dist.init_process_group(register_stand_in_nccl(), init_method=f"file://{store}", rank=rank, world_size=world)
+    real = env.init_process_group
+    env.init_process_group = lambda cfg, device=None: dataclasses.replace(
+        real(cfg, device), backend="nccl", device=DEVICE
+    )
+    return _on_stand_in(rank, world, scenarios)
+
+
+def test_every_algorithm_keeps_its_collectives_on_the_device_under_nccl(tmp_path):
+    """Learners on the device with NCCL: every collective of every algorithm (sync's and powersgd's through DDP's
+    buckets and hooks, the uneven-shard join included) must hand NCCL device tensors (a host tensor fails the run);
+    the asynchronous algorithms' point-to-point traffic on their Gloo side groups must be CPU-staged copies."""
+    _every_algorithm(tmp_path, NCCL_WORLD, _on_stand_in_nccl, str(tmp_path / "nccl_store"))
+
+
+def test_the_stand_in_nccl_refuses_host_tensors(tmp_path):
+    """The check above can fail: a learner that hands NCCL a host tensor is stopped."""
+    with pytest.raises(RuntimeError, match="NCCL all_reduce was handed a host tensor"):
+        run_learners(_host_tensor_to_nccl, 2, args=(str(tmp_path / "nccl_store"),), timeout=120)
+
+
+def _host_tensor_to_nccl(rank, world, store):
+    import torch.distributed as dist
+
+    from device_guard import register_stand_in_nccl
+
+    dist.destroy_process_group()
+    dist.init_process_group(register_stand_in_nccl(), init_method=f"file://{store}", rank=rank, world_size=world)
+    with stand_in_device() as dev:
+        on_device = torch.ones(3, device=dev)
+        dist.all_reduce(on_device)
+        assert on_device.cpu().tolist() == [2.0, 2.0, 2.0]
+        dist.all_reduce(torch.ones(3))  # a host tensor
 
 
 # ------------------------------------------------------------------------------------------------ docs/gpus.md

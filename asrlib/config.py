@@ -203,9 +203,9 @@ class TrainConfig:
     # noise_cuts_prob share of the cuts at an SNR from [noise_snr_min, noise_snr_max]; features computed on the fly
     noise_cuts: str = ""
     noise_cuts_prob: float = 0.5  # share of the training cuts that get noise from noise_cuts
-    # CTC training: within each batch a cut is joined to the one before it with this probability, up to concat_max in
-    # a row (lhotse Cut.append, asrlib/train/concat.py), so the network learns utterances one after another as in a
-    # long recording (docs/long-recordings.md); 0 = off. Dev batches are not joined
+    # CTC training: the share of batches whose cuts are joined, in runs of concat_max (lhotse Cut.append,
+    # asrlib/train/concat.py), so the network learns utterances one after another as in a long recording
+    # (docs/long-recordings.md); a batch is joined whole, so it pads no more than before; 0 = off. Dev: not joined
     concat_prob: float = 0.0
     concat_max: int = 2  # most cuts joined into one
     log_every: int = 10  # steps between training log lines (text log and TensorBoard)

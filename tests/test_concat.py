@@ -1,7 +1,7 @@
-"""Training cuts joined end to end (train.concat_prob, asrlib/train/concat.py): a joined cut's features are
-its parts' features one after the other and its targets their targets in order; no audio is lost or repeated; the
-joins of a batch depend only on (seed, epoch, batch index), not on the loader workers; dev batches and CE training
-are not joined; a training run with joins trains another model."""
+"""Training cuts joined end to end (train.concat_prob, asrlib/train/concat.py): a batch is joined whole or not at
+all; a joined cut's features are its parts' features one after the other and its targets their targets in order; no
+audio is lost or repeated; the joins of a batch depend only on (seed, epoch, batch index), not on the loader
+workers; dev batches and CE training are not joined; a training run with joins trains another model."""
 
 import pytest
 import torch
@@ -79,6 +79,23 @@ def test_joins_depend_on_seed_epoch_batch_not_on_workers(setup):
     assert ids(ConcatCuts(0.5, 2, 1)(cuts, 0, 5)) == ids(ConcatCuts(0.5, 2, 1)(cuts, 0, 5))
     assert any(ids(ConcatCuts(0.5, 2, s)(cuts, 0, 5)) != ids(ConcatCuts(0.5, 2, 1)(cuts, 0, 5)) for s in range(2, 9))
     assert ids(ConcatCuts(0.0, 2, 1)(cuts, 0, 5)) == ids(cuts)
+
+
+def test_a_batch_is_joined_whole_or_not_at_all(setup):
+    """So that a joined batch pads no more than a plain one: every cut of a joined batch is in a run of concat_max
+    (the last run may be shorter), and about concat_prob of the batches are joined."""
+    ds = _open(setup)
+    s = SamplerSettings(max_duration=6.0, seed=0)
+    plain = [list(b) for e in range(6) for b in epoch_cut_batches(ds, s, e, 0)]
+    cc = ConcatCuts(0.5, 2, seed=1)
+    joined_batches = 0
+    for i, cuts in enumerate(plain):
+        out = list(cc(cuts, 0, i))
+        n = len(cuts)
+        assert len(out) in (n, (n + 1) // 2), (n, len(out))
+        joined_batches += len(out) < n
+        assert max(c.duration for c in out) <= 2 * max(c.duration for c in cuts) + 1e-6
+    assert 0.3 * len(plain) <= joined_batches <= 0.7 * len(plain), (joined_batches, len(plain))
 
 
 def test_joining_is_part_of_what_a_training_stage_computed():

@@ -501,11 +501,13 @@ def test_digits_model_60s_recordings_vs_pieces():
     as ONE recording give exactly the pieces' words: the long search loses nothing. (2) One stream over a whole
     recording (segment none) carries the LSTM state and the online CMN's running mean across utterances, and loses
     accuracy. (3) The default segmentation at the network's blank runs, on the recipe's model trained on utterances
-    joined in twos (train.concat_prob 0.5), comes within 1.0 % absolute of the pieces and below one stream. Measured
-    with this very computation, 2026-11-25 (docs/long-recordings.md), long / pieces / one stream: 2.46 / 2.37 / 4.09 %
-    (seed 42, the make-run model), 5.28 / 4.55 / 6.01 (seed 7), 4.19 / 3.91 / 5.55 (seed 13), 3.82 / 3.64 / 5.37
-    (seed 1), 2.73 / 2.46 / 4.37 (seed 2); without joins 4.28 / 3.09 / 8.83 (the model before), 4.37 / 2.64 / 9.19
-    on the model of commit 7b8cc7d, on which the former bound (2.0) was set."""
+    joined in twos (train.concat_prob 0.67, whole batches), comes within 1.0 % absolute of the pieces and below one
+    stream. Measured with bench/long_form.py, 2026-11-25 (docs/long-recordings.md), long / pieces (/ one stream):
+    whole batches 2.82 / 3.00 / 3.64 % (seed 42), 3.46 / 2.91 / 5.00 (seed 7), 3.91 / 3.37 (seed 13), 3.37 / 3.55
+    (seed 1), 3.18 / 2.55 (seed 2); per-cut joins 0.5, with this very computation: 2.46 / 2.37 / 4.09 % (seed 42),
+    5.28 / 4.55 / 6.01 (seed 7), 4.19 / 3.91 / 5.55 (seed 13), 3.82 / 3.64 / 5.37 (seed 1), 2.73 / 2.46 / 4.37 (seed
+    2); without joins 4.28 / 3.09 / 8.83, 4.37 / 2.64 / 9.19 on the model of commit 7b8cc7d, on which the former
+    bound (2.0) was set."""
     from asrlib.score import score
 
     _digits_ready("tlg")

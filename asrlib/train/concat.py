@@ -5,10 +5,13 @@ in the middle of its state and of its online CMN's running mean (docs/long-recor
 Training on concatenations for long-form speech: Chiu et al., "A comparison of end-to-end models for long-form
 speech recognition" (ASRU 2019).
 
-``train.concat_prob`` (CTC training): within each batch, in the sampler's order, a cut is joined to the one before
-it with this probability, up to ``train.concat_max`` cuts in a row; the batch keeps its audio, in fewer and
-longer cuts. The draws come from an RNG seeded by (seed, epoch, batch index), like the noise mix
-(:mod:`asrlib.train.noise_mix`), so a resumed run sees the same batches. Dev batches are not joined.
+``train.concat_prob`` (CTC training): each batch, with this probability, is joined whole: its cuts, in the sampler's
+order, in runs of ``train.concat_max``; the batch keeps its audio, in fewer and longer cuts. A batch is joined
+whole or not at all because the sampler's buckets give it cuts of similar lengths, and so do runs of them, where
+joining some of its cuts would pad the others to the joined ones' length (joining each cut to the one before with
+probability 0.5 made a digits epoch about 35 % slower; docs/long-recordings.md has both measured). The draws come
+from an RNG seeded by (seed, epoch, batch index), like the noise mix (:mod:`asrlib.train.noise_mix`), so a resumed
+run sees the same batches. Dev batches are not joined.
 """
 
 from __future__ import annotations
@@ -31,13 +34,11 @@ class ConcatCuts:
         self.prob, self.max_cuts, self.seed = prob, max_cuts, seed
 
     def __call__(self, cuts: CutSet, epoch: int, index: int) -> CutSet:
-        """Batch ``index`` of ``epoch`` with runs of its cuts joined (each joined cut keeps its first part's id)."""
+        """Batch ``index`` of ``epoch``, joined whole with probability ``prob`` (each joined cut keeps its first
+        part's id)."""
         rng = random.Random(f"concat/{self.seed}/{epoch}/{index}")
         parts = list(cuts)
-        groups = []
-        for cut in parts:
-            if groups and len(groups[-1]) < self.max_cuts and rng.random() < self.prob:
-                groups[-1].append(cut)
-            else:
-                groups.append([cut])
+        if rng.random() >= self.prob:
+            return CutSet.from_cuts(parts)
+        groups = [parts[i : i + self.max_cuts] for i in range(0, len(parts), self.max_cuts)]
         return CutSet.from_cuts(reduce(lambda a, b: a.append(b, preserve_id="left"), g) for g in groups)

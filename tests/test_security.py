@@ -108,7 +108,40 @@ def test_gmm_model_pickle_is_refused_and_converts_only_when_trusted(tmp_path):
         load_gmm(mdl)
     with pytest.raises(AsrError, match="--trust"):
         asr_main(["convert-model", str(mdl)])  # not without the user's word
+    with pytest.raises(
+        AsrError, match=r"holds a (builtins|io)\.open, which no asrlib file ever held.*does not convert"
+    ):
+        asr_main(["convert-model", "--trust", str(mdl)])  # and with it, still no code runs
     assert not marker.exists()
+    assert pickle.loads(mdl.read_bytes())  # the file was left as it was (the payload runs here, in the test)
+    assert marker.exists()
+
+
+def test_an_old_gmm_model_pickle_converts_when_trusted_and_then_loads_safely(tmp_path):
+    """asrlib before VERSION 2 pickled the model's state: kaldi-hmm-gmm objects and numpy arrays."""
+    import pickle
+
+    from asrlib.app.cli_asr import main as asr_main
+    from asrlib.gmm.model import FORMAT, STATE_KEYS, load_gmm
+    from test_fuzz_readers import _seed_gmm
+
+    m = load_gmm(_seed_gmm(tmp_path / "new"))
+    st = {"format": FORMAT, "version": 1, "topo_text": m.topo_text, "tree": m.tree, "transition_model": m.tm}
+    st.update(am=m.am, phones=m.phones, sil_phone=m.sil_phone, feature_type=m.feature_type, num_ceps=m.num_ceps)
+    st.update(cmvn_mean=np.zeros(3, np.float32), cmvn_inv_std=np.ones(3, np.float32), info={"ll": np.float64(-47.3)})
+    assert set(STATE_KEYS) <= set(st)
+    old = tmp_path / "old" / "final.mdl"
+    old.parent.mkdir()
+    old.write_bytes(pickle.dumps(st, protocol=4))
+    with pytest.raises(AsrError, match="old format"):
+        load_gmm(old)
+    assert asr_main(["convert-model", "--trust", str(old)]) == 0
+    c = load_gmm(old)
+    assert c.topo_text == m.topo_text and c.phones == m.phones and c.info == {"ll": -47.3}
+    assert np.array_equal(c.cmvn_inv_std, np.ones(3, np.float32))
+    assert c.tm.num_pdfs == m.tm.num_pdfs and c.am.num_pdfs == m.am.num_pdfs
+    assert np.array_equal(c.am.get_pdf(0).means, m.am.get_pdf(0).means)
+    assert asr_main(["convert-model", "--trust", str(old)]) == 0  # a second time: nothing to do
 
 
 def test_an_older_model_file_converts_when_trusted_and_then_loads_safely(tm, tmp_path):
@@ -128,6 +161,17 @@ def test_an_older_model_file_converts_when_trusted_and_then_loads_safely(tm, tmp
     assert np.array_equal(a.cmvn_mean, b.cmvn_mean)
     assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
     assert asr_main(["convert-model", "--trust", str(old)]) == 0  # a second time: nothing to do
+
+
+def test_a_trusted_torch_file_still_runs_no_code(tm, tmp_path):
+    """--trust converts data (tensors, containers, numpy arrays); a payload in the file is refused all the same."""
+    from asrlib.app.cli_asr import main as asr_main
+
+    marker = tmp_path / "pwned"
+    f = evil_torch_file(tmp_path / "evil" / "final.pt", marker, tm.exp / "final.pt")
+    with pytest.raises(AsrError, match="does not convert this one"):
+        asr_main(["convert-model", "--trust", str(f)])
+    assert not marker.exists()
 
 
 def test_inputs_longer_than_max_duration_are_refused(tm, tmp_path, capsys):

@@ -323,8 +323,9 @@ def cmd_convert_model(a: argparse.Namespace) -> int:
     files = model_files(a.paths)
     if not a.trust:
         raise AsrError(
-            "convert-model loads each file the old way, which runs whatever code the file holds: do it only for "
-            "files you trust (your own, or from a source you trust), and say so with --trust"
+            "convert-model rewrites each file in place, taking its numbers as they are (it builds only data from "
+            "an old file and refuses anything that could run code): do it only for files you trust (your own, or "
+            "from a source you trust), and say so with --trust"
         )
     for f in files:
         done = convert_trusted_gmm(f) if f.suffix == ".mdl" else convert_trusted(f)
@@ -424,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite trusted model files of an older asrlib (pickles) in the format that loads without running code",
     )
     c.add_argument("paths", nargs="+", help="model files (final.pt, checkpoints, final.mdl) or dirs holding them")
-    c.add_argument("--trust", action="store_true", help="you trust these files: loading them the old way may run code")
+    c.add_argument(
+        "--trust", action="store_true", help="you trust these files (their contents become a model asrlib loads)"
+    )
     c.set_defaults(func=cmd_convert_model)
 
     k = sub.add_parser("package", help="copy a trained model and its lang files into a self-contained model dir")

@@ -17,7 +17,6 @@ Files of a model directory (``exp/mono``):
 from __future__ import annotations
 
 import json
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -177,7 +176,8 @@ def _decode(x, arrays, where: Path):
 
 
 def save_gmm(model: GmmModel, model_dir: PathLike, name: str = "final.mdl") -> Path:
-    """Write ``name`` (pickle), ``tree`` (Kaldi binary), ``topo`` and ``phones.txt`` atomically."""
+    """Write ``name`` (npz: arrays + JSON structure), ``tree`` (Kaldi binary), ``topo`` and ``phones.txt``
+    atomically."""
     model_dir = Path(model_dir)
     path = model_dir / name
     state = {
@@ -235,21 +235,32 @@ def load_gmm(path: PathLike) -> GmmModel:
     return _from_state(st)
 
 
+# the model's fields in a file's state, in GmmModel's order (then "info", optional)
+STATE_KEYS = ("topo_text", "tree", "transition_model", "am", "phones", "sil_phone", "feature_type", "num_ceps",
+              "cmvn_mean", "cmvn_inv_std")  # fmt: skip
+
+
 def _from_state(st: dict) -> GmmModel:
-    keys = ("topo_text", "tree", "transition_model", "am", "phones", "sil_phone", "feature_type", "num_ceps",
-            "cmvn_mean", "cmvn_inv_std")  # fmt: skip
-    return GmmModel(*(st[k] for k in keys), st.get("info", {}))
+    return GmmModel(*(st[k] for k in STATE_KEYS), st.get("info", {}))
 
 
 def convert_trusted_gmm(path: PathLike) -> bool:
-    """Rewrite a trusted GMM model of the old pickle format in the current one, in place (atomically). Returns False
-    when it is already in the current format."""
+    """Rewrite a GMM model of the old pickle format in the current one, in place (atomically). Returns False when it
+    is already in the current format. The pickle is read by :func:`asrlib.io.old_pickles.load_data`, which builds
+    numpy data and the kaldi-hmm-gmm types of :data:`KHG_TYPES` only: even a trusted file runs no code."""
+    import _kaldi_hmm_gmm
+
+    from asrlib.io.old_pickles import NUMPY_DATA, load_data
+
     path = Path(path)
+    allowed = {**NUMPY_DATA, **{("_kaldi_hmm_gmm", n): getattr(_kaldi_hmm_gmm, n) for n in KHG_TYPES}}
     with open(path, "rb") as f:
         if f.read(1) != b"\x80":
             load_gmm(path)  # the current format (or a clear error)
             return False
-        st = pickle.load(f.seek(0) or f)  # the user vouched for this file
+        st = load_data(f.seek(0) or f, allowed, f"GMM model {path}")
+    if not isinstance(st, dict) or any(k not in st for k in STATE_KEYS):
+        raise AsrError(f"{path} is not an old asrlib GMM model (a pickle without its keys); rerun steps.train_mono")
     save_gmm(_from_state(st), path.parent, path.name)
     load_gmm(path)
     return True

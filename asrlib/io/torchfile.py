@@ -5,7 +5,8 @@ with :func:`save_torch` holds only tensors and plain containers (dicts, lists, t
 arrays are stored as tensors, see :func:`plain`), and :func:`load_torch` reads it with ``weights_only=True``, torch's
 restricted unpickler that builds nothing else. A file that needs more (written by an older asrlib, whose model files
 held numpy arrays, or crafted to run code) is refused with a message naming :func:`convert_trusted`'s command
-``asr convert-model --trust FILE``, for files the user trusts.
+``asr convert-model --trust FILE``, for files the user trusts: it rebuilds tensors, plain containers and numpy
+arrays only (:mod:`asrlib.io.old_pickles`), so even a trusted file runs no code.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def _refusal(e: pickle.UnpicklingError) -> str:
+    """What torch's ``weights_only`` unpickler refused, without its advice to unpickle anyway."""
+    text = str(e).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0]
+    return " ".join(text.split())[:300]
+
+
 def save_torch(path: PathLike, obj: Any) -> None:
     """``torch.save`` of :func:`plain` ``(obj)``, atomically: the file either is complete or does not exist."""
     import torch
@@ -58,9 +65,8 @@ def load_torch(path: PathLike, what: str = "model file") -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        reason = " ".join(str(e).split("Check the documentation")[0].split())[:300]
         raise AsrError(
-            f"{path}: this {what} holds Python objects beyond tensors and plain containers ({reason}), so loading "
+            f"{path}: this {what} holds Python objects beyond tensors and plain containers ({_refusal(e)}), so loading "
             f"it could run code; asrlib refuses it. A file written by an older asrlib is like that: if you trust "
             f"where it came from, convert it once with `{CONVERT_HINT} {path}`"
         ) from None
@@ -71,9 +77,13 @@ def load_torch(path: PathLike, what: str = "model file") -> Any:
 
 
 def convert_trusted(path: PathLike) -> bool:
-    """Rewrite a trusted older torch file (any pickled content) as :func:`save_torch` writes it, in place and
-    atomically. Returns False when it already loads with ``weights_only=True`` (nothing written)."""
+    """Rewrite an older torch file (tensors, containers and numpy arrays) as :func:`save_torch` writes it, in place
+    and atomically. Returns False when it already loads with ``weights_only=True`` (nothing written). Anything else
+    in the file is an :class:`AsrError`: torch's restricted unpickler, with numpy's data constructors allowed, builds
+    nothing that could run code."""
     import torch
+
+    from asrlib.io.old_pickles import torch_numpy_globals
 
     path = Path(path)
     try:
@@ -81,7 +91,14 @@ def convert_trusted(path: PathLike) -> bool:
         return False
     except pickle.UnpicklingError:
         pass
-    obj = torch.load(path, map_location="cpu", weights_only=False)  # the user vouched for this file
+    try:
+        with torch.serialization.safe_globals(torch_numpy_globals()):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise AsrError(
+            f"{path} holds Python objects beyond tensors, plain containers and numpy arrays ({_refusal(e)}), which no "
+            f"asrlib file ever held; asrlib builds only data from an old file, so it does not convert this one"
+        ) from None
     save_torch(path, obj)
     torch.load(path, map_location="cpu", weights_only=True)  # converted: loads safely now
     return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -59,7 +60,7 @@ class SavedModel:
     @property
     def device(self) -> torch.device:
         """Where the network's weights are (the CPU for a network without any)."""
-        t = next(iter([*self.model.parameters(), *self.model.buffers()]), None)
+        t = next(itertools.chain(self.model.parameters(), self.model.buffers()), None)  # the first one only
         return t.device if t is not None else torch.device("cpu")
 
     def to(self, device: torch.device) -> "SavedModel":

@@ -39,6 +39,15 @@ def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO) ->
 OUTPUT_DIR_OPTIONS = ("--out-dir", "--exp-dir")  # by convention, the directory a step writes into
 
 
+def env_with_root(root: os.PathLike | str, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``env`` (default: this process's environment) with ``root`` first on PYTHONPATH and the entries already there
+    kept after it, so a child ``python -m steps.X`` finds this checkout and still finds packages the caller put on
+    PYTHONPATH (a cluster's module system, a folder of carried wheels)."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    return env
+
+
 def option_values(argv: Sequence[str], options: Sequence[str]) -> Dict[str, Optional[str]]:
     """``{option: value or None}`` for the exact option names ``options`` in ``argv`` (``--opt V`` or ``--opt=V``;
     everything else in ``argv`` is ignored). An option given without a value counts as absent (the step's own

@@ -1,6 +1,6 @@
-"""The GPU smoke test of issue 25: one epoch of the digits recipe on CUDA in bf16 (utterances/s, peak GPU memory,
-test WER after the epoch), whether the GPU checkpoint resumes on the CPU, then 1 against 2 learners (sync, NCCL)
-when the machine has two GPUs. Last line: one JSON object.
+"""The GPU smoke test of issue 25: one epoch (``--epochs``) of the digits recipe on CUDA in bf16 (utterances/s, peak
+GPU memory, test WER after the last epoch), whether the GPU checkpoint resumes on the CPU, then 1 against 2 learners
+(sync, NCCL) when the machine has two GPUs. Last line: one JSON object.
 
     bash bench/gpu_smoke.sh                     # on a CUDA machine: installs what it needs, then runs this
     python bench/gpu_smoke.py [--device auto|cuda|cpu] [--data recipes/digits/data] [--quick]
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from asrlib.cli import env_with_root  # noqa: E402
 from asrlib.config import load_config  # noqa: E402
 from asrlib.data.subset import subset_training_tables  # noqa: E402
 from asrlib.models.device import precision_name, resolve_device, resolve_precision  # noqa: E402
@@ -43,16 +44,10 @@ def run(cmd, log: Path) -> float:
     """Run ``cmd`` (output to ``log``); its wall time. A failure names the log."""
     t0 = time.perf_counter()
     with open(log, "w") as f:
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=_env())
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env_with_root(ROOT))
     if r.returncode != 0:
         raise SystemExit(f"gpu_smoke: {' '.join(map(str, cmd[:4]))} ... failed (exit {r.returncode}); see {log}")
     return time.perf_counter() - t0
-
-
-def _env():
-    import os
-
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def dirs(sub: Path, data: Path) -> list:
@@ -135,6 +130,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=RECIPE / "exp" / "gpu_smoke")
     p.add_argument("--quick", action="store_true", help="200 training and 100 test utterances")
     p.add_argument("--threads", type=int, default=2, help="torch threads (CPU side)")
+    p.add_argument("--epochs", type=int, default=1, help="epochs to train (the figures are the last epoch's)")
     a = p.parse_args(argv)
     dev = resolve_device(a.device, "--device")
     data = a.data.resolve()
@@ -146,7 +142,7 @@ def main(argv=None) -> int:
     full = {s: len((data / s / "text").read_text().splitlines()) for s in ("train", "dev", "test")}
     counts = {"train": 200, "dev": 100, "test": 100} if a.quick else full
     sub = subset_training_tables(data, data / "fbank", out / "subset", counts)
-    base = ["train.epochs=1", f"train.num_threads={a.threads}", f"train.precision={a.precision}"]
+    base = [f"train.epochs={a.epochs}", f"train.num_threads={a.threads}", f"train.precision={a.precision}"]
     sets = [x for o in [*base, f"train.device={dev}"] for x in ("--set", o)]
     cfg = ["--config", str(RECIPE / "config.yaml")]
 
@@ -173,6 +169,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "precision": precision_name(resolve_precision(a.precision, dev, "--precision")),
         "utterances": counts,
+        "epochs": a.epochs,
         "one_learner": one,
         "resume_on_cpu": resume,
         "two_learners": two if two is not None else "not run: fewer than two CUDA devices",

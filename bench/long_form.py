@@ -39,6 +39,7 @@ import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from asrlib.cli import env_with_root  # noqa: E402
 from asrlib.io.tables import read_table_dict  # noqa: E402
 from asrlib.score import score  # noqa: E402
 
@@ -60,7 +61,7 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
         segment,
         *extra,
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**env_with_root(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     err = p.stderr.read()
@@ -84,7 +85,7 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
 def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) -> Dict:
     """`steps.recognize_mobile` (streaming engine) in its own process: its hypotheses, printed RTF and peak RSS."""
     cmd = [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(bundle), *inputs, "-o", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**env_with_root(ROOT), "OMP_NUM_THREADS": "1"}
     p = subprocess.run(cmd + (["--endpoint"] if endpoint else []), capture_output=True, text=True, env=env, cwd=ROOT)
     if p.returncode != 0:
         raise SystemExit(f"recognize_mobile failed ({p.returncode}):\n{p.stderr[-3000:]}")

@@ -1,6 +1,7 @@
-"""LSTMP with peepholes (asrlib's explicit cell) vs torch.nn.LSTM (fused kernel) of the same sizes, on CPU.
+"""LSTMP with peepholes (asrlib's explicit cell) vs torch.nn.LSTM (fused kernel) of the same sizes, on the CPU or a
+CUDA device (``--device cuda``: cuDNN for torch.nn.LSTM; times taken after ``torch.cuda.synchronize``).
 
-    python bench/lstm_speed.py [--quick] [--threads 2] [--batch 16] [--frames 200]
+    python bench/lstm_speed.py [--quick] [--threads 2] [--batch 16] [--frames 200] [--device cpu]
 
 Times forward and forward+backward of the acoustic model's recurrent stack (``num_layers`` layers, input
 ``feat_dim * stack``, hidden ``hidden``, projection ``proj``) on random input, for
@@ -53,13 +54,20 @@ class _Stack(torch.nn.Module):
         return x
 
 
-def _time(fn, reps: int) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, reps: int, device: torch.device) -> float:
     """Median seconds per call (the median resists the other load of a shared machine)."""
     fn()  # warm-up
     times = []
     for _ in range(reps):
+        _sync(device)
         t = time.perf_counter()
         fn()
+        _sync(device)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -77,20 +85,23 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--compiled", action="store_true", help="also the peephole layer with a compiled cell")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     a = p.parse_args(argv)
+    dev = torch.device(a.device)
     if a.quick:
         a.batch, a.frames, a.reps, a.hidden, a.proj = 4, 40, 2, 64, 32
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    x = torch.randn(a.batch, a.frames, a.feat_dim * a.stack)
+    x = torch.randn(a.batch, a.frames, a.feat_dim * a.stack, device=dev)
     res = {}
     kinds = ["torch_lstm", "torch_lstmp", "custom_lstmp", "custom_lstmp_peephole"]
     for kind in kinds + (["custom_lstmp_peephole_compiled"] if a.compiled else []):
-        m = _Stack(kind, a.feat_dim * a.stack, a.hidden, a.proj, a.layers)
+        m = _Stack(kind, a.feat_dim * a.stack, a.hidden, a.proj, a.layers).to(dev)
         compile_s = None
         if kind.endswith("compiled"):
             t0 = time.perf_counter()
             m(x).square().mean().backward()
+            _sync(dev)
             compile_s = time.perf_counter() - t0
 
         def fwd():
@@ -103,15 +114,15 @@ def main(argv=None) -> int:
 
         res[kind] = {
             "params": sum(q.numel() for q in m.parameters()),
-            "forward_s": _time(fwd, a.reps),
-            "train_step_s": _time(fwd_bwd, a.reps),
+            "forward_s": _time(fwd, a.reps, dev),
+            "train_step_s": _time(fwd_bwd, a.reps, dev),
             **({"compile_s": compile_s} if compile_s is not None else {}),
         }
     base = res["torch_lstmp"]
     frames = a.batch * a.frames
     print(
         f"{a.layers} layers, input {a.feat_dim}x{a.stack}, hidden {a.hidden}, projection {a.proj}; batch "
-        f"{a.batch} x {a.frames} frames; {a.threads} threads; load average {os.getloadavg()[0]:.2f}"
+        f"{a.batch} x {a.frames} frames; {dev}; {a.threads} threads; load average {os.getloadavg()[0]:.2f}"
     )
     print(f"{'implementation':32s} {'params':>8s} {'fwd ms':>8s} {'fwd+bwd ms':>11s} {'frames/s':>9s} {'x torch':>8s}")
     for kind, r in res.items():

@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from asrlib.cli import env_with_root  # noqa: E402
 from asrlib.io.atomic import atomic_open  # noqa: E402
 from asrlib.io.tables import read_table  # noqa: E402
 
@@ -120,7 +121,7 @@ def peak_rss(engine: str, bundle: Path, wav_scp: Path) -> Tuple[float, float]:
         "-o",
         os.devnull,
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env_with_root(ROOT))
     m = re.search(r"RTF ([0-9.]+), peak RSS ([0-9]+) MB", r.stderr)
     if r.returncode != 0 or not m:
         raise RuntimeError(f"{engine} recogniser failed: {r.stderr[-2000:]}")
@@ -140,7 +141,7 @@ def bad_input_errors(bundle: Path, tmp: Path) -> Dict[str, str]:
             cwd=ROOT,
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env=env_with_root(ROOT),
         )
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ERROR")]
         return f"exit {r.returncode}: " + (lines[-1] if lines else r.stderr.strip()[-300:])

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from asrlib.cli import add_config_args, run_main
+from asrlib.cli import add_config_args, env_with_root, run_main
 from asrlib.config import load_config
 from asrlib.errors import AsrError
 from asrlib.pipeline import STAGES, Layout, plan
@@ -86,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     train_cmd = a.cmd if a.train_cmd is None else a.train_cmd
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # steps run as `python -m steps.X` from here
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = env_with_root(root)
     for step in plan(cfg, lay, a.python):
         if not a.stage <= step.stage <= a.stop_stage:
             continue

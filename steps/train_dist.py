@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from asrlib.cli import output_locks, run_main
+from asrlib.cli import env_with_root, output_locks, run_main
 from asrlib.errors import AsrError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,9 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise AsrError("--num-learners and --nnodes must be >= 1, --max-restarts >= 0")
     if a.threads_per_learner is not None:
         train_args += ["--set", f"train.num_threads={a.threads_per_learner}"]
-    os.environ["PYTHONPATH"] = str(ROOT) + (
-        os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""
-    )
+    os.environ["PYTHONPATH"] = env_with_root(ROOT)["PYTHONPATH"]
     if a.num_learners == 1 and a.nnodes == 1 and a.max_restarts == 0:  # steps.train in this very process (same
         # PID, so a signal to this step reaches the training); steps never import each other
         os.execv(sys.executable, [sys.executable, "-m", "steps.train", *train_args])

@@ -7,7 +7,6 @@ drive ``steps.train`` or the Trainer without the TTS corpus.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from asrlib.cli import env_with_root
 from asrlib.features.cmvn import compute_global_cmvn
 from asrlib.io.tables import write_table
 from asrlib.kaldi_io import write_matrices
@@ -95,7 +95,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_recipe(recipe: str, *args: object, cwd: Path | None = None) -> "subprocess.CompletedProcess[str]":
     """``recipes/<recipe>/run.sh ARGS --python <this interpreter>``, output captured (text)."""
     cmd = [str(ROOT / "recipes" / recipe / "run.sh"), *map(str, args), "--python", sys.executable]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root(ROOT)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
 
 
@@ -120,7 +120,7 @@ def train_step(setup: Path, cfg: Path, exp: Path, *extra: str) -> "subprocess.Co
     """``python -m steps.train`` on a set-up of :func:`make_toy_ctc_setup` (or :func:`make_audio_ctc_setup`) into
     ``exp``, output captured."""
     cmd = [sys.executable, "-m", "steps.train", "--config", str(cfg), *toy_dirs(setup), "--exp-dir", str(exp), *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env_with_root(ROOT))
 
 
 def final_params(path: Path) -> dict:
@@ -200,3 +200,27 @@ def write_noise_dir(folder: Path, sample_rates=(16000, 8000), seconds: float = 3
             x = np.cumsum(x) / 30.0
         sf.write(folder / f"noise{i}_{sr}.wav", x.astype(np.float32), sr)
     return folder
+
+
+def toy_trainer(setup: Path, cfg_path: Path, exp: Path, device, overrides=()):
+    """A Trainer on the toy set-up (:func:`make_toy_ctc_setup`) with the config at ``cfg_path`` (plus ``overrides``),
+    its model built from ``train.seed``, training on ``device``; loader workers off."""
+    import torch
+
+    from asrlib.config import load_config
+    from asrlib.models.lstm import build_model
+    from asrlib.train.loader import CtcTargets, open_set
+    from asrlib.train.trainer import Trainer
+
+    cfg = load_config(cfg_path, list(overrides))
+    cfg.train.loader.num_workers = 0
+    targets = CtcTargets(setup / "lang", cfg.model.stack)
+    cmvn = setup / "fbank" / "train" / "cmvn.scp"
+
+    def ds(name):
+        return open_set(setup / "fbank" / name, targets, cmvn, loader=cfg.train.loader, data_dir=setup / "data" / name)
+
+    train, dev = ds("train"), ds("dev")
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(train.feature_dim(), len(targets.tokens), cfg.model)
+    return Trainer(cfg, model, train, dev, exp, device=device)

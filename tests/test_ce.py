@@ -1,7 +1,6 @@
 """Cross-entropy training on GMM alignments and CTC initialised from it (one trainer loop, two criteria)."""
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from helpers import toy_dirs
+from asrlib.cli import env_with_root
 from asrlib.config import ModelConfig
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, write_table
@@ -176,7 +176,7 @@ def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):
         "--stop-stage",
         "4",
     ]
-    env = {**os.environ, "PYTHONPATH": str(root_dir)}
+    env = env_with_root(root_dir)
     r = subprocess.run(plan, capture_output=True, text=True, cwd=root, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     for step in ("steps.train_mono", "steps.align", "steps.train_ce", "steps.train "):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from asrlib.cli import env_with_root
 from asrlib.io.torchfile import save_torch
 
 from asrlib.kaldi_io import write_matrices
@@ -81,7 +81,7 @@ def test_comparison_sees_changed_outputs_and_ignores_only_timings(tmp_path):
     reason="espeak-ng, flite and sox are needed (make install puts them there)",
 )
 def test_chaos_quick_recovers_every_trial_bit_identically(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root(ROOT)
     r = subprocess.run(
         [
             sys.executable,

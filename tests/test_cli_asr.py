@@ -2,7 +2,6 @@
 others are still transcribed, --nj, package + info, clear fatal errors. Uses the tone model of tests/tone_model.py."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from asrlib.cli import env_with_root
 from asrlib.app.cli_asr import collect_inputs, main
 from asrlib.errors import AsrError
 from tone_model import SR, read_texts, tone_model
@@ -134,7 +134,7 @@ def test_nj_and_fatal_errors(tm, capsys, tmp_path, monkeypatch):
         [sys.executable, "-m", "asrlib.app.cli_asr", "transcribe", str(tm.exp), str(wav_dir), "-q", "--nj", "2"],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=env_with_root(ROOT),
     )
     assert rc == 0 and two.returncode == 0, two.stderr
     assert two.stdout == one and len(one.splitlines()) == 8

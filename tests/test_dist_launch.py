@@ -3,7 +3,6 @@ SIGKILLed mid-epoch resumes from the last checkpoint on rerun and ends bit-ident
 rank 0 writes final.pt and the done marker, every learner writes its own log and communication summary."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,8 @@ import torch
 
 from helpers import make_toy_ctc_setup, toy_config_yaml, toy_dirs
 from steps.train_dist import torchrun_args
+
+from asrlib.cli import env_with_root
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +43,7 @@ def _launch(setup: Path, cfg: Path, exp: Path, *extra: str) -> subprocess.Comple
         str(exp),
         *extra,
     ]
-    return subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env_with_root(ROOT))
 
 
 def test_killed_distributed_run_resumes_exactly(tmp_path):

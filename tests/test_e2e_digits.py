@@ -2,7 +2,6 @@
 skips what Snakemake already made — one definition per stage, two front-ends."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from asrlib.cli import env_with_root
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
@@ -39,7 +40,7 @@ def test_digits_recipe_end_to_end(tmp_path):
     cfg = _tiny_config(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root(ROOT)
     snake = [
         sys.executable,
         "-m",

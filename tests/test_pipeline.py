@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from asrlib.cli import env_with_root
 from asrlib.config import load_config
 from asrlib.pipeline import Layout, plan
 
@@ -46,7 +47,7 @@ def test_plan_prints_the_stages_asked_for(tmp_path):
     cfg["decode"]["set_words"] = {"test": ["ONE", "TWO"]}
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root(ROOT)
     cmd = [sys.executable, "-m", "steps.plan", "--config", str(conf), "--data", "D", "--exp", "E/x", "--stage", "3",
            "--stop-stage", "5", "--num-learners", "2", "--set", "train.seed=7"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path).stdout.splitlines()
@@ -61,7 +62,7 @@ def test_plan_prints_the_stages_asked_for(tmp_path):
 
 
 def test_run_stops_at_the_first_failing_step_with_its_status(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_root(ROOT)
     cmd = [sys.executable, "-m", "steps.plan", "--run", "--config", str(ROOT / "recipes/digits/config.yaml"),
            "--data", str(tmp_path / "none"), "--stage", "1", "--stop-stage", "2", "--skip-prepare"]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)

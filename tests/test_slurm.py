@@ -26,9 +26,11 @@ import yaml
 
 from helpers import ROOT, make_toy_ctc_setup, toy_config_yaml, toy_dirs
 
+from asrlib.cli import env_with_root
+
 pytestmark = pytest.mark.slow
 PY = sys.executable
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = env_with_root(ROOT)
 SNAKE_SLURM = [
     "--profile",
     str(ROOT / "profiles/slurm"),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from asrlib.cli import env_with_root
 from asrlib.data.audio_check import check_audio
 from asrlib.data.kaldi_dir import read_data_dir, validate_data_dir, write_data_dir
 from asrlib.data.validate import clean_data_dir, load_vocabulary
@@ -228,7 +229,7 @@ def test_load_vocabulary(tmp_path):
 def test_cli_reports_and_fails_cleanly(tmp_path):
     d = make_dir(tmp_path, n=3)
     (tmp_path / "wav" / "spk1-001.wav").unlink()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = env_with_root(REPO)
     cmd = [sys.executable, "-m", "steps.validate_data_dir", "--data-dir", str(d), "--vocab", "none"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     assert r.returncode == 0, r.stderr

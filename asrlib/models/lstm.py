@@ -68,7 +68,10 @@ class LstmpLayer(nn.Module):
         peep = (self.w_ci, self.w_cf, self.w_co) if self.peephole else (None, None, None)
         outs: List[torch.Tensor] = []
         for t in range(t_len):
-            r, c = cell(gates_x[:, t], r, c, self.weight_hh, *peep, self.weight_hr)
+            # a first frame from the zero state runs eagerly: its state needs no gradient (and is fp32 under autocast),
+            # unlike every later frame's, and would cost the compiled cell two more specialisations
+            f = lstmp_cell if t == 0 and state is None else cell
+            r, c = f(gates_x[:, t], r, c, self.weight_hh, *peep, self.weight_hr)
             outs.append(r)
         return torch.stack(outs, dim=1), (r, c)
 
@@ -112,7 +115,9 @@ def step_cell(impl: str, device: torch.device):
         raise ValueError(f"LstmpLayer.cell_impl must be auto, eager or compiled, not {impl!r}")
     backend = CELL_COMPILE_BACKEND
     if backend not in _compiled_cells:
-        _compiled_cells[backend] = torch.compile(lstmp_cell, backend=backend, dynamic=True, fullgraph=True)
+        # not fullgraph: the cell has no graph break, and past torch._dynamo's recompile limit (8 specialisations:
+        # grad mode, batch size 1, dtype) a further variant then runs eagerly instead of failing the run
+        _compiled_cells[backend] = torch.compile(lstmp_cell, backend=backend, dynamic=True)
     return _compiled_cells[backend]
 
 

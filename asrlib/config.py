@@ -163,6 +163,7 @@ class LoaderConfig:
     prefetch_factor: int = 2  # batches each worker prepares ahead
     pin_memory: bool = True  # page-locked host batches (only when CUDA is there)
     persistent_workers: bool = True  # keep the workers between epochs
+    worker_nice: int = 19  # workers' CPU priority lowered by this (0-19): where cores are short, the step goes first
 
 
 @dataclass

@@ -80,6 +80,34 @@ def test_two_learners_get_as_many_batches_and_disjoint_cuts(tmp_path):
         assert (batches, n) == (len(shards[r]), 41) and seconds == pytest.approx(_set(setup).stats()[1])
 
 
+def test_loader_workers_run_at_the_configured_lower_priority(tmp_path, monkeypatch):
+    import os
+
+    from asrlib.train import loader as loader_mod
+
+    getitem = loader_mod.BatchDataset.__getitem__
+
+    def with_priority(self, cuts):
+        return {**getitem(self, cuts), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+
+    monkeypatch.setattr(loader_mod.BatchDataset, "__getitem__", with_priority)  # the forked workers inherit it
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
+    s = SamplerSettings(max_duration=2.0, seed=0)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for nice in (0, 7):
+        ds = open_set(
+            setup / "fbank" / "train",
+            CtcTargets(setup / "lang", 3),
+            setup / "fbank" / "train" / "cmvn.scp",
+            loader=LoaderConfig(num_workers=2, worker_nice=nice, persistent_workers=False),
+            excluded_path=tmp_path / "excluded.txt",
+            data_dir=setup / "data" / "train",
+        )
+        got = {b["nice"] for b in ds.batches(epoch_cut_batches(ds, s, 0, 0))}
+        assert got == {min(base + nice, 19)}, (nice, got)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the training process keeps its own
+
+
 def test_workers_build_the_same_batches_as_the_training_process(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 12})
     s = SamplerSettings(max_duration=2.0, seed=0)

@@ -22,7 +22,9 @@ STEPS = plan(load_config(CONFIG), Layout(config=CONFIG, exp=EXP, nj=int(config.g
 OUT = {s.name: s.outputs for s in STEPS if s.module}
 
 workdir: config.get("workdir", RECIPE)  # data/ and exp/ live here (default: the recipe dir)
-shell.prefix(f"export PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}; ")
+# the checkout first, the caller's PYTHONPATH kept after it (braces doubled twice: this f-string, then snakemake's
+# formatting of every shell command)
+shell.prefix(f"export PYTHONPATH={ROOT}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 
 rule all:

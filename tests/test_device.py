@@ -7,6 +7,7 @@ loss, checkpoint), in CE training, in inference and speaker adaptation, and in e
 stand-in NCCL (collectives take device tensors only, DDP included) and with Gloo (messages staged through the CPU).
 """
 
+import contextlib
 import dataclasses
 import shutil
 
@@ -111,14 +112,22 @@ def test_forward_backward_on_the_device_equals_the_cpu(layers):
             assert isinstance(p.grad, Placed) and torch.allclose(p.grad.cpu(), q.grad, atol=1e-4), name
 
 
-def _compiled_cell_agrees(backend: str, shapes) -> None:
-    """A peephole model with its cell compiled by ``backend`` against the eager one: outputs and gradients within
-    1e-5 over batches of ``shapes`` (N, T)."""
-    from asrlib.models import lstm
-
+@contextlib.contextmanager
+def _cell_backend(backend):
+    """The peephole cell compiled by ``backend`` inside the block, with dynamo's cache cleared before and after."""
     torch._dynamo.reset()
     lstm.CELL_COMPILE_BACKEND, before = backend, lstm.CELL_COMPILE_BACKEND
     try:
+        yield
+    finally:
+        lstm.CELL_COMPILE_BACKEND = before
+        torch._dynamo.reset()
+
+
+def _compiled_cell_agrees(backend: str, shapes) -> None:
+    """A peephole model with its cell compiled by ``backend`` against the eager one: outputs and gradients within
+    1e-5 over batches of ``shapes`` (N, T)."""
+    with _cell_backend(backend):
         eager, comp = _model(peephole=True), _model(peephole=True)
         for layer in comp.layers:
             layer.fwd.cell_impl = "compiled"
@@ -130,8 +139,6 @@ def _compiled_cell_agrees(backend: str, shapes) -> None:
             assert (a - b).abs().max() < 1e-5
         for p, q in zip(eager.parameters(), comp.parameters()):
             assert (p.grad - q.grad).abs().max() < 1e-5
-    finally:
-        lstm.CELL_COMPILE_BACKEND = before
 
 
 def test_compiled_peephole_cell_agrees_with_the_eager_one():
@@ -156,9 +163,7 @@ def test_a_training_run_specialises_the_compiled_cell_a_few_times_only(tmp_path)
         compiles.append(len(example_inputs))
         return gm.forward
 
-    torch._dynamo.reset()
-    lstm.CELL_COMPILE_BACKEND, before = counting, lstm.CELL_COMPILE_BACKEND
-    try:
+    with _cell_backend(counting):
         setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 16, "dev": 5})
         cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1, precision="bf16")
         t = _trainer(setup, cfg, tmp_path / "exp", torch.device("cpu"), ["model.peephole=true"])
@@ -166,9 +171,6 @@ def test_a_training_run_specialises_the_compiled_cell_a_few_times_only(tmp_path)
             if isinstance(m, lstm.LstmpLayer):
                 m.cell_impl = "compiled"
         assert t.fit()["steps"] > 0
-    finally:
-        lstm.CELL_COMPILE_BACKEND = before
-        torch._dynamo.reset()
     assert 1 <= len(compiles) <= 5, compiles
 
 

@@ -28,13 +28,13 @@ from asrlib.train.loader import (
 from helpers import make_audio_ctc_setup, make_toy_ctc_setup
 
 
-def _set(setup, name="train", workers=0, **kw):
+def _set(setup, name="train", workers=0, loader=None, **kw):
     fb = setup / "fbank" / name
     return open_set(
         fb,
         CtcTargets(setup / "lang", 3, **kw),
         setup / "fbank" / "train" / "cmvn.scp",
-        loader=LoaderConfig(num_workers=workers),
+        loader=loader or LoaderConfig(num_workers=workers),
         excluded_path=setup / f"excluded_{name}.txt",
         data_dir=setup / "data" / name,
     )
@@ -95,14 +95,7 @@ def test_loader_workers_run_at_the_configured_lower_priority(tmp_path, monkeypat
     s = SamplerSettings(max_duration=2.0, seed=0)
     base = os.getpriority(os.PRIO_PROCESS, 0)
     for nice in (0, 7):
-        ds = open_set(
-            setup / "fbank" / "train",
-            CtcTargets(setup / "lang", 3),
-            setup / "fbank" / "train" / "cmvn.scp",
-            loader=LoaderConfig(num_workers=2, worker_nice=nice, persistent_workers=False),
-            excluded_path=tmp_path / "excluded.txt",
-            data_dir=setup / "data" / "train",
-        )
+        ds = _set(setup, loader=LoaderConfig(num_workers=2, worker_nice=nice, persistent_workers=False))
         got = {b["nice"] for b in ds.batches(epoch_cut_batches(ds, s, 0, 0))}
         assert got == {min(base + nice, 19)}, (nice, got)
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the training process keeps its own

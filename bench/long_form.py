@@ -125,7 +125,9 @@ def main() -> None:
         help="Kaldi data dir: wav.scp (file paths) and text",
     )
     p.add_argument("--lengths", type=float, nargs="+", default=[60, 600, 3600])
-    p.add_argument("--segment", nargs="+", default=["blank", "energy", "none"])
+    p.add_argument(
+        "--segment", nargs="*", default=["blank", "energy", "none"], help="offline methods (none given: streaming only)"
+    )
     p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")

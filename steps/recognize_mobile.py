@@ -64,14 +64,16 @@ def main(argv=None):
         items = [(Path(w).stem, w) for w in a.wavs]
     if not items:
         raise AsrError("no audio given (pass files or --wav-scp)")
-    from asrlib.export.bundle import SherpaRecognizer, read_wav
+    from asrlib.export.bundle import SherpaRecognizer, read_wav, read_wav_blocks
 
     if a.engine == "sherpa":
         rec = SherpaRecognizer(a.bundle, num_threads=a.num_threads)
         rate = rec.bundle.sample_rate
 
-        def run(x):
-            return rec.recognize(x, rate)
+        def run(path):
+            x = read_wav(path, rate)
+            t0 = time.perf_counter()
+            return rec.recognize(x, rate), len(x), time.perf_counter() - t0
     else:
         from asrlib.export.bundle import check_bundle
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer
@@ -82,18 +84,24 @@ def main(argv=None):
         chunk_ms = a.chunk_ms
         if chunk_ms is None:
             chunk_ms = rec.bundle.info.get("streaming", {}).get("chunk_ms", 320)
-        chunk = int(rate * chunk_ms / 1000) or None
+        chunk = int(rate * chunk_ms / 1000)  # 0: the whole file at once
 
-        def run(x):
-            return rec.recognize(x, rate, chunk_samples=chunk)
+        def run(path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
+            stream, n, spent = rec.new_stream(), 0, 0.0
+            for x in read_wav_blocks(path, rate, chunk) if chunk > 0 else [read_wav(path, rate)]:
+                t0 = time.perf_counter()
+                stream.accept_waveform(rate, x)
+                spent += time.perf_counter() - t0
+                n += len(x)
+            t0 = time.perf_counter()
+            words = stream.finish()
+            return words, n, spent + time.perf_counter() - t0
 
     lines, audio_s, proc_s = [], 0.0, 0.0
     for key, path in items:
-        x = read_wav(path, rate)
-        t0 = time.perf_counter()
-        words = run(x)
-        proc_s += time.perf_counter() - t0
-        audio_s += len(x) / rate
+        words, samples, seconds = run(path)
+        proc_s += seconds
+        audio_s += samples / rate
         lines.append(f"{key} {' '.join(words)}".rstrip() + "\n")
     if a.output:
         with atomic_open(a.output) as f:

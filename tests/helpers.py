@@ -224,3 +224,23 @@ def toy_trainer(setup: Path, cfg_path: Path, exp: Path, device, overrides=()):
     torch.manual_seed(cfg.train.seed)
     model = build_model(train.feature_dim(), len(targets.tokens), cfg.model)
     return Trainer(cfg, model, train, dev, exp, device=device)
+
+
+def concatenated_recordings(data: Path, seconds: float = 60.0):
+    """A Kaldi data dir's utterances (in id order, audio as float32) in consecutive groups of at least ``seconds``
+    (a shorter remainder is left out), as bench/long_form.py makes its recordings: ``([[(utt, samples), ...], ...],
+    sample rate)``."""
+    import soundfile as sf
+
+    from asrlib.io.tables import read_table_dict
+
+    wavs = read_table_dict(data / "wav.scp")
+    groups, total, sr = [[]], 0.0, 0
+    for utt in sorted(wavs):
+        x, sr = sf.read(wavs[utt], dtype="float32")
+        groups[-1].append((utt, x))
+        total += len(x) / sr
+        if total >= seconds:
+            groups.append([])
+            total = 0.0
+    return [g for g in groups if sum(len(x) for _, x in g) >= seconds * sr], sr

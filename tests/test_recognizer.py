@@ -18,6 +18,7 @@ import torch
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table_dict
 from asrlib.app.recognizer import Recognizer, _match_edit, align_words, fbank_stream, resample_stream, token_runs
+from helpers import concatenated_recordings
 from tone_model import SR, read_texts, synth_utterance, tone_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -515,16 +516,8 @@ def test_digits_model_60s_recordings_vs_pieces():
     rec = Recognizer.from_dir(DIGITS_EXP)
     one_stream = Recognizer.from_dir(DIGITS_EXP, segment="none")
     data = ROOT / "recipes" / "digits" / "data" / "test"
-    wavs, refs = read_table_dict(data / "wav.scp"), read_table_dict(data / "text")
-    groups, total = [[]], 0.0
-    for utt in sorted(wavs):
-        x, sr = sf.read(wavs[utt], dtype="float32")
-        groups[-1].append((utt, x))
-        total += len(x) / sr
-        if total >= 60:
-            groups.append([])
-            total = 0.0
-    groups = [g for g in groups if sum(len(x) for _, x in g) >= 60 * sr]  # a short remainder is left out
+    refs = read_table_dict(data / "text")
+    groups, sr = concatenated_recordings(data, 60.0)
     ref, hyp_pieces, hyp_long, hyp_one = {}, {}, {}, {}
     for i, group in enumerate(groups):
         lps, words = [], []

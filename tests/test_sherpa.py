@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asrlib.export.bundle import SherpaRecognizer, check_bundle, read_wav
+from asrlib.export.bundle import SherpaRecognizer, check_bundle, read_wav, read_wav_blocks
 from asrlib.export.streaming import recognize_whole
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table
@@ -88,6 +88,17 @@ def test_bad_input_gives_clear_errors(bundle, tmp_path):
         read_wav(tmp_path / "a8k.wav", 16000)
     with pytest.raises(AsrError, match="does not exist"):
         read_wav(tmp_path / "none.wav", 16000)
+    for bad, match in (("a8k.wav", "a8k.wav: sample rate 8000 Hz"), ("none.wav", "does not exist")):
+        with pytest.raises(AsrError, match=match):
+            read_wav_blocks(tmp_path / bad, 16000, 1000)  # raised when opened, not when the first block is read
+    sf.write(str(tmp_path / "st.wav"), np.zeros((1600, 2), np.float32), 16000)
+    with pytest.raises(AsrError, match="2 channels"):
+        read_wav(tmp_path / "st.wav", 16000)
+    x = np.random.default_rng(0).uniform(-0.5, 0.5, 16000 * 3 + 77).astype(np.float32)
+    sf.write(str(tmp_path / "x.wav"), x, 16000)
+    blocks = list(read_wav_blocks(tmp_path / "x.wav", 16000, 5120))
+    assert [len(b) for b in blocks] == [5120] * 9 + [len(x) - 9 * 5120]
+    assert np.array_equal(np.concatenate(blocks), read_wav(tmp_path / "x.wav", 16000))
 
 
 def test_recognize_mobile_cli_both_engines_agree(bundle, tmp_path):

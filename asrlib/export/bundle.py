@@ -27,7 +27,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -213,20 +213,50 @@ def check_audio(samples: np.ndarray, sample_rate: int, expected_rate: int, where
     return x.astype(np.float32, copy=False)
 
 
-def read_wav(path: PathLike, expected_rate: int) -> np.ndarray:
-    """A mono audio file as float32 samples; AsrError for a missing file, another rate or several channels."""
+def _open_mono(path: PathLike, expected_rate: int):
+    """An open ``soundfile.SoundFile``; AsrError for a missing or unreadable file, another rate or several channels."""
     import soundfile as sf
 
     path = Path(path)
     if not path.is_file():
         raise AsrError(f"audio file {path} does not exist")
     try:
-        x, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        f = sf.SoundFile(str(path))
     except Exception as e:  # noqa: BLE001
         raise AsrError(f"cannot read audio {path}: {' '.join(str(e).split())}") from None
-    if x.shape[1] != 1:
-        raise AsrError(f"{path}: {x.shape[1]} channels; the recogniser takes mono audio (downmix first)")
-    return check_audio(x[:, 0], sr, expected_rate, str(path))
+    if f.channels != 1:
+        f.close()
+        raise AsrError(f"{path}: {f.channels} channels; the recogniser takes mono audio (downmix first)")
+    if f.samplerate != expected_rate:
+        f.close()
+        check_audio(np.zeros(0, np.float32), f.samplerate, expected_rate, str(path))
+    return f
+
+
+def _read(f, path: PathLike, frames: int = -1) -> np.ndarray:
+    try:
+        return f.read(frames, dtype="float32")
+    except Exception as e:  # noqa: BLE001
+        raise AsrError(f"cannot read audio {path}: {' '.join(str(e).split())}") from None
+
+
+def read_wav(path: PathLike, expected_rate: int) -> np.ndarray:
+    """A mono audio file as float32 samples; AsrError for a missing file, another rate or several channels."""
+    with _open_mono(path, expected_rate) as f:
+        return _read(f, path)
+
+
+def read_wav_blocks(path: PathLike, expected_rate: int, block: int) -> Iterator[np.ndarray]:
+    """A mono audio file as float32 blocks of ``block`` samples (the last one shorter), read as they are consumed,
+    so that memory does not grow with the file; the file's errors are raised here, as :func:`read_wav`'s."""
+    f = _open_mono(path, expected_rate)
+
+    def blocks() -> Iterator[np.ndarray]:
+        with f:
+            while len(x := _read(f, path, block)):
+                yield x
+
+    return blocks()
 
 
 class SherpaRecognizer:

@@ -70,11 +70,12 @@ def main(argv=None):
         rec = SherpaRecognizer(a.bundle, num_threads=a.num_threads)
         rate = rec.bundle.sample_rate
 
-        def run(path):
+        def run(key, path):
             x = read_wav(path, rate)
             t0 = time.perf_counter()
             return rec.recognize(x, rate), len(x), time.perf_counter() - t0
     else:
+        from asrlib.app.cli_asr import file_progress
         from asrlib.export.bundle import check_bundle
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
@@ -86,20 +87,25 @@ def main(argv=None):
             chunk_ms = rec.bundle.info.get("streaming", {}).get("chunk_ms", 320)
         chunk = int(rate * chunk_ms / 1000)  # 0: the whole file at once
 
-        def run(path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
+        def run(key, path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
             stream, n, spent = rec.new_stream(), 0, 0.0
+            bar = file_progress(key, path)  # a file of a minute or more: a progress bar in seconds of audio
             for x in read_wav_blocks(path, rate, chunk) if chunk > 0 else [read_wav(path, rate)]:
                 t0 = time.perf_counter()
                 stream.accept_waveform(rate, x)
                 spent += time.perf_counter() - t0
                 n += len(x)
+                if bar is not None:
+                    bar.update(len(x) / rate)
+            if bar is not None:
+                bar.close()
             t0 = time.perf_counter()
             words = stream.finish()
             return words, n, spent + time.perf_counter() - t0
 
     lines, audio_s, proc_s = [], 0.0, 0.0
     for key, path in items:
-        words, samples, seconds = run(path)
+        words, samples, seconds = run(key, path)
         proc_s += seconds
         audio_s += samples / rate
         lines.append(f"{key} {' '.join(words)}".rstrip() + "\n")

@@ -219,8 +219,9 @@ def test_endpoint_rules_of_a_bundle(bundle):
         EndpointRules(min_silence=0.0)
 
 
-def test_recognize_mobile_endpoint_option(bundle, tmp_path):
-    """`steps.recognize_mobile --endpoint` runs the streaming recogniser with the bundle's endpoint rules."""
+def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
+    """`steps.recognize_mobile --endpoint` runs the streaming recogniser with the bundle's endpoint rules; a file of
+    a minute or more shows a progress bar."""
     import soundfile as sf
 
     from asrlib.export.bundle import check_bundle
@@ -239,6 +240,12 @@ def test_recognize_mobile_endpoint_option(bundle, tmp_path):
     assert (tmp_path / "ep.txt").read_text().split()[1:] == expect
     one = StreamingRecognizer(out / "bundle").recognize(x, SR, chunk_samples=SR * 320 // 1000)
     assert (tmp_path / "one.txt").read_text().split()[1:] == one
+    capsys.readouterr()
+    assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
+    assert "long: " not in capsys.readouterr().err  # a short file: no progress bar
+    sf.write(str(tmp_path / "long.wav"), np.tile(x, -(-60 * SR // len(x))), SR)
+    assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
+    assert "long: " in capsys.readouterr().err  # a file of a minute or more shows its progress (seconds of audio)
 
 
 DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits"

@@ -124,7 +124,7 @@ def _transcribe_item(item: Item, rec=None, show_progress: bool = False) -> Tuple
     key, path, err = item
     if err:
         return item, None, err
-    bar = _file_progress(key, path) if show_progress else None
+    bar = file_progress(key, path) if show_progress else None
     try:
         res = (rec or _worker_rec).transcribe_file(path, progress=bar.update if bar else None)
         return item, res.to_dict(), None
@@ -135,7 +135,7 @@ def _transcribe_item(item: Item, rec=None, show_progress: bool = False) -> Tuple
             bar.close()
 
 
-def _file_progress(key: str, path: str):
+def file_progress(key: str, path: str):
     """A progress bar in seconds of audio for one file at least :data:`LONG_FILE_SECONDS` long, else None."""
     import soundfile as sf
     from tqdm import tqdm

@@ -88,20 +88,13 @@ def main(argv=None):
         chunk = int(rate * chunk_ms / 1000)  # 0: the whole file at once
 
         def run(key, path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
-            stream, n, spent = rec.new_stream(), 0, 0.0
             bar = file_progress(key, path)  # a file of a minute or more: a progress bar in seconds of audio
-            for x in read_wav_blocks(path, rate, chunk) if chunk > 0 else [read_wav(path, rate)]:
-                t0 = time.perf_counter()
-                stream.accept_waveform(rate, x)
-                spent += time.perf_counter() - t0
-                n += len(x)
-                if bar is not None:
-                    bar.update(len(x) / rate)
+            blocks = read_wav_blocks(path, rate, chunk) if chunk > 0 else [read_wav(path, rate)]
+            stream = rec.recognize_blocks(blocks, rate, bar.update if bar is not None else None)
             if bar is not None:
                 bar.close()
-            t0 = time.perf_counter()
-            words = stream.finish()
-            return words, n, spent + time.perf_counter() - t0
+            spent = stream.timings  # each block's processing time, and the finish's
+            return stream.finish(), sum(t.samples for t in spent), sum(t.seconds for t in spent)
 
     lines, audio_s, proc_s = [], 0.0, 0.0
     for key, path in items:

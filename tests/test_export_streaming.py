@@ -237,6 +237,12 @@ def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
     rules = EndpointRules.of_bundle(check_bundle(out / "bundle"))
     s, expect = _feed(StreamingRecognizer(out / "bundle", endpoint=rules), x, SR * 320 // 1000)
     assert len(s.segments) == len(pieces)  # the bundle's rules cut at the pauses
+    seen = []  # recognize_blocks (what the step runs on a file's blocks): the same as feeding them one by one
+    blocks = StreamingRecognizer(out / "bundle", endpoint=rules).recognize_blocks(
+        (x[i : i + SR // 2] for i in range(0, len(x), SR // 2)), SR, seen.append
+    )
+    assert blocks.finish() == expect and sum(seen) == pytest.approx(len(x) / SR)
+    assert sum(t.samples for t in blocks.timings) == len(x) and len(blocks.timings) == len(seen) + 1
     assert (tmp_path / "ep.txt").read_text().split()[1:] == expect
     one = StreamingRecognizer(out / "bundle").recognize(x, SR, chunk_samples=SR * 320 // 1000)
     assert (tmp_path / "one.txt").read_text().split()[1:] == one

@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -169,12 +169,23 @@ class StreamingRecognizer:
 
     def recognize(self, samples: np.ndarray, sample_rate: int, chunk_samples: Optional[int] = None) -> List[str]:
         """Feed ``samples`` in chunks of ``chunk_samples`` (all at once when None) and return the final words."""
-        s = self.new_stream()
         x = check_audio(samples, sample_rate, self.bundle.sample_rate)
         step = chunk_samples or max(1, len(x))
-        for i in range(0, len(x), step):
-            s.accept_waveform(sample_rate, x[i : i + step])
-        return s.finish()
+        return self.recognize_blocks((x[i : i + step] for i in range(0, len(x), step)), sample_rate).finish()
+
+    def recognize_blocks(
+        self, blocks: Iterable[np.ndarray], sample_rate: int, progress: Optional[Callable[[float], object]] = None
+    ) -> "Stream":
+        """Feed ``blocks``, the successive pieces of one input (e.g. a file read block by block), to a new stream
+        and finish it. Returns the stream: its words (``finish()``), its segments, and its processing time and
+        samples per block (``timings``). ``progress`` is called with each block's seconds."""
+        s = self.new_stream()
+        for x in blocks:
+            s.accept_waveform(sample_rate, x)
+            if progress is not None:
+                progress(len(x) / sample_rate)
+        s.finish()
+        return s
 
 
 class Stream:

@@ -77,10 +77,11 @@ def allreduce_time(rank: int, world: int, numels: List[int], reps: int) -> Dict[
 
 
 def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
-    """T_calc (forward + backward; batches read and augmented beforehand, as the loader's workers do) and T_merge
-    (Adam step), one thread, on digits batches."""
+    """T_calc (SpecAugment + forward + backward; batches read beforehand, as loader workers do) and T_merge (Adam
+    step), one thread, on digits batches."""
     from asrlib.config import load_config
     from asrlib.models.lstm import build_model
+    from asrlib.train.augment import spec_augment
     from asrlib.train.loader import CtcTargets, SamplerSettings, epoch_cut_batches, open_set
     from asrlib.train.trainer import ctc_loss, make_optimizer
 
@@ -96,7 +97,9 @@ def compute_times(recipe: Path, n_batches: int) -> Dict[str, float]:
     calc, merge = [], []
     for i, b in enumerate(batches):
         t = time.perf_counter()
-        loss, _, _ = ctc_loss(model, b)
+        batch = dict(b)
+        batch["feats"] = spec_augment(batch["feats"], batch["feat_lens"])
+        loss, _, _ = ctc_loss(model, batch)
         opt.zero_grad()
         loss.backward()
         t1 = time.perf_counter()

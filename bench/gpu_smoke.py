@@ -106,7 +106,7 @@ def resume_on_cpu(exp: Path, sub: Path, data: Path, overrides: list, out: Path) 
     gpu_dev = [m["loss"] for m in ck["metrics"] if m["kind"] == "dev"][-1]
     cpu_dev = t.dev_loss()
     losses = []
-    for i, batch in enumerate(t.epoch_batches(t.epoch, t.batch_in_epoch)):
+    for i, batch in enumerate(train.batches(t.epoch_cuts(t.epoch, t.batch_in_epoch))):
         total, frames, _ = t.train_step(batch)
         losses.append(total / max(frames, 1))
         if i == 4:

@@ -119,32 +119,6 @@ def test_workers_build_the_same_batches_as_the_training_process(tmp_path):
     assert np.allclose(first["feats"][0, :n].numpy(), ds.normalise.cmvn.apply(raw), atol=1e-6)
 
 
-def test_workers_augment_each_batch_by_its_number_alone(tmp_path):
-    """BatchAugment in the workers: the same augmented batches with 0 and 2 workers, and a batch's augmentation
-    depends on its number in the epoch, not on the batches before it (a resumed run augments alike)."""
-    from asrlib.config import TrainConfig
-    from asrlib.train.augment import BatchAugment
-
-    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 12})
-    s = SamplerSettings(max_duration=2.0, seed=0)
-    tcfg = TrainConfig(spec_augment=True, freq_warp=0.1, noise_prob=0.5, seed=3)
-    runs = []
-    for workers, first in ((0, 0), (2, 0), (2, 2)):
-        ds = _set(setup, workers=workers)
-        ds.set_augment(BatchAugment.of(tcfg, ds.normalise.cmvn, 16000, ds.normalise.cmvn.dim))
-        cuts = epoch_cut_batches(ds, s, 1, first)
-        runs.append(list(ds.batches(ds.keyed(cuts, 0, 1, first))))
-    plain = list(ds.batches(epoch_cut_batches(ds, s, 1, 0)))  # indices without a key: not augmented
-    assert len(runs[0]) == len(runs[1]) == len(runs[2]) + 2 == len(plain) > 3
-    for a, b, p in zip(runs[0], runs[1], plain):
-        assert a["ids"] == b["ids"] == p["ids"] and torch.equal(a["feats"], b["feats"])
-        assert not torch.equal(a["feats"], p["feats"])
-    for a, b in zip(runs[0][2:], runs[2]):  # batches 2.. of the epoch, started at batch 2
-        assert torch.equal(a["feats"], b["feats"])
-    other_epoch = list(ds.batches(ds.keyed(epoch_cut_batches(ds, s, 1, 0), 0, 2, 0)))
-    assert not torch.equal(other_epoch[0]["feats"], runs[0][0]["feats"])
-
-
 def test_unreadable_features_are_skipped_and_reported(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
     ds = _set(setup)
@@ -263,7 +237,7 @@ def test_freq_warp_identity_and_range():
     assert torch.all((ratio > 0.89) & (ratio < 1.11)) and not torch.allclose(y, x)
 
 
-def test_spec_augment_is_reproducible_from_the_global_rng_or_a_generator():
+def test_spec_augment_is_reproducible_from_the_global_rng():
     x = torch.randn(2, 100, 80)
     lens = torch.tensor([100, 60])
     torch.manual_seed(3)
@@ -271,25 +245,21 @@ def test_spec_augment_is_reproducible_from_the_global_rng_or_a_generator():
     torch.manual_seed(3)
     b = spec_augment(x, lens, max_warp=0.1)
     assert torch.equal(a, b) and not torch.equal(a, x)
-    before = torch.random.get_rng_state()
-    c = spec_augment(x, lens, max_warp=0.1, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(c, spec_augment(x, lens, max_warp=0.1, generator=torch.Generator().manual_seed(3)))
-    assert not torch.equal(c, x) and torch.equal(torch.random.get_rng_state(), before)
 
 
 @pytest.mark.parametrize("impl", ["ours", "lhotse"])
-def test_both_spec_augments_are_reproducible_from_a_generator_and_leave_padding_and_the_global_rngs(impl):
+def test_both_spec_augments_are_reproducible_from_the_checkpointed_rngs_and_leave_padding(impl):
     import random
 
     aug = make_spec_augment(impl, 0.0, 20)
     x = torch.randn(3, 120, 40)
     x[1, 70:] = 0.0  # padding of a shorter utterance
     lens = torch.tensor([120, 70, 120])
-    before = random.getstate(), np.random.get_state()[1].copy(), torch.random.get_rng_state()
-    outs = [aug(x, lens, generator=torch.Generator().manual_seed(seed)) for seed in (5, 5, 6)]
-    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], x) and not torch.equal(outs[0], outs[2])
-    after = random.getstate(), np.random.get_state()[1], torch.random.get_rng_state()
-    assert after[0] == before[0] and np.array_equal(after[1], before[1]) and torch.equal(after[2], before[2])
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(5), random.seed(5), np.random.seed(5)
+        outs.append(aug(x, lens))
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], x)
     masked_bins = (outs[0] == outs[0][:, :1, :]).all(dim=1).sum()  # bins constant over time: frequency masks
     assert 1 <= masked_bins <= 3 * 2 * 10
     if impl == "lhotse":  # its time warp stays inside the utterance: the padding is not warped into it

@@ -7,11 +7,10 @@ workers read (or compute) the features and build padded batches.
   sampler meets them and listed in the set's report file with the reason; a cut whose features or audio cannot be
   read in a worker is skipped, counted and listed in the epoch's report (``log/skipped_epoch<N>.txt``), and
   training goes on.
-* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, and the
-  augmentation the workers apply (:class:`~asrlib.train.augment.BatchAugment`: noise, SpecAugment) draws from a
-  generator seeded by the batch's number in the epoch, so a resumed run skips the batches done — the sampler
-  re-reads only the cut metadata to get there — and sees the very batches an uninterrupted run would have seen,
-  with any number of workers.
+* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, the workers use
+  none (SpecAugment and noise run in the training process on the checkpointed global RNG), so a resumed run skips
+  the batches done — the sampler re-reads only the cut metadata to get there — and sees the very batches an
+  uninterrupted run would have seen.
 * Several learners: each builds the same sampler with its rank and the world size; lhotse gives every rank the same
   number of batches (the last ones split evenly), so the learners step in lockstep.
 """
@@ -37,7 +36,6 @@ from asrlib.data.cuts import open_cuts
 from asrlib.errors import AsrError, PathLike
 from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, utterance_cmn
 from asrlib.io.tables import read_table, write_table
-from asrlib.train.augment import BatchAugment
 
 log = logging.getLogger(__name__)
 
@@ -194,24 +192,16 @@ def _sources(cut) -> str:
 
 class BatchDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the sampler's CutSets: features (read or computed), normalised, with targets,
-    padded, then augmented by ``augment`` when the index is a pair (CutSet, :meth:`BatchAugment.key
-    <asrlib.train.augment.BatchAugment.key>`). A cut whose features cannot be read is skipped and reported in the
-    batch's ``skipped``; ``None`` (a learner's padding step) gives an empty batch. ``numpy``: a worker sends numpy
-    arrays (:func:`_from_worker`; not when the DataLoader pins memory for CUDA, which pins tensors only)."""
+    padded. A cut whose features cannot be read is skipped and reported in the batch's ``skipped``; ``None`` (a
+    learner's padding step) gives an empty batch. ``numpy``: a worker sends numpy arrays (:func:`_from_worker`;
+    not when the DataLoader pins memory for CUDA, which pins tensors only)."""
 
     def __init__(
-        self,
-        targets,
-        normalise: Normaliser,
-        on_the_fly: Optional[OnTheFlyFbank] = None,
-        numpy: bool = True,
-        augment: Optional[BatchAugment] = None,
+        self, targets, normalise: Normaliser, on_the_fly: Optional[OnTheFlyFbank] = None, numpy: bool = True
     ) -> None:
         self.targets, self.normalise, self.on_the_fly, self.numpy = targets, normalise, on_the_fly, numpy
-        self.augment = augment
 
-    def __getitem__(self, index) -> dict:
-        cuts, key = index if isinstance(index, tuple) else (index, None)
+    def __getitem__(self, cuts) -> dict:
         if cuts is None:
             return {"ids": [], "skipped": []}
         feats, targets, ids, skipped = [], [], [], []
@@ -227,8 +217,6 @@ class BatchDataset(torch.utils.data.Dataset):
             targets.append(self.targets.targets(cut))
             ids.append(cut.id)
         batch = self.targets.collate(feats, targets) if feats else {}
-        if feats and key is not None and self.augment is not None:
-            batch = self.augment(batch, key)
         if self.numpy and torch.utils.data.get_worker_info() is not None:
             batch = {k: v.numpy() for k, v in batch.items()}  # see _from_worker
         return {**batch, "ids": ids, "skipped": skipped}
@@ -306,20 +294,7 @@ class CutData:
         self.on_the_fly = on_the_fly
         self.excluded: Dict[str, str] = {}
         self.keep: Optional[set] = None
-        self.augment: Optional[BatchAugment] = None
         self._loaders: Dict[int, tuple] = {}
-
-    def set_augment(self, augment: Optional[BatchAugment]) -> None:
-        """What the workers do to the batches whose index carries a key (:meth:`keyed`); workers already started
-        with another one are let go, so that the next batches' have it."""
-        if augment != self.augment:
-            self.augment, self._loaders = augment, {}
-
-    @staticmethod
-    def keyed(batches: Iterator, rank: int, epoch: int, first: int) -> Iterator:
-        """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) as indices that the workers
-        augment (:attr:`augment`)."""
-        return ((cuts, BatchAugment.key(rank, epoch, i)) for i, cuts in enumerate(batches, first))
 
     # ---------------------------------------------------------------- which cuts
     def usable(self, cut) -> bool:
@@ -424,14 +399,14 @@ class CutData:
 
     def batches(self, index_source: Iterator, workers: Optional[int] = None) -> Iterator[dict]:
         """Padded batches of the CutSets (or ``None`` padding) that ``index_source`` yields, read by the loader's
-        workers (``workers``: override ``num_workers``); those of :meth:`keyed` also augmented."""
+        workers (``workers``: override ``num_workers``)."""
         cfg = self.loader_cfg
         n = cfg.num_workers if workers is None else workers
         if n not in self._loaders:  # one DataLoader per worker count: persistent workers live across epochs
             holder = _IndexSource()
             pin = cfg.pin_memory and torch.cuda.is_available()
             loader = torch.utils.data.DataLoader(
-                BatchDataset(self.targets, self.normalise, self.on_the_fly, numpy=not pin, augment=self.augment),
+                BatchDataset(self.targets, self.normalise, self.on_the_fly, numpy=not pin),
                 sampler=holder,
                 batch_size=None,
                 collate_fn=_identity,

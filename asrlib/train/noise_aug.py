@@ -7,8 +7,7 @@ probability ``prob``, a random stretch of one bank noise is added at a random SN
 mel energies add (``log(exp(x) + g exp(n))``, exact for the expected power spectrum, cross terms ignored), with the
 gain ``g`` set from the utterance's active-speech energy (frames above its median energy) and the noise's mean
 energy. Features come in CMVN-normalised and go out normalised the same way; padding frames are left as they are.
-Draws come from the generator given with each batch (:class:`asrlib.train.augment.BatchAugment` seeds one per
-batch), so a resumed run augments exactly like an uninterrupted one.
+Draws use the global torch RNG, which checkpoints hold, so a resumed run augments exactly like an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -67,11 +66,8 @@ class NoiseAugment:
             ]
         )
 
-    def __call__(
-        self, x: torch.Tensor, lens: torch.Tensor, generator: Optional[torch.Generator] = None
-    ) -> torch.Tensor:
-        """(N, T, D) normalised features, (N,) lengths -> a new tensor with noise in some utterances; draws from
-        ``generator`` (default: torch's global RNG)."""
+    def __call__(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """(N, T, D) normalised features, (N,) lengths -> a new tensor with noise in some utterances."""
         x = x.clone()
         if self.bank.device != x.device:  # the training device (its draws stay on the CPU generator)
             self.mean, self.inv_std, self.bank, self.log_energy = (
@@ -79,11 +75,11 @@ class NoiseAugment:
             )
         k_bank, t_bank, _ = self.bank.shape
         for i in range(x.shape[0]):
-            if float(torch.rand((), generator=generator)) >= self.prob:
+            if float(torch.rand(())) >= self.prob:
                 continue
-            k = int(torch.randint(0, k_bank, (), generator=generator))
-            snr = self.snr_min + float(torch.rand((), generator=generator)) * (self.snr_max - self.snr_min)
-            start = int(torch.randint(0, t_bank, (), generator=generator))
+            k = int(torch.randint(0, k_bank, ()))
+            snr = self.snr_min + float(torch.rand(())) * (self.snr_max - self.snr_min)
+            start = int(torch.randint(0, t_bank, ()))
             t = int(lens[i])
             if t == 0:
                 continue

@@ -40,8 +40,9 @@ from asrlib.train.checkpoint import (
     to_cpu,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
-from asrlib.train.augment import BatchAugment
+from asrlib.train.augment import make_spec_augment
 from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
+from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
 
 log = logging.getLogger(__name__)
@@ -156,20 +157,22 @@ class Trainer:
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
-        # noise and SpecAugment: in the loader's workers, per batch (asrlib.train.augment.BatchAugment)
-        train_ds.set_augment(
-            BatchAugment.of(self.tcfg, train_ds.normalise.cmvn, cfg.data.sample_rate, cfg.features.num_mel_bins)
-        )
+        self.spec_augment = make_spec_augment(self.tcfg.spec_augment_impl, self.tcfg.freq_warp, self.tcfg.time_warp)
+        self.noise_aug: Optional[NoiseAugment] = None
+        if self.tcfg.noise_prob > 0:
+            self.noise_aug = NoiseAugment(
+                train_ds.normalise.cmvn,
+                cfg.data.sample_rate,
+                cfg.features.num_mel_bins,
+                self.tcfg.noise_prob,
+                self.tcfg.noise_snr_min,
+                self.tcfg.noise_snr_max,
+            )
 
     # ------------------------------------------------------------------ state
     def epoch_cuts(self, epoch: int, skip: int):
         """This learner's CutSets of ``epoch`` after the first ``skip`` (``None``: a step without data)."""
         return self.train_ds.mixed(epoch_cut_batches(self.train_ds, self.sampling, epoch, skip), epoch, skip)
-
-    def epoch_batches(self, epoch: int, skip: int):
-        """This learner's training batches of ``epoch`` after the first ``skip``: :meth:`epoch_cuts` read, padded
-        and augmented by the loader's workers."""
-        return self.train_ds.batches(self.train_ds.keyed(self.epoch_cuts(epoch, skip), self.algo.rank, epoch, skip))
 
     def state_dict(self) -> dict:
         return {
@@ -253,6 +256,10 @@ class Trainer:
         if has_data:
             n_in = int(batch["feat_lens"].sum())  # before the copy: no wait for the device
             batch = to_device(batch, self.device)
+            if self.noise_aug is not None:
+                batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
+            if self.tcfg.spec_augment:
+                batch["feats"] = self.spec_augment(batch["feats"], batch["feat_lens"])
             with autocast(self.device, self.amp_dtype):  # the criteria compute their losses in fp32
                 loss, total, frames = self.criterion.loss(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
@@ -323,7 +330,7 @@ class Trainer:
             empty = 0
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
-            for batch in self.epoch_batches(self.epoch, self.batch_in_epoch):
+            for batch in self.train_ds.batches(self.epoch_cuts(self.epoch, self.batch_in_epoch)):
                 skipped += batch["skipped"]
                 empty += not batch["ids"]
                 utts += len(batch["ids"])

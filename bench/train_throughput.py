@@ -7,6 +7,11 @@ as steps.train does: lhotse's sampler over the lazy cut manifest, DataLoader wor
 archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal: >= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2]
+    python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
+
+On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
+overlap of host work with device work that a loader relies on): the trainer's epoch is timed whole, then the bare
+loop over the same batches, already on the device, each ending with a wait for the device.
 
 With a recipe dir whose features exist, its real train set and model config are used; otherwise a synthetic set
 with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
@@ -15,12 +20,15 @@ with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +37,19 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/helpers.py: the toy CTC set-up
 
 from asrlib.config import load_config  # noqa: E402
 from asrlib.features.cmvn import online_prior  # noqa: E402
+from asrlib.models.device import autocast, resolve_device, resolve_precision, to_device  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
 from asrlib.train.loader import CtcTargets, open_set  # noqa: E402
 from asrlib.train.trainer import Trainer, ctc_loss, make_optimizer  # noqa: E402
 from helpers import make_toy_ctc_setup  # noqa: E402
 
 
-def bare_step(model, opt, batch) -> None:
-    """Forward + CTC + backward + step on a pre-collated batch (no data loading, augmentation, logging)."""
+def bare_step(model, opt, batch, amp=None) -> None:
+    """Forward + CTC + backward + step on a pre-collated batch (no data loading, augmentation, logging); ``amp``: the
+    (device, dtype) to autocast to, as the trainer does (None: fp32)."""
     model.train()
-    loss, _, _ = ctc_loss(model, batch)
+    with autocast(*amp) if amp else contextlib.nullcontext():
+        loss, _, _ = ctc_loss(model, batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -63,6 +74,21 @@ def interleaved_epoch(trainer: Trainer, ref_model, ref_opt, pre) -> tuple:
     return total - sum(bare), sum(bare)
 
 
+def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, amp) -> tuple:
+    """On an accelerator: the trainer's epoch (``fit``) timed whole, then the bare loop over the same batches, already
+    on the device, timed whole (each ends when the device has finished). Returns (trainer s, bare s)."""
+    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    trainer.fit()
+    sync()
+    t1 = time.perf_counter()
+    for b in on_device:
+        bare_step(ref_model, ref_opt, b, amp)
+    sync()
+    return t1 - t0, time.perf_counter() - t1
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
@@ -76,6 +102,7 @@ def main() -> None:
         help="batches in the trainer's epoch (0 = the recipe's whole epoch, so that per-epoch costs, "
         "checkpoint and plot, weigh as in the recipe; --quick: 20)",
     )
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the trainer and the bare loop run")
     a = p.parse_args()
     n_batches, repeats = (20, 1) if a.quick else (a.batches, max(1, a.repeats))
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
@@ -99,8 +126,15 @@ def main() -> None:
     targets = CtcTargets(lang, cfg.model.stack)
     vocab = len(targets.tokens)
     cfg.train.epochs = 1
+    cfg.train.device = a.device
+    device = resolve_device(a.device)
+    amp_dtype = resolve_precision(cfg.train.precision, device)
+    amp = (device, amp_dtype) if amp_dtype is not None else None
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
-    out = {"bench": "train_throughput", "source": source, "threads": torch.get_num_threads()}
+    out = {"bench": "train_throughput", "source": source, "threads": torch.get_num_threads(), "device": str(device)}
+    out["precision"] = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "fp32"
+    if device.type == "cuda":
+        out["device_name"] = torch.cuda.get_device_name(device)
     for workers in a.workers:
         cfg.train.loader.num_workers = workers
         # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean)
@@ -125,15 +159,19 @@ def main() -> None:
         trainer = make_trainer(tmp / f"exp_w{workers}")
         pre = list(ds.batches(trainer.epoch_cuts(0, 0), workers=0))
         frames = sum(int(c["feat_lens"].sum()) for c in pre)
-        ref_model = build_model(80, vocab, cfg.model)
+        ref_model = build_model(80, vocab, cfg.model).to(device)
         ref_opt = make_optimizer(ref_model.parameters(), cfg.train)
-        for b in pre:  # warm-up over every shape
-            bare_step(ref_model, ref_opt, b)
+        on_device = [to_device(b, device) for b in pre] if device.type != "cpu" else pre
+        for b in on_device:  # warm-up over every shape
+            bare_step(ref_model, ref_opt, b, amp)
         runs = []
         for i in range(repeats):
             if i:
                 trainer = make_trainer(tmp / f"exp_w{workers}_{i}")  # a fresh exp dir: fit() starts anew
-            runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
+            if device.type == "cpu":
+                runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
+            else:
+                runs.append(separate_epoch(trainer, ref_model, ref_opt, on_device, amp))
         tt, bare = sorted(runs, key=lambda r: r[1] / r[0])[len(runs) // 2]  # the median run
         out[f"workers{workers}"] = {
             "batches": len(pre),

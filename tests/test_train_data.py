@@ -119,6 +119,22 @@ def test_workers_build_the_same_batches_as_the_training_process(tmp_path):
     assert np.allclose(first["feats"][0, :n].numpy(), ds.normalise.cmvn.apply(raw), atol=1e-6)
 
 
+def test_a_finished_training_leaves_no_loader_workers(tmp_path):
+    """fit() shuts its persistent loader workers down: left to the garbage collector with the trainer's reference
+    cycles, torch's shutdown often no longer reached them and waited 5 s for each before killing it."""
+    import multiprocessing
+
+    from helpers import toy_config_yaml, toy_trainer
+
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 16, "dev": 4})
+    t = toy_trainer(setup, toy_config_yaml(tmp_path / "c.yaml", epochs=1), tmp_path / "exp", torch.device("cpu"))
+    t.tcfg.loader.num_workers = 2
+    before = set(multiprocessing.active_children())
+    t.fit()
+    assert len(t.train_ds._loaders) == 0 and set(multiprocessing.active_children()) <= before
+    assert next(iter(t.train_ds.batches(t.epoch_cuts(1, 0))))["ids"]  # the next use starts new workers
+
+
 def test_unreadable_features_are_skipped_and_reported(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 6})
     ds = _set(setup)

@@ -384,7 +384,11 @@ class Trainer:
         self.algo.end_training(self.model)
         if tb is not None:
             tb.close()
-        return self.finish()
+        summary = self.finish()
+        for ds in (self.train_ds, self.dev_ds):  # the loaders' workers, now rather than at a garbage collection
+            if ds is not None:
+                ds.close_workers()
+        return summary
 
     def _end_of_data(self, skipped: List[tuple], empty: int) -> None:
         """After an epoch's batches: the excluded cuts' report, the skipped ones' (unreadable in a worker), and

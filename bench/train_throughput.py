@@ -20,7 +20,6 @@ with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import sys
@@ -44,11 +43,11 @@ from asrlib.train.trainer import Trainer, ctc_loss, make_optimizer  # noqa: E402
 from helpers import make_toy_ctc_setup  # noqa: E402
 
 
-def bare_step(model, opt, batch, amp=None) -> None:
-    """Forward + CTC + backward + step on a pre-collated batch (no data loading, augmentation, logging); ``amp``: the
-    (device, dtype) to autocast to, as the trainer does (None: fp32)."""
+def bare_step(model, opt, batch, device: torch.device = torch.device("cpu"), dtype=None) -> None:
+    """Forward + CTC + backward + step on a pre-collated batch (no data loading, augmentation, logging), autocast to
+    ``dtype`` on ``device`` as the trainer does (None: fp32)."""
     model.train()
-    with autocast(*amp) if amp else contextlib.nullcontext():
+    with autocast(device, dtype):
         loss, _, _ = ctc_loss(model, batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -74,7 +73,7 @@ def interleaved_epoch(trainer: Trainer, ref_model, ref_opt, pre) -> tuple:
     return total - sum(bare), sum(bare)
 
 
-def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, amp) -> tuple:
+def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:
     """On an accelerator: the trainer's epoch (``fit``) timed whole, then the bare loop over the same batches, already
     on the device, timed whole (each ends when the device has finished). Returns (trainer s, bare s)."""
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
@@ -84,7 +83,7 @@ def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, amp) -> tupl
     sync()
     t1 = time.perf_counter()
     for b in on_device:
-        bare_step(ref_model, ref_opt, b, amp)
+        bare_step(ref_model, ref_opt, b, trainer.device, dtype)
     sync()
     return t1 - t0, time.perf_counter() - t1
 
@@ -129,7 +128,6 @@ def main() -> None:
     cfg.train.device = a.device
     device = resolve_device(a.device)
     amp_dtype = resolve_precision(cfg.train.precision, device)
-    amp = (device, amp_dtype) if amp_dtype is not None else None
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
     out = {"bench": "train_throughput", "source": source, "threads": torch.get_num_threads(), "device": str(device)}
     out["precision"] = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "fp32"
@@ -161,9 +159,9 @@ def main() -> None:
         frames = sum(int(c["feat_lens"].sum()) for c in pre)
         ref_model = build_model(80, vocab, cfg.model).to(device)
         ref_opt = make_optimizer(ref_model.parameters(), cfg.train)
-        on_device = [to_device(b, device) for b in pre] if device.type != "cpu" else pre
+        on_device = [to_device(b, device) for b in pre]  # (on the CPU: the batches themselves)
         for b in on_device:  # warm-up over every shape
-            bare_step(ref_model, ref_opt, b, amp)
+            bare_step(ref_model, ref_opt, b, device, amp_dtype)
         runs = []
         for i in range(repeats):
             if i:
@@ -171,7 +169,7 @@ def main() -> None:
             if device.type == "cpu":
                 runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
             else:
-                runs.append(separate_epoch(trainer, ref_model, ref_opt, on_device, amp))
+                runs.append(separate_epoch(trainer, ref_model, ref_opt, on_device, amp_dtype))
         tt, bare = sorted(runs, key=lambda r: r[1] / r[0])[len(runs) // 2]  # the median run
         out[f"workers{workers}"] = {
             "batches": len(pre),

@@ -400,8 +400,9 @@ class CutData:
     def close_workers(self) -> None:
         """Shut down the loaders' persistent workers now (the next :meth:`batches` starts new ones). Left to the
         garbage collector, they go with a trainer's reference cycles, in an order in which torch's shutdown no longer
-        reaches them: it then waits 5 s for each worker before killing it (20 s for one test's 4 workers, up to 60
-        s in a CI run). Dropping the last reference to a DataLoader shuts its workers down at once."""
+        reaches them: it then waits 5 s for each worker before killing it (measured: a gc of 20 s after one test
+        module's trainings had left 4 workers). Dropping the last reference to a DataLoader shuts its workers down at
+        once."""
         self._loaders.clear()
 
     def batches(self, index_source: Iterator, workers: Optional[int] = None) -> Iterator[dict]:

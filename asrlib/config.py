@@ -209,6 +209,12 @@ class TrainConfig:
     # (docs/long-recordings.md); a batch is joined whole, so it pads no more than before; 0 = off. Dev: not joined
     concat_prob: float = 0.0
     concat_max: int = 2  # most cuts joined into one
+    # CTC training: each training cut's start and end moved by up to this many seconds (uniform, whole frames; cut
+    # short, or extended with copies of its own outermost frames; asrlib/train/jitter.py), so the network does not
+    # learn the corpus's recording boundaries: a long recording's segments start and end elsewhere
+    # (docs/long-recordings.md); 0 = off. Dev: not moved
+    boundary_jitter: float = 0.0
+    boundary_jitter_mode: str = "both"  # both: moves in [-J, J]; extend: [0, J] (frames only added); trim: [-J, 0]
     log_every: int = 10  # steps between training log lines (text log and TensorBoard)
     # testing aid: SIGKILL this process after N steps (0 = never; first torchrun attempt only)
     kill_after_steps: int = 0

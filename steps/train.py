@@ -32,6 +32,7 @@ from asrlib.parallel import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.concat import ConcatCuts
+from asrlib.train.jitter import BoundaryJitter
 from asrlib.train.loader import CtcTargets, CutData, open_set
 from asrlib.train.noise_mix import NoiseMix
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
@@ -99,6 +100,9 @@ def main(argv=None):
             if noise
             else None,
             concat=ConcatCuts(t.concat_prob, t.concat_max, t.seed) if name == a.train_set and t.concat_prob else None,
+            jitter=BoundaryJitter(t.boundary_jitter, t.seed, t.boundary_jitter_mode)
+            if name == a.train_set and t.boundary_jitter
+            else None,
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)

@@ -36,6 +36,7 @@ from asrlib.data.cuts import open_cuts
 from asrlib.errors import AsrError, PathLike
 from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, utterance_cmn
 from asrlib.io.tables import read_table, write_table
+from asrlib.train.jitter import MovedCuts, move_ends
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,10 @@ class CtcTargets:
 
     def targets(self, cut) -> List[int]:
         return self._ids(cut)
+
+    def min_frames(self, ids: Sequence[int]) -> int:
+        """The fewest fbank frames whose output frames can carry ``ids`` (CTC)."""
+        return ctc_min_frames(ids) * self.stack
 
     def collate(self, feats: List[np.ndarray], targets: List[List[int]]) -> Dict[str, torch.Tensor]:
         x, lens = pad_features(feats)
@@ -204,8 +209,10 @@ class BatchDataset(torch.utils.data.Dataset):
     def __getitem__(self, cuts) -> dict:
         if cuts is None:
             return {"ids": [], "skipped": []}
+        moves = cuts.moves if isinstance(cuts, MovedCuts) else None  # train.boundary_jitter
+        cuts = cuts.cuts if isinstance(cuts, MovedCuts) else cuts
         feats, targets, ids, skipped = [], [], [], []
-        for cut in cuts:
+        for i, cut in enumerate(cuts):
             try:
                 f = load_features(cut, self.on_the_fly)
                 if f.ndim != 2 or not len(f) or not np.isfinite(f).all():
@@ -213,8 +220,11 @@ class BatchDataset(torch.utils.data.Dataset):
             except Exception as e:  # noqa: BLE001 - any unreadable input skips the cut, with its reason
                 skipped.append((cut.id, f"cannot read {_sources(cut)}: {' '.join(str(e).split())[:200]}"))
                 continue
+            t = self.targets.targets(cut)
+            if moves is not None:
+                f = move_ends(f, *moves[i], min_frames=self.targets.min_frames(t))
             feats.append(self.normalise(cut, f))
-            targets.append(self.targets.targets(cut))
+            targets.append(t)
             ids.append(cut.id)
         batch = self.targets.collate(feats, targets) if feats else {}
         if self.numpy and torch.utils.data.get_worker_info() is not None:
@@ -257,7 +267,8 @@ class CutData:
     or of the features is written), the copies interleaved at random (``seed``). ``noise_mix``
     (:class:`asrlib.train.noise_mix.NoiseMix`): a noise corpus mixed into the epoch's batches (:meth:`mixed`), their
     features computed by ``on_the_fly`` too. ``concat`` (:class:`asrlib.train.concat.ConcatCuts`, CTC targets only):
-    runs of each batch's cuts joined end to end (:meth:`mixed`, before the noise)."""
+    runs of each batch's cuts joined end to end (:meth:`mixed`, before the noise). ``jitter``
+    (:class:`asrlib.train.jitter.BoundaryJitter`, CTC targets only): every cut's start and end moved by a few frames."""
 
     def __init__(
         self,
@@ -271,6 +282,7 @@ class CutData:
         seed: int = 0,
         noise_mix=None,
         concat=None,
+        jitter=None,
     ) -> None:
         self.cuts_path = Path(cuts_path)
         self.cuts = open_cuts(self.cuts_path)
@@ -281,6 +293,9 @@ class CutData:
         if concat is not None and not isinstance(targets, CtcTargets):
             raise AsrError("train.concat_prob joins cuts for CTC training only (set it to 0)")
         self.concat = concat
+        if jitter is not None and not isinstance(targets, CtcTargets):
+            raise AsrError("train.boundary_jitter moves cuts' ends for CTC training only (set it to 0)")
+        self.jitter = jitter
         if any(f != 1.0 for f in factors):  # lazy copies, interleaved at random (seeded): no audio or features written
             if on_the_fly is None:
                 raise AsrError("speed perturbation computes the perturbed cuts' features on the fly: pass on_the_fly")
@@ -344,9 +359,9 @@ class CutData:
 
     # ---------------------------------------------------------------- batches
     def mixed(self, batches: Iterator, epoch: int, first: int) -> Iterator:
-        """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) with ``concat`` and then
-        ``noise_mix`` applied."""
-        steps = [f for f in (self.concat, self.noise_mix) if f is not None]
+        """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) with ``concat``, then
+        ``noise_mix`` applied, then ``jitter``'s moves attached (:class:`asrlib.train.jitter.MovedCuts`)."""
+        steps = [f for f in (self.concat, self.noise_mix, self.jitter) if f is not None]
         if not steps:
             return batches
         return (
@@ -509,15 +524,18 @@ def open_set(
     seed: int = 0,
     noise_mix=None,
     concat=None,
+    jitter=None,
 ) -> CutData:
     """A feature dir's set for training: its cut manifest (written first if it is missing or stale:
     :func:`asrlib.data.cuts.ensure_cuts`), ``targets``, and the normalisation of ``cmvn_scp`` after ``cmn``;
     ``fbank`` (mel bins, sample rate): features computed on the fly for cuts without stored ones (speed-perturbed
-    copies, ``speed_perturb``, and cuts with ``noise_mix``'s noise); ``concat``: :class:`CutData`'s."""
+    copies, ``speed_perturb``, and cuts with ``noise_mix``'s noise); ``concat``, ``jitter``: :class:`CutData`'s."""
     from asrlib.data.cuts import ensure_cuts
     from asrlib.features.cmvn import load_cmvn
 
     cuts = ensure_cuts(feats_dir, data_dir)
     normalise = Normaliser(load_cmvn(cmvn_scp, online_prior=online_prior), cmn, feats_dir)
     on_the_fly = OnTheFlyFbank(*fbank) if fbank is not None else None
-    return CutData(cuts, targets, normalise, loader, excluded_path, on_the_fly, speed_perturb, seed, noise_mix, concat)
+    return CutData(
+        cuts, targets, normalise, loader, excluded_path, on_the_fly, speed_perturb, seed, noise_mix, concat, jitter
+    )

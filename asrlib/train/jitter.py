@@ -4,8 +4,8 @@ corpus's recordings happen to start and end.
 A long recording is decoded in segments cut in the middle of its pauses (asrlib/decode/segment.py), so a segment
 starts and ends with another amount of silence than the utterance's own recording had. A model trained only on
 the corpus's own boundaries is sensitive to that: the AN4 BLSTM's dev WER moves from 6.65 % to 5.78-10.12 % when
-each utterance loses or gains 50-200 ms of audio at one end (docs/long-recordings.md), and the recogniser's long
-recordings are decoded 1-1.3 points worse than the same utterances alone.
+each utterance loses or gains 50-200 ms of audio at one end (docs/long-recordings.md, which also has what moving
+the ends in training measured: the recipes keep it off).
 
 Each training cut's start and its end are moved independently by a whole number of fbank frames drawn uniformly
 from ``[-J, J]`` (``J`` = ``boundary_jitter`` seconds; ``boundary_jitter_mode`` ``extend``: ``[0, J]``, ``trim``:
@@ -27,9 +27,9 @@ import numpy as np
 from lhotse import CutSet
 
 from asrlib.errors import AsrError
+from asrlib.features.fbank import FRAME_SHIFT
 
 EDGE_FRAMES = 5  # the outermost frames repeated to extend a cut (50 ms)
-FRAMES_PER_SECOND = 100  # fbank frames of 10 ms
 
 
 @dataclass
@@ -49,7 +49,7 @@ class BoundaryJitter:
             raise AsrError(f"train.boundary_jitter must be in [0, 1] seconds, got {seconds}")
         if mode not in JITTER_MODES:
             raise AsrError(f"train.boundary_jitter_mode must be one of {', '.join(JITTER_MODES)}, got {mode!r}")
-        j = int(round(seconds * FRAMES_PER_SECOND))
+        j = int(round(seconds / FRAME_SHIFT))
         self.low, self.high = (0 if mode == "extend" else -j), (0 if mode == "trim" else j)
         self.seed = seed
 

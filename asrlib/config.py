@@ -152,6 +152,10 @@ class DistConfig:
     outer_bits: int = 32
     outer_block: int = 128  # diloco outer_bits 8 / 4: values per scale
     outer_error_feedback: bool = True  # diloco outer_bits 8 / 4: carry the rounding error into the next outer step
+    # diloco: H = early_period (> 0) for the first early_steps steps after the warm-up, then period: frequent (cheap,
+    # quantised) averaging while the learners leave CTC's blank plateau, where they drift apart most
+    early_period: int = 0
+    early_steps: int = 0  # diloco: how many steps (after the warm-up) use early_period
 
 
 @dataclass

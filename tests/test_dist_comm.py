@@ -62,6 +62,9 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
         "psgd4": ["train.dist.algo=powersgd", "train.dist.warmup_steps=2", "train.dist.powersgd_rank=4"],
         # outer momentum 0.5: at so small an H the paper's 0.9 overshoots on the toy (measured)
         "diloco": ["train.dist.algo=diloco", "train.dist.period=4", "train.dist.outer_momentum=0.5"],
+        # H 2 for the first 6 steps, then 4
+        "dearly": ["train.dist.algo=diloco", "train.dist.period=4", "train.dist.outer_momentum=0.5"]
+        + ["train.dist.early_period=2", "train.dist.early_steps=6"],
         **{
             f"dq{b}": ["train.dist.algo=diloco", "train.dist.period=4", "train.dist.outer_momentum=0.5"]
             + [f"train.dist.outer_bits={b}", "train.dist.outer_block=16"]
@@ -92,6 +95,9 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
     # diloco: one model-sized all-reduce per outer step (every H = 4 steps and a last one at the end)
     outer = by["diloco"][0]["algo"]["outer_steps"]
     assert outer == -(-steps // 4) and sum(sent["diloco"]) == (outer - 1) * model  # the last after the last epoch
+    early = by["dearly"][0]["algo"]
+    assert early["outer_steps"] == 3 + -(-(steps - 6) // 4) and early["early_H"] == 2 and early["early_steps"] == 6
+    assert early["measured_sent_bytes"] == early["outer_steps"] * model  # the whole run, one model per outer step
     # quantised: per outer step one message of codes + float32 scales (block 16) per learner, half of it in the
     # all-to-all (the other half stays home) and the learner's averaged half in the all-gather
     n = model // 4
@@ -106,6 +112,8 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
         whole = sum(sent["sync"]) / by[f"dq{b}"][0]["algo"]["measured_sent_bytes"]
         assert whole == pytest.approx(steps / outer * model / payload[b]) and whole > 3.5 * 32 / (b + 2)
     for name, (a, _) in by.items():  # the run's total includes what was sent after the last epoch end
+        if name == "dearly":
+            continue
         assert a["algo"]["measured_sent_bytes"] == sum(sent[name]) + last.get(name, 0), name
     for name, (a, b) in by.items():  # both learners report the mean over learners
         e = a["algo"]["epochs"][-1]

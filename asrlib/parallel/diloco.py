@@ -8,6 +8,9 @@
   ``theta``. With ``outer_lr`` 1 and momentum 0 this is K-step model averaging.
 - optional ``warmup_steps`` of synchronous SGD (gradient all-reduce) first; ``theta`` starts from the model
   reached then.
+- optional ``early_period`` (H') for the first ``early_steps`` steps after that: blocks of H' steps, then of H
+  (frequent, cheap averaging while CTC training leaves its blank plateau, where local updating costs most; the
+  "post-local SGD" of Lin et al. 2020 with averaging instead of synchronous SGD in its first phase).
 
 A learner sends one model-sized all-reduce per H steps: ``H`` times fewer bytes than ``sync``. With
 ``outer_bits`` 8 or 4 (Streaming DiLoCo, Douillard et al. 2025, sends 4-bit pseudo-gradients) the pseudo-gradient
@@ -51,6 +54,10 @@ class Diloco(DistAlgo):
                 f"train.dist.outer_lr must be > 0 and outer_momentum in [0, 1), not {cfg.outer_lr}, "
                 f"{cfg.outer_momentum}"
             )
+        if cfg.early_period < 0 or cfg.early_steps < 0:
+            raise AsrError(
+                f"train.dist.early_period and early_steps must be >= 0, not {cfg.early_period}, {cfg.early_steps}"
+            )
         if cfg.outer_bits != 32:
             quant.check(cfg.outer_bits, cfg.outer_block)
         self.since_sync = 0
@@ -87,8 +94,14 @@ class Diloco(DistAlgo):
                 self._start_outer()
             return
         self.since_sync += 1
-        if self.since_sync >= self.cfg.period:
+        if self.since_sync >= self.period_at(step):
             self.outer_step()
+
+    def period_at(self, step: int) -> int:
+        """H for the block that ``step`` (1-based, after the warm-up) ends: ``early_period`` during the first
+        ``early_steps`` steps after the warm-up, else ``period``."""
+        c = self.cfg
+        return c.early_period if c.early_period > 0 and step <= c.warmup_steps + c.early_steps else c.period
 
     def outer_step(self) -> None:
         """Average the pseudo-gradient theta - theta_i over the learners; one Nesterov step of theta."""
@@ -146,6 +159,8 @@ class Diloco(DistAlgo):
     def extra_summary(self) -> Dict[str, Any]:
         return {
             "H": self.cfg.period,
+            "early_H": self.cfg.early_period,
+            "early_steps": self.cfg.early_steps,
             "outer_steps": self.syncs,
             "outer_lr": self.cfg.outer_lr,
             "outer_momentum": self.cfg.outer_momentum,

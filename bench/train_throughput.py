@@ -6,7 +6,7 @@ drifts by 10-20 % from minute to minute; the median of --repeats epochs is repor
 as steps.train does: lhotse's sampler over the lazy cut manifest, DataLoader workers reading the (compressed)
 archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal: >= 0.95 with 2).
 
-    python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2]
+    python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
     python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
 
 On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
@@ -102,12 +102,21 @@ def main() -> None:
         "checkpoint and plot, weigh as in the recipe; --quick: 20)",
     )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the trainer and the bare loop run")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads of the trainer and the bare loop (0 = the recipe's train.num_threads); 1 on a 2-core "
+        "machine leaves the workers a core of their own, as a node with cores to spare does",
+    )
     a = p.parse_args()
     n_batches, repeats = (20, 1) if a.quick else (a.batches, max(1, a.repeats))
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
     import torch.utils.tensorboard  # noqa: F401
 
     cfg = load_config(a.recipe_dir / "config.yaml")
+    if a.threads > 0:
+        cfg.train.num_threads = a.threads
     torch.set_num_threads(cfg.train.num_threads)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tp_"))
     fb = a.recipe_dir / "data" / "fbank"

@@ -98,8 +98,9 @@ class Diloco(DistAlgo):
             self.outer_step()
 
     def period_at(self, step: int) -> int:
-        """H for the block that ``step`` (1-based, after the warm-up) ends: ``early_period`` during the first
-        ``early_steps`` steps after the warm-up, else ``period``."""
+        """H for the block that trainer step ``step`` (1-based, the warm-up's steps included) may end:
+        ``early_period`` up to step ``warmup_steps + early_steps``, else ``period`` (a block open at the switch
+        goes on to H steps)."""
         c = self.cfg
         return c.early_period if c.early_period > 0 and step <= c.warmup_steps + c.early_steps else c.period
 

@@ -1,12 +1,18 @@
 """P3: trainer throughput (input frames/s) divided by a bare forward/backward/step loop of the same model on the
-same batch shapes, measured side by side in one run: the trainer runs the recipe's whole epoch (``fit``, with its
-data reading, augmentation, clipping, logging, checkpoints and plot) and after each of its steps a bare step on the
-same batch shapes runs on a second model, timed apart, so that both see the same moments of a machine whose speed
-drifts by 10-20 % from minute to minute; the median of --repeats epochs is reported. The trainer reads the features
+same batch shapes, measured side by side in one run. On the CPU (``--timing epochs``, the default) the trainer runs
+``fit`` over --repeats of the recipe's whole epochs (with its data reading, augmentation, clipping, logging,
+checkpoints and plot) and before each epoch a bare epoch over the first epoch's batch shapes runs on a second model,
+timed apart, so that both see the same minutes of a machine whose speed drifts by 10-20 %; the ratio reported is the
+median over the epochs after the first (the first, which also starts the loader's workers, once per training run, is
+reported beside it). ``--timing steps`` (the figures before 2026-11-26 evening) puts a bare step after each trainer
+step instead, in one-epoch fits: the two models then take turns, each step finding the caches filled with the other
+model's weights and optimiser state and the loader's workers running during the bare step, neither of which happens
+in training (docs/data.md has both timings side by side). The trainer reads the features
 as steps.train does: lhotse's sampler over the lazy cut manifest, DataLoader workers reading the (compressed)
 archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal: >= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
+                                     [--timing epochs|steps]
     python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
 
 On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -73,6 +80,40 @@ def interleaved_epoch(trainer: Trainer, ref_model, ref_opt, pre) -> tuple:
     return total - sum(bare), sum(bare)
 
 
+def epoch_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre) -> list:
+    """The trainer's ``fit`` over its epochs with a bare epoch over ``pre`` before each, run while the trainer is
+    between epochs (its loader workers idle), timed apart: each side's steps run one after another, as in training.
+    Returns per epoch (trainer s, trainer input frames, bare s); the first epoch's trainer time includes the start of
+    ``fit`` (its loader workers' start)."""
+    epoch_cuts, step = trainer.epoch_cuts, trainer.train_step
+    bare, frames, marks = [], [], []
+
+    def bare_then_epoch(epoch, skip):
+        marks.append(time.perf_counter())
+        t0 = time.perf_counter()
+        for b in pre:
+            bare_step(ref_model, ref_opt, b)
+        bare.append(time.perf_counter() - t0)
+        frames.append(0)
+        marks.append(time.perf_counter())
+        return epoch_cuts(epoch, skip)
+
+    def counted_step(batch):
+        out = step(batch)
+        frames[-1] += out[2]
+        return out
+
+    trainer.epoch_cuts, trainer.train_step = bare_then_epoch, counted_step
+    start = time.perf_counter()
+    trainer.fit()
+    marks.append(time.perf_counter())
+    # trainer time of epoch i: from the end of bare epoch i to the start of bare epoch i+1 (or fit's end); the
+    # first epoch also from fit's start to its bare epoch
+    spans = [marks[2 * i + 2] - marks[2 * i + 1] for i in range(len(bare))]
+    spans[0] += marks[0] - start
+    return list(zip(spans, frames, bare))
+
+
 def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:
     """On an accelerator: the trainer's epoch (``fit``) timed whole, then the bare loop over the same batches, already
     on the device, timed whole (each ends when the device has finished). Returns (trainer s, bare s)."""
@@ -102,6 +143,13 @@ def main() -> None:
         "checkpoint and plot, weigh as in the recipe; --quick: 20)",
     )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the trainer and the bare loop run")
+    p.add_argument(
+        "--timing",
+        choices=["epochs", "steps"],
+        default="epochs",
+        help="on the CPU: a bare epoch before each of one fit's epochs (default), or a bare step after each trainer "
+        "step in one-epoch fits (the figures before 2026-11-26 evening)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -142,8 +190,11 @@ def main() -> None:
     out["precision"] = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "fp32"
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
+    epochs_timing = device.type == "cpu" and a.timing == "epochs"
+    out["timing"] = a.timing if device.type == "cpu" else "separate"
     for workers in a.workers:
         cfg.train.loader.num_workers = workers
+        cfg.train.epochs = repeats if epochs_timing else 1
         # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean)
         ds = open_set(
             feats_dir,
@@ -156,6 +207,7 @@ def main() -> None:
             data_dir,
         )
         model = build_model(80, vocab, cfg.model)
+        name = f"workers{workers}"
 
         def make_trainer(exp):
             tr = Trainer(cfg, model, ds, None, exp)
@@ -163,7 +215,7 @@ def main() -> None:
             tr.epoch_cuts = lambda e, skip: itertools.islice(epoch_cuts(e, skip), n_batches or None)
             return tr
 
-        trainer = make_trainer(tmp / f"exp_w{workers}")
+        trainer = make_trainer(tmp / name)
         pre = list(ds.batches(trainer.epoch_cuts(0, 0), workers=0))
         frames = sum(int(c["feat_lens"].sum()) for c in pre)
         ref_model = build_model(80, vocab, cfg.model).to(device)
@@ -171,16 +223,38 @@ def main() -> None:
         on_device = [to_device(b, device) for b in pre]  # (on the CPU: the batches themselves)
         for b in on_device:  # warm-up over every shape
             bare_step(ref_model, ref_opt, b, device, amp_dtype)
+        if epochs_timing:
+            per_epoch = epoch_interleaved_fit(trainer, ref_model, ref_opt, pre)
+            ratios = [(n / t) / (frames / b) for t, n, b in per_epoch]
+            steady = per_epoch[1:] or per_epoch
+            tt, n_tr, bare = (sum(x[k] for x in steady) for k in range(3))
+            out[name] = {
+                "batches": len(pre),
+                "frames": frames,
+                "epochs": len(per_epoch),
+                "trainer_frames_per_s": round(n_tr / tt, 1),  # epochs after the first
+                "bare_frames_per_s": round(frames * len(steady) / bare, 1),
+                "ratio": round(statistics.median(ratios[1:] or ratios), 3),  # the epochs after the first
+                "ratio_first_epoch": round(ratios[0], 3),  # with fit's start (its workers')
+                "ratio_whole_fit": round(
+                    (sum(n for _, n, _ in per_epoch) / sum(t for t, _, _ in per_epoch))
+                    / (frames * len(per_epoch) / sum(b for _, _, b in per_epoch)),
+                    3,
+                ),
+                "ratio_per_epoch": [round(r, 3) for r in ratios],
+                "audio_seconds_per_s": round(n_tr / tt / 100, 1),
+            }
+            continue
         runs = []
         for i in range(repeats):
             if i:
-                trainer = make_trainer(tmp / f"exp_w{workers}_{i}")  # a fresh exp dir: fit() starts anew
+                trainer = make_trainer(tmp / f"{name}_{i}")  # a fresh exp dir: fit() starts anew
             if device.type == "cpu":
                 runs.append(interleaved_epoch(trainer, ref_model, ref_opt, pre))
             else:
                 runs.append(separate_epoch(trainer, ref_model, ref_opt, on_device, amp_dtype))
         tt, bare = sorted(runs, key=lambda r: r[1] / r[0])[len(runs) // 2]  # the median run
-        out[f"workers{workers}"] = {
+        out[name] = {
             "batches": len(pre),
             "frames": frames,
             "trainer_frames_per_s": round(frames / tt, 1),

@@ -86,16 +86,14 @@ def epoch_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre) -> list:
     Returns per epoch (trainer s, trainer input frames, bare s); the first epoch's trainer time includes the start of
     ``fit`` (its loader workers' start)."""
     epoch_cuts, step = trainer.epoch_cuts, trainer.train_step
-    bare, frames, marks = [], [], []
+    frames, marks = [], []  # marks: the start and end of each bare epoch, then fit's end
 
     def bare_then_epoch(epoch, skip):
         marks.append(time.perf_counter())
-        t0 = time.perf_counter()
         for b in pre:
             bare_step(ref_model, ref_opt, b)
-        bare.append(time.perf_counter() - t0)
-        frames.append(0)
         marks.append(time.perf_counter())
+        frames.append(0)
         return epoch_cuts(epoch, skip)
 
     def counted_step(batch):
@@ -109,8 +107,9 @@ def epoch_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre) -> list:
     marks.append(time.perf_counter())
     # trainer time of epoch i: from the end of bare epoch i to the start of bare epoch i+1 (or fit's end); the
     # first epoch also from fit's start to its bare epoch
-    spans = [marks[2 * i + 2] - marks[2 * i + 1] for i in range(len(bare))]
+    spans = [marks[2 * i + 2] - marks[2 * i + 1] for i in range(len(frames))]
     spans[0] += marks[0] - start
+    bare = [marks[2 * i + 1] - marks[2 * i] for i in range(len(frames))]
     return list(zip(spans, frames, bare))
 
 
@@ -181,7 +180,6 @@ def main() -> None:
         feats_dir, data_dir, lang = tmp / "toy/fbank/train", tmp / "toy/data/train", tmp / "toy/lang"
     targets = CtcTargets(lang, cfg.model.stack)
     vocab = len(targets.tokens)
-    cfg.train.epochs = 1
     cfg.train.device = a.device
     device = resolve_device(a.device)
     amp_dtype = resolve_precision(cfg.train.precision, device)

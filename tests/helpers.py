@@ -244,3 +244,20 @@ def concatenated_recordings(data: Path, seconds: float = 60.0):
             groups.append([])
             total = 0.0
     return [g for g in groups if sum(len(x) for _, x in g) >= seconds * sr], sr
+
+
+def spec_augment_masked_fill(x, lens, max_warp: float = 0.0):
+    """asrlib.train.augment.spec_augment as it was written before its masks became products (the reference that it
+    must equal bit for bit, and bench/augment_speed.py's "before"): the same draws, one fill under the masks' union."""
+    import torch
+
+    from asrlib.train.augment import _span_mask, freq_warp
+
+    x = freq_warp(x, max_warp) if max_warp > 0 else x
+    n, t_max, d = x.shape
+    f = (torch.rand(n, 2) * 11).long()
+    f0 = (torch.rand(n, 2) * (d - f).clamp(min=1)).long()
+    max_t = (lens * 0.05).long().clamp(min=1).unsqueeze(1)
+    t = (torch.rand(n, 2) * (max_t + 1)).long()
+    t0 = (torch.rand(n, 2) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
+    return x.masked_fill(_span_mask(d, f0, f).unsqueeze(1) | _span_mask(t_max, t0, t).unsqueeze(2), 0.0)

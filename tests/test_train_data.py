@@ -25,7 +25,7 @@ from asrlib.train.loader import (
     epoch_cut_batches,
     open_set,
 )
-from helpers import make_audio_ctc_setup, make_toy_ctc_setup
+from helpers import make_audio_ctc_setup, make_toy_ctc_setup, spec_augment_masked_fill
 
 
 def _set(setup, name="train", workers=0, loader=None, **kw):
@@ -261,6 +261,22 @@ def test_spec_augment_is_reproducible_from_the_global_rng():
     torch.manual_seed(3)
     b = spec_augment(x, lens, max_warp=0.1)
     assert torch.equal(a, b) and not torch.equal(a, x)
+
+
+@pytest.mark.parametrize("max_warp", [0.0, 0.15])
+def test_spec_augment_masks_are_the_masked_fill_bit_for_bit(max_warp):
+    """The masks applied as products (faster) give the fill's values and its zeros' signs (no -0.0 from x * 0)."""
+    x = torch.randn(6, 90, 40)
+    x[2, 50:] = 0.0
+    lens = torch.tensor([90, 80, 50, 90, 30, 90])
+    for seed in range(5):
+        torch.manual_seed(seed)
+        got = spec_augment(x, lens, max_warp=max_warp)
+        torch.manual_seed(seed)
+        want = spec_augment_masked_fill(x, lens, max_warp)
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
+        assert int((got == 0).sum()) > int((x == 0).sum())  # something was masked
+    assert not torch.signbit(got[got == 0]).any()
 
 
 @pytest.mark.parametrize("impl", ["ours", "lhotse"])

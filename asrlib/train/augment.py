@@ -51,7 +51,8 @@ def spec_augment(
     ``max_t_frac`` of the utterance's frames, inside them), zeros after CMVN = the mean. The whole batch's draws at
     once (no per-utterance loop: this runs in the training process on every step), from the global torch RNG
     (checkpointed; on CUDA the device's generator, also checkpointed)."""
-    x = freq_warp(x, max_warp) if max_warp > 0 else x
+    warped = max_warp > 0
+    x = freq_warp(x, max_warp) if warped else x
     n, t_max, d = x.shape
     dev = x.device
     lens = lens.to(dev)
@@ -60,8 +61,12 @@ def spec_augment(
     max_t = (lens * max_t_frac).long().clamp(min=1).unsqueeze(1)
     t = (torch.rand(n, num_time_masks, device=dev) * (max_t + 1)).long()
     t0 = (torch.rand(n, num_time_masks, device=dev) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
-    masked = _span_mask(d, f0, f).unsqueeze(1) | _span_mask(t_max, t0, t).unsqueeze(2)
-    return x.masked_fill(masked, 0.0)
+    keep_f = (~_span_mask(d, f0, f)).unsqueeze(1).to(x.dtype)  # (N, 1, D)
+    keep_t = (~_span_mask(t_max, t0, t)).unsqueeze(2).to(x.dtype)  # (N, T, 1)
+    # = x.masked_fill(freq | time mask, 0.0), bit for bit (+ 0.0 turns the products' -0.0 into 0.0), in half the time
+    # or less (bench/augment_speed.py); in place on the warp's output, which is ours (no second batch-sized buffer)
+    x = x.mul_(keep_t) if warped else x * keep_t
+    return x.mul_(keep_f).add_(0.0)
 
 
 def lhotse_spec_augment(x: torch.Tensor, lens: torch.Tensor, time_warp: int, max_warp: float = 0.0) -> torch.Tensor:

@@ -8,8 +8,10 @@ reported beside it). ``--timing steps`` (the figures before 2026-11-26 evening) 
 step instead, in one-epoch fits: the two models then take turns, each step finding the caches filled with the other
 model's weights and optimiser state and the loader's workers running during the bare step, neither of which happens
 in training (docs/data.md has both timings side by side). The trainer reads the features
-as steps.train does: lhotse's sampler over the lazy cut manifest, DataLoader workers reading the (compressed)
-archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal: >= 0.95 with 2).
+as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, perturbation, noise and jitter; before
+2026-11-26 night without them): lhotse's sampler over the lazy cut manifest, DataLoader workers reading the
+(compressed) archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal:
+>= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
                                      [--timing epochs|steps]
@@ -42,10 +44,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/helpers.py: the toy CTC set-up
 
 from asrlib.config import load_config  # noqa: E402
-from asrlib.features.cmvn import online_prior  # noqa: E402
 from asrlib.models.device import autocast, resolve_device, resolve_precision, to_device  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
-from asrlib.train.loader import CtcTargets, open_set  # noqa: E402
+from asrlib.train.loader import CtcTargets  # noqa: E402
+from asrlib.train.recipe_sets import open_recipe_set  # noqa: E402
 from asrlib.train.trainer import Trainer, ctc_loss, make_optimizer  # noqa: E402
 from helpers import make_toy_ctc_setup  # noqa: E402
 
@@ -194,16 +196,8 @@ def main() -> None:
         cfg.train.loader.num_workers = workers
         cfg.train.epochs = repeats if epochs_timing else 1
         # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean)
-        ds = open_set(
-            feats_dir,
-            targets,
-            feats_dir / "cmvn.scp",
-            "",
-            online_prior(cfg.features),
-            cfg.train.loader,
-            tmp / "excluded.txt",
-            data_dir,
-        )
+        # as steps.train opens it: the recipe's cut joins (digits: train.concat_prob), perturbation, noise, jitter
+        ds = open_recipe_set(cfg, feats_dir, data_dir, targets, feats_dir / "cmvn.scp", "", True, tmp / "excluded.txt")
         model = build_model(80, vocab, cfg.model)
         name = f"workers{workers}"
 

@@ -20,8 +20,7 @@ import torch
 
 from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import load_config
-from asrlib.data.corpus import check_speed_factors
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_info, online_prior
+from asrlib.features.cmvn import check_cmvn_mode, cmvn_info
 from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
 from asrlib.io.stage import mark_done
@@ -31,10 +30,8 @@ from asrlib.models.saved import save_model
 from asrlib.parallel import make_algo
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
-from asrlib.train.concat import ConcatCuts
-from asrlib.train.jitter import BoundaryJitter
-from asrlib.train.loader import CtcTargets, CutData, open_set
-from asrlib.train.noise_mix import NoiseMix
+from asrlib.train.loader import CtcTargets, CutData
+from asrlib.train.recipe_sets import open_recipe_set
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
 
 log = logging.getLogger("train")
@@ -77,32 +74,10 @@ def main(argv=None):
 
     targets = CtcTargets(a.lang_dir, stack)
 
-    t = cfg.train
-
     def dataset(name: str) -> CutData:
-        perturb = name == a.train_set and bool(t.speed_perturb)
-        noise = name == a.train_set and bool(t.noise_cuts)
-        return open_set(
-            a.feats_dir / name,
-            targets,
-            cmvn,
-            cmn,
-            online_prior(cfg.features),
-            cfg.train.loader,
-            excluded_path=a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None,
-            data_dir=a.data_dir / name,
-            speed_perturb=check_speed_factors(t.speed_perturb) if perturb else (),
-            fbank=(cfg.features.num_mel_bins, cfg.data.sample_rate) if perturb or noise else None,
-            seed=t.seed,
-            noise_mix=NoiseMix(
-                t.noise_cuts, cfg.data.sample_rate, t.noise_cuts_prob, t.noise_snr_min, t.noise_snr_max, t.seed
-            )
-            if noise
-            else None,
-            concat=ConcatCuts(t.concat_prob, t.concat_max, t.seed) if name == a.train_set and t.concat_prob else None,
-            jitter=BoundaryJitter(t.boundary_jitter, t.seed, t.boundary_jitter_mode)
-            if name == a.train_set and t.boundary_jitter
-            else None,
+        excluded = a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None
+        return open_recipe_set(
+            cfg, a.feats_dir / name, a.data_dir / name, targets, cmvn, cmn, name == a.train_set, excluded
         )
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)

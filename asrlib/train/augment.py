@@ -64,7 +64,8 @@ def spec_augment(
     keep_f = (~_span_mask(d, f0, f)).unsqueeze(1).to(x.dtype)  # (N, 1, D)
     keep_t = (~_span_mask(t_max, t0, t)).unsqueeze(2).to(x.dtype)  # (N, T, 1)
     # = x.masked_fill(freq | time mask, 0.0), bit for bit (+ 0.0 turns the products' -0.0 into 0.0), in half the time
-    # or less (bench/augment_speed.py); in place on the warp's output, which is ours (no second batch-sized buffer)
+    # or less (bench/augment_speed.py); in place on the warp's output, which is ours (no second batch-sized buffer).
+    # Unlike the fill, a NaN or Inf under a mask stays (x * 0): the loader skips cuts with non-finite features.
     x = x.mul_(keep_t) if warped else x * keep_t
     return x.mul_(keep_f).add_(0.0)
 

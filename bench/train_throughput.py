@@ -197,7 +197,7 @@ def main() -> None:
         cfg.train.epochs = repeats if epochs_timing else 1
         # the recipe's normalisation where the trainer applies it (features.cmvn: online: the running mean)
         # as steps.train opens it: the recipe's cut joins (digits: train.concat_prob), perturbation, noise, jitter
-        ds = open_recipe_set(cfg, feats_dir, data_dir, targets, feats_dir / "cmvn.scp", "", True, tmp / "excluded.txt")
+        ds = open_recipe_set(cfg, feats_dir, data_dir, targets, feats_dir / "cmvn.scp", True, tmp / "excluded.txt")
         model = build_model(80, vocab, cfg.model)
         name = f"workers{workers}"
 

@@ -20,7 +20,7 @@ import torch
 
 from asrlib.cli import run_main, setup_logging, step_parser
 from asrlib.config import load_config
-from asrlib.features.cmvn import check_cmvn_mode, cmvn_info
+from asrlib.features.cmvn import cmvn_info
 from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
 from asrlib.io.stage import mark_done
@@ -69,16 +69,13 @@ def main(argv=None):
     torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
     cmvn = a.feats_dir / a.train_set / "cmvn.scp"
-    cmn = check_cmvn_mode(cfg.features.cmvn)
     stack = cfg.model.stack
 
     targets = CtcTargets(a.lang_dir, stack)
 
     def dataset(name: str) -> CutData:
         excluded = a.exp_dir / f"excluded_{name}.txt" if rank == 0 else None
-        return open_recipe_set(
-            cfg, a.feats_dir / name, a.data_dir / name, targets, cmvn, cmn, name == a.train_set, excluded
-        )
+        return open_recipe_set(cfg, a.feats_dir / name, a.data_dir / name, targets, cmvn, name == a.train_set, excluded)
 
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     vocab = len(targets.tokens)

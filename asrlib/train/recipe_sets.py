@@ -9,7 +9,7 @@ from typing import Optional
 
 from asrlib.data.corpus import check_speed_factors
 from asrlib.errors import PathLike
-from asrlib.features.cmvn import online_prior
+from asrlib.features.cmvn import check_cmvn_mode, online_prior
 from asrlib.train.concat import ConcatCuts
 from asrlib.train.jitter import BoundaryJitter
 from asrlib.train.loader import CutData, open_set
@@ -22,11 +22,11 @@ def open_recipe_set(
     data_dir: PathLike,
     targets,
     cmvn_scp: PathLike,
-    cmn: str,
     training: bool,
     excluded_path: Optional[PathLike] = None,
 ) -> CutData:
-    """``feats_dir`` / ``data_dir``: one set's feature and data dirs; ``training``: the set trained on (gets the
+    """``feats_dir`` / ``data_dir``: one set's feature and data dirs, normalised by ``cmvn_scp`` and
+    ``features.cmvn``; ``training``: the set trained on (gets the
     ``train`` section's augmentations), else a set only evaluated (dev)."""
     t = cfg.train
     perturb = training and bool(t.speed_perturb)
@@ -35,7 +35,7 @@ def open_recipe_set(
         Path(feats_dir),
         targets,
         cmvn_scp,
-        cmn,
+        check_cmvn_mode(cfg.features.cmvn),  # the mean normalisation beside the global one
         online_prior(cfg.features),
         t.loader,
         excluded_path=excluded_path,

@@ -29,10 +29,6 @@ def _open(setup, prob=0.0, max_cuts=2, workers=0, targets=None):
     )
 
 
-def _close(a, b):
-    return torch.allclose(a, b, atol=1e-4)
-
-
 def _epoch(ds, epoch=0, workers=None):
     """(id, features, targets) of every cut of an epoch's batches, as the trainer gets them."""
     s = SamplerSettings(max_duration=6.0, seed=0)
@@ -53,9 +49,8 @@ def test_joined_cuts_are_their_parts_in_order(setup):
     for u, x, t in joined:
         assert u in single  # a joined cut keeps its first part's id
         parts, at = [], 0
-        while at < len(x):  # peel the parts off: each is a whole single cut (lhotse mixes the stored log-mel
-            # tracks with silence: equal up to float rounding)
-            nxt = [v for v, (y, _) in single.items() if len(y) <= len(x) - at and _close(y, x[at : at + len(y)])]
+        while at < len(x):  # peel the parts off: each is a whole single cut, bit for bit
+            nxt = [v for v, (y, _) in single.items() if len(y) <= len(x) - at and torch.equal(y, x[at : at + len(y)])]
             assert nxt, f"{u}: frames {at}- are no single cut's"
             parts.append(nxt[0])
             at += len(single[nxt[0]][0])
@@ -64,6 +59,30 @@ def test_joined_cuts_are_their_parts_in_order(setup):
         used += len(parts)
     assert used == len(single)  # every cut once: the audio of the epoch is kept
     assert any(len(x) > max(len(y) for y, _ in single.values()) for _, x, _ in joined)
+
+
+def test_a_joins_features_are_its_parts_stored_features_exactly(setup):
+    """Read by joined_features (not lhotse's feature-domain mixer, which comes within float rounding of them at
+    several times the cost); a cut that is not a plain join falls back to lhotse's mix."""
+    import numpy as np
+
+    from asrlib.train.concat import joined_features
+    from asrlib.train.loader import load_features
+
+    cuts = list(_open(setup).cuts)[:3]
+    stored = [c.load_features() for c in cuts]
+    join = cuts[0].append(cuts[1]).append(cuts[2])
+    assert np.array_equal(load_features(join, None), np.concatenate(stored))
+    lhotse_mix = join.load_features()
+    assert lhotse_mix.shape == (join.num_frames, stored[0].shape[1])
+    assert np.allclose(lhotse_mix, np.concatenate(stored), atol=1e-3)  # the same frames, up to float rounding
+    assert joined_features(cuts[0]) is None  # a single cut: its own features
+    noisy = cuts[0].mix(cuts[1], offset_other_by=cuts[0].duration, snr=10)
+    overlapping = cuts[0].mix(cuts[1], offset_other_by=cuts[0].duration / 2)
+    for mixed in (noisy, overlapping):  # real mixes: lhotse's
+        assert joined_features(mixed) is None
+        assert np.array_equal(load_features(mixed, None), mixed.load_features())
+    assert not np.array_equal(load_features(overlapping, None)[: len(stored[0])], stored[0])
 
 
 def test_joins_depend_on_seed_epoch_batch_not_on_workers(setup):

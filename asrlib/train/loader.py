@@ -35,8 +35,8 @@ from asrlib.config import LoaderConfig
 from asrlib.data.cuts import open_cuts
 from asrlib.errors import AsrError, PathLike
 from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, utterance_cmn
-from asrlib.train.concat import joined_features
 from asrlib.io.tables import read_table, write_table
+from asrlib.train.concat import joined_features
 from asrlib.train.jitter import MovedCuts, move_ends
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def load_features(cut, on_the_fly: Optional[OnTheFlyFbank]) -> np.ndarray:
     stored features) computed."""
     if cut.has_features:
         joined = joined_features(cut)
-        return joined if joined is not None else np.asarray(cut.load_features(), dtype=np.float32)
+        return np.asarray(joined if joined is not None else cut.load_features(), dtype=np.float32)
     if on_the_fly is None:
         raise AsrError(f"cut {cut.id} has no stored features and features.on_the_fly is off")
     return on_the_fly(cut)

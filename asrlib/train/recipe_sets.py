@@ -26,8 +26,8 @@ def open_recipe_set(
     excluded_path: Optional[PathLike] = None,
 ) -> CutData:
     """``feats_dir`` / ``data_dir``: one set's feature and data dirs, normalised by ``cmvn_scp`` and
-    ``features.cmvn``; ``training``: the set trained on (gets the
-    ``train`` section's augmentations), else a set only evaluated (dev)."""
+    ``features.cmvn``; ``training``: the set trained on (gets the ``train`` section's augmentations), else a set
+    only evaluated (dev)."""
     t = cfg.train
     perturb = training and bool(t.speed_perturb)
     noise = training and bool(t.noise_cuts)

@@ -121,10 +121,10 @@ class ModelConfig:
 class DistConfig:
     """``train.dist``: the distributed training algorithm and its knobs (see asrlib/parallel/ for what each does)."""
 
-    algo: str = "local"  # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring | powersgd | diloco
+    algo: str = "local"  # local | sync | ma | bmuf | adpsgd | hadpsgd | asgd | ring | powersgd | diloco | topk
     period: int = 1  # K (ma) / tau (bmuf) / H (diloco): local steps between synchronisations
     # ma/bmuf/diloco: synchronous SGD (gradient all-reduce) for the first N steps; powersgd: torch's
-    # start_powerSGD_iter, uncompressed all-reduce for the first max(2, N) steps
+    # start_powerSGD_iter, uncompressed all-reduce for the first max(2, N) steps; topk: whole-gradient all-reduces
     warmup_steps: int = 0
     block_momentum: float = -1.0  # bmuf eta; < 0 means 1 - 1/N
     block_lr: float = 1.0  # bmuf zeta
@@ -156,6 +156,10 @@ class DistConfig:
     # quantised) averaging while the learners leave CTC's blank plateau, where they drift apart most
     early_period: int = 0
     early_steps: int = 0  # diloco: how many steps (after the warm-up) use early_period
+    outer_topk: float = 0.0  # diloco: > 0 sends only this share of the pseudo-gradient (+ residual), the largest
+    topk_density: float = 0.005  # topk: share of each parameter's gradient (plus residual) sent a step
+    topk_value_bits: int = 16  # topk, diloco outer_topk: 16 (bfloat16) | 32 bits per value sent (positions: 32 bits)
+    topk_ramp_steps: int = 0  # topk: after the warm-up, the density falls from 1 to topk_density over this many steps
 
 
 @dataclass

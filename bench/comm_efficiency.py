@@ -20,7 +20,9 @@ each learner's ``--batch-seconds`` 10 s batches make the recipe's 20 s step), se
 
 ``--configs NAME ...`` picks from CONFIGS: besides the default set, ``diloco_h<H>_avg`` (outer lr 1, no outer
 momentum: plain averaging every H steps), ``diloco_h<H>_q8`` / ``_q4`` (the same with the pseudo-gradient sent in 8
-or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learning rates. A configuration's
+or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learning rates; ``topk_d005`` / ``topk_d0025`` (gradients sparsified to 0.5 / 0.25 %
+a step, ``train.dist.algo=topk``) and ``diloco_h1_topk005`` / ``_topk0025`` (each learner's update sparsified every
+step, the rest kept in its model: diloco H 1, plain averaging, ``train.dist.outer_topk``). A configuration's
 overrides come after the shared set-up, ``--set`` after both. Writes OUT/runs.json (every run; runs already there
 are not repeated), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the Pareto frontier) and
 the results file; prints one JSON line.
@@ -94,6 +96,14 @@ for _eh, _es in ((4, 600), (8, 1200)):
         f"train.dist.early_period={_eh}",
         f"train.dist.early_steps={_es}",
     ]
+# sparsified (asrlib/parallel/sparse.py: per parameter the largest share, positions + bfloat16 values, error
+# feedback): each step's gradient (``topk``), or each learner's optimizer update (diloco, H 1, plain averaging)
+for _d in (0.005, 0.0025):
+    _tag = f"{_d:g}"[2:]  # 005: 0.5 %
+    CONFIGS[f"topk_d{_tag}"] = ["train.dist.algo=topk", f"train.dist.topk_density={_d}"]
+    CONFIGS[f"diloco_h1_topk{_tag}"] = _diloco(1, plain=True) + [f"train.dist.outer_topk={_d}"]
+# the same at the recipe's learning rate x 1.4: each learner's Adam step is taken on half of sync's batch
+CONFIGS["diloco_h1_topk005_rlr14"] = CONFIGS["diloco_h1_topk005"] + ["train.lr=0.0021"]
 # the configurations plus the quantised one that meets the goal on dev (chosen on dev WER, 2026-11-25)
 DEFAULT = [
     "sync",

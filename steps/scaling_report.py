@@ -10,7 +10,8 @@ Writes OUT_DIR/scaling.json (speed-up per algorithm and N), scaling.md (table + 
 ``--bandwidth-gbit`` sets the link's bandwidth (its latency kept). Compressed payloads: ``--powersgd-run EXP_DIR``
 reads the bytes per step a powersgd run measured (its ``log/dist.rank0.json``, epochs after the first) as the
 payload of powersgd's all-reduces; ``--diloco-period`` is H; ``--diloco-run EXP_DIR`` reads a diloco run's measured
-bytes per outer step (e.g. a quantised one, ``train.dist.outer_bits`` 4) and its H (unless ``--diloco-period``).
+bytes per outer step (e.g. a quantised one, ``train.dist.outer_bits`` 4) and its H (unless ``--diloco-period``);
+``--topk-run EXP_DIR`` a topk run's measured bytes per step (its all-gather's payload).
 
     python -m steps.scaling_report --params exp/bench_timing/params.json --link eth10 --bandwidth-gbit 10 \
         --powersgd-run exp/bench_comm/powersgd_r1_s42 --diloco-period 100 --algos sync bmuf adpsgd powersgd diloco \
@@ -121,6 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--diloco-period", type=int, default=None, help="H of diloco (default: the params')")
     p.add_argument("--diloco-run", type=Path, default=None, help="a diloco exp dir: its measured payload and H")
     p.add_argument("--t-quantise", type=float, default=0.0, help="diloco: quantise + dequantise s per outer step")
+    p.add_argument("--topk-run", type=Path, default=None, help="a topk exp dir: its measured payload per step")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
@@ -157,8 +159,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise AsrError(f"{summary} does not exist: --diloco-run must be the exp dir of a finished diloco run")
         d = json.loads(summary.read_text())
         proj = dataclasses.replace(
-            proj, diloco_payload=payload_per_outer_step(d), diloco_period=a.diloco_period or d["H"]
+            proj,
+            diloco_payload=payload_per_outer_step(d),
+            diloco_period=a.diloco_period or d["H"],
+            diloco_gather=bool(d.get("outer_topk")),  # sparsified: all-gathered
         )
+    if a.topk_run is not None:
+        summary = a.topk_run / "log" / "dist.rank0.json"
+        if not summary.is_file():
+            raise AsrError(f"{summary} does not exist: --topk-run must be the exp dir of a finished topk run")
+        proj = dataclasses.replace(proj, topk_payload=payload_per_step(json.loads(summary.read_text()), 0))
     ns = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= a.max_n]
     table = speedup_table(proj, a.algos, ns)
     out = {"params": dataclasses.asdict(proj), "speedup": table}
@@ -176,6 +186,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         + (
             f", diloco payload {proj.diloco_payload / 1e3:.1f} kB per outer step (measured, {a.diloco_run})"
             if proj.diloco_payload
+            else ""
+        )
+        + (
+            f", topk payload {proj.topk_payload / 1e3:.1f} kB per step (measured, {a.topk_run})"
+            if proj.topk_payload
             else ""
         )
         + (

@@ -2,7 +2,8 @@
 and resumed ends bit-identical to an uninterrupted run for sync, ma, bmuf (global model + block momentum; also with
 the block exchange overlapped, which a checkpoint completes), ring (the travelling model), powersgd (each
 learner's error feedback, warm-start P/Q and the hook's generator) and diloco (global model, outer Nesterov
-momentum, every learner's model; with outer_bits 4 also every learner's quantisation error feedback), with dropout and
+momentum, every learner's model; with outer_bits 4 also every learner's quantisation error feedback) and topk (every
+learner's residual and the density ramp's position), with dropout and
 SpecAugment on (every learner's RNG is checkpointed) and Adam."""
 
 import torch
@@ -21,6 +22,10 @@ ALGOS = {
     "diloco": ["train.dist.period=3"],
     # 4-bit pseudo-gradient: every learner's error feedback (its own and its chunk's mean's) in the checkpoint
     "diloco_q4": ["train.dist.period=3", "train.dist.outer_bits=4", "train.dist.outer_block=16"],
+    # sparsified from step 3, the density ramping down over 3 steps: every learner's residual in the checkpoint
+    "topk": ["train.dist.warmup_steps=2", "train.dist.topk_density=0.05", "train.dist.topk_ramp_steps=3"],
+    # each learner's unsent rest, in its model and as its residual
+    "diloco_topk": ["train.dist.period=1", "train.dist.outer_momentum=0", "train.dist.outer_topk=0.05"],
 }
 
 

@@ -129,6 +129,24 @@ def test_compressed_payloads_powersgd_and_diloco():
     assert payload_per_step(run) == pytest.approx(4e4) and payload_per_step(run, skip_epochs=0) > 4e4
 
 
+def test_topk_pays_an_all_gather_that_grows_with_the_learners():
+    """topk: one ring all-gather of its measured payload per step, (n-1) latencies and n-1 messages received; so it
+    beats sync where bytes dominate, and its share of sync's communication grows with the learners."""
+    from asrlib.parallel.timing import with_bandwidth
+
+    p = _params(link=with_bandwidth(LINKS["eth10"], 10), t_calc=0.05, topk_payload=4e6 / 133, t_sparsify=0.001)
+    assert step_time("topk", 8, p) == pytest.approx(0.053 + 7 * (20e-6 + 4e6 / 133 / 1.25e9))
+    assert step_time("topk", 1, p) == step_time("local", 1, p)
+    assert speedup("topk", 8, p) > speedup("sync", 8, p)
+    share = [p.allgather(n, p.topk_payload) / p.allreduce(n) for n in (2, 8, 64, 256)]
+    assert share == sorted(share) and share[-1] > 2 * share[0]
+    # diloco with a sparsified pseudo-gradient (outer_topk): the same all-gather, once per H steps
+    d = dataclasses.replace(p, diloco_payload=p.topk_payload, diloco_period=1, diloco_gather=True)
+    assert step_time("diloco", 8, d) == pytest.approx(0.052 + p.allgather(8, p.topk_payload) + 0.004)
+    unmeasured = dataclasses.replace(p, topk_payload=0.0)  # no measurement: the float32 model, gathered
+    assert step_time("topk", 8, unmeasured) > step_time("sync", 8, unmeasured)
+
+
 def test_quantised_diloco_payload(tmp_path):
     """A quantised pseudo-gradient (diloco outer_bits 4) is one all-reduce-shaped exchange of the measured payload
     per H steps plus the quantising; at a few bits it gets closer to linear than float32 diloco at the same H, most

@@ -2,7 +2,8 @@
 ``train.dist.algo``: ``sync`` (gradient all-reduce), ``ma`` (K-step model averaging), ``bmuf`` (blockwise
 model-update filtering), ``adpsgd`` / ``hadpsgd`` (asynchronous decentralized SGD, flat and hierarchical), ``asgd``
 (asynchronous parameter server), ``ring`` (ring-structured parallel strategy), ``powersgd`` (DDP with torch's
-PowerSGD gradient compression) and ``diloco`` (H inner steps, outer Nesterov step on the pseudo-gradient). Launch
+PowerSGD gradient compression), ``diloco`` (H inner steps, outer Nesterov step on the pseudo-gradient) and
+``topk`` (DDP on sparsified gradients with error feedback). Launch
 several learners with ``python -m steps.train_dist --num-learners N -- <steps.train arguments>`` (torchrun underneath).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from asrlib.config import DistConfig
 from asrlib.errors import AsrError
 
-ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco")
+ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco", "topk")
 
 
 def make_algo(cfg: DistConfig, device=None):
@@ -48,6 +49,8 @@ def make_dist_algo(cfg: DistConfig, device=None):
         from asrlib.parallel.powersgd import PowerSgd as cls
     elif cfg.algo == "diloco":
         from asrlib.parallel.diloco import Diloco as cls
+    elif cfg.algo == "topk":
+        from asrlib.parallel.topk import TopkSgd as cls
     else:
         from asrlib.parallel.ring import RingRsps as cls
     return cls(cfg, init_process_group(cfg, device))

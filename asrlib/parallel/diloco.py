@@ -16,7 +16,15 @@ A learner sends one model-sized all-reduce per H steps: ``H`` times fewer bytes 
 ``outer_bits`` 8 or 4 (Streaming DiLoCo, Douillard et al. 2025, sends 4-bit pseudo-gradients) the pseudo-gradient
 is averaged quantised instead (:mod:`asrlib.parallel.quant`: ``outer_block`` values per float32 scale, a
 reduce-scatter then an all-gather of the codes, ``outer_error_feedback`` carrying what rounding dropped into the
-next outer step): about ``32 / (bits + 32 / outer_block)`` times fewer bytes per outer step again. The block counter
+next outer step): about ``32 / (bits + 32 / outer_block)`` times fewer bytes per outer step again. With
+``outer_topk`` (a density) only that share of each parameter's pseudo-gradient, its largest values, is sent
+(:mod:`asrlib.parallel.sparse`: positions and bfloat16 values all-gathered): about ``1 / (1.5 outer_topk)`` times
+fewer bytes per outer step. The learner keeps what it did not send in its model (it continues from ``theta`` minus
+its unsent rest, so the rest is in its next pseudo-gradient again); the learners' models then differ by their rests,
+which one all-reduce averages at the end of training. With ``period`` 1, ``outer_lr`` 1 and no outer momentum this is
+error-feedback sparsification of each learner's Adam update (sparse local SGD; for an adaptive optimizer what Deep
+Gradient Compression's momentum correction is for SGD). Resetting the learners to ``theta`` instead, the rest waiting
+in a residual only, diverged on digits (docs/distributed.md). The block counter
 runs across epoch ends (no synchronisation there: every learner's own model is in the checkpoint), so H may exceed
 an epoch; the dev loss at an epoch end is therefore the mean of the learners' losses on their own models. At the end
 of training the last (possibly shorter) block gets its outer step, and every learner holds ``theta``. A learner
@@ -24,7 +32,8 @@ without data at a step (uneven shard end) takes no inner step; its smaller pseud
 mean, as a model does in ``ma`` and ``bmuf``.
 
 ``theta``, the outer optimizer's momentum and the position in the block are checkpointed (identical on every
-learner), with every learner's model, inner optimizer state and quantisation error feedback, so resume is exact.
+learner), with every learner's model, inner optimizer state and quantisation or sparsification error feedback, so
+resume is exact.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from asrlib.errors import AsrError
-from asrlib.parallel import quant
+from asrlib.parallel import quant, sparse
 from asrlib.parallel.base import DistAlgo
 
 log = logging.getLogger(__name__)
@@ -60,11 +69,16 @@ class Diloco(DistAlgo):
             )
         if cfg.outer_bits != 32:
             quant.check(cfg.outer_bits, cfg.outer_block)
+        if cfg.outer_topk:
+            sparse.check(cfg.outer_topk, cfg.topk_value_bits, "train.dist.outer_topk")
+            if cfg.outer_bits != 32:
+                raise AsrError("train.dist.outer_topk and outer_bits 8 / 4 are two ways to compress: choose one")
         self.since_sync = 0
         self.syncs = 0
         self.theta = None  # the global model, a flat parameter of the outer optimizer
         self.outer = None
         self.quant = None  # quant.QuantisedMean (outer_bits 8 / 4), made on first use
+        self.sparse = None  # sparse.SparseMean (outer_topk), made on first use
 
     def init_state(self) -> None:
         self._start_outer()
@@ -73,7 +87,7 @@ class Diloco(DistAlgo):
         self.theta = torch.nn.Parameter(self.flat_params())
         self._make_outer_optimizer()
         self.since_sync = 0
-        self.quant = None  # fresh error feedback
+        self.quant = self.sparse = None  # fresh error feedback
 
     def _quantiser(self) -> quant.QuantisedMean:
         if self.quant is None:
@@ -83,6 +97,12 @@ class Diloco(DistAlgo):
                 n, c.outer_bits, c.outer_block, self.rank, self.world_size, c.outer_error_feedback
             )
         return self.quant
+
+    def _sparsifier(self) -> sparse.SparseMean:
+        if self.sparse is None:
+            sizes = [p.numel() for p in self.params()]
+            self.sparse = sparse.SparseMean(sizes, self.cfg.topk_value_bits, self.world_size)
+        return self.sparse
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
         return self.sync_during_warmup(has_data)
@@ -107,7 +127,12 @@ class Diloco(DistAlgo):
     def outer_step(self) -> None:
         """Average the pseudo-gradient theta - theta_i over the learners; one Nesterov step of theta."""
         delta = self.theta.detach() - self.flat_params()
-        if self.cfg.outer_bits == 32:
+        if self.cfg.outer_topk:
+            sp = self._sparsifier()
+            with self.stats.timed():
+                delta = sp.mean(delta, self.cfg.outer_topk, carry=False)  # the learner's model holds the rest
+            self.stats.all_gather(sp.last_bytes, self.world_size)
+        elif self.cfg.outer_bits == 32:
             with self.stats.timed():
                 dist.all_reduce(delta)
             self.stats.all_reduce(delta.numel() * delta.element_size(), self.world_size)
@@ -120,13 +145,24 @@ class Diloco(DistAlgo):
         self.theta.grad = delta
         self.outer.step()
         self.theta.grad = None
-        self.set_flat_params(self.theta.detach())
+        if self.cfg.outer_topk:  # what this learner did not send stays in its model (as its delta from theta)
+            self.set_flat_params(self.theta.detach() - self.sparse.residual)
+        else:
+            self.set_flat_params(self.theta.detach())
         self.since_sync = 0
         self.syncs += 1
 
     def stop(self) -> None:
         if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
             self.outer_step()
+        if self.sparse is not None and self.sparse.residual is not None:  # the learners' unsent parts, averaged once
+            rest = self.sparse.residual.clone()
+            with self.stats.timed():
+                dist.all_reduce(rest)
+            self.stats.all_reduce(rest.numel() * rest.element_size(), self.world_size)
+            self.theta.data -= rest.div_(self.world_size)
+            self.sparse.residual.zero_()
+            self.set_flat_params(self.theta.detach())
 
     def shared_state(self) -> Dict[str, Any]:
         return {
@@ -143,11 +179,14 @@ class Diloco(DistAlgo):
         self.since_sync, self.syncs = st["since_sync"], st["syncs"]
 
     def local_state(self) -> Dict[str, Any]:
-        return {"quant": self.quant.state_dict()} if self.quant is not None else {}
+        st = {"quant": self.quant.state_dict()} if self.quant is not None else {}
+        return {**st, "sparse": self.sparse.state_dict()} if self.sparse is not None else st
 
     def load_local(self, st: Dict[str, Any]) -> None:
         if "quant" in st:
             self._quantiser().load_state_dict(st["quant"], self.device)
+        if "sparse" in st:
+            self._sparsifier().load_state_dict(st["sparse"], self.device)
 
     def _make_outer_optimizer(self) -> None:
         self.outer = torch.optim.SGD(
@@ -168,4 +207,6 @@ class Diloco(DistAlgo):
             "outer_bits": self.cfg.outer_bits,
             "outer_block": self.cfg.outer_block,
             "outer_error_feedback": self.cfg.outer_error_feedback,
+            "outer_topk": self.cfg.outer_topk,
+            **({"outer_topk_sent_values": self.sparse.sent_values} if self.sparse is not None else {}),
         }

@@ -97,10 +97,11 @@ def identical_groups(algo) -> Optional[List[List[int]]]:
     """Groups of learners that must hold identical parameters right now (None: no claim at this step)."""
     n = algo.world_size
     name = algo.name
-    if name in ("sync", "powersgd"):
+    if name in ("sync", "powersgd", "topk"):
         return [list(range(n))]
-    if name == "diloco":  # after each outer step (warm-up: synchronous SGD)
-        return [list(range(n))] if algo.since_sync == 0 or algo.steps_done <= algo.cfg.warmup_steps else None
+    if name == "diloco":  # after each outer step (warm-up: synchronous SGD); outer_topk: learners keep their rest
+        warm = algo.steps_done <= algo.cfg.warmup_steps
+        return [list(range(n))] if warm or (algo.since_sync == 0 and not algo.cfg.outer_topk) else None
     if name in ("ma", "bmuf") and algo.steps_done > algo.cfg.warmup_steps:
         if algo.since_sync == 0:
             return [list(range(n))]
@@ -126,7 +127,8 @@ def _watch_identity(algo, record: Dict[str, float]) -> None:
 
     def end_epoch(model, optimizer):
         inner_epoch(model, optimizer)
-        check(model, [list(range(algo.world_size))] if algo.name in ("sync", "ma", "bmuf", "powersgd") else None)
+        every = algo.name in ("sync", "ma", "bmuf", "powersgd", "topk")
+        check(model, [list(range(algo.world_size))] if every else None)
 
     def check(model, groups):
         if groups is None:

@@ -35,6 +35,13 @@ class CommStats:
             self.sent_bytes += 2.0 * (n - 1) / n * nbytes
             self.recv_bytes += 2.0 * (n - 1) / n * nbytes
 
+    def all_gather(self, nbytes: int, n: int) -> None:
+        """``nbytes`` from each learner to every other (a ring: each learner passes on N - 1 blocks)."""
+        self.payload_bytes += nbytes
+        self.messages += 1
+        self.sent_bytes += (n - 1) * nbytes
+        self.recv_bytes += (n - 1) * nbytes
+
     def broadcast(self, nbytes: int, n: int, root: bool) -> None:
         self.payload_bytes += nbytes
         self.messages += 1

@@ -35,7 +35,12 @@ Per-minibatch time of one learner with n learners (the algorithms as implemented
   float32 model, or with ``outer_bits`` 8 / 4 the quantised vector (codes + scales) a learner hands over per outer
   step, learnt from a run's measured bytes (:func:`payload_per_outer_step`): its reduce-scatter (all-to-all of the
   other learners' chunks) and all-gather move ``2 (n-1)/n`` of it over each link with ``2 (n-1)`` latencies, as a
-  ring all-reduce does; ``T_quantise`` is the quantising and dequantising (measured or 0).
+  ring all-reduce does; ``T_quantise`` is the quantising and dequantising (measured or 0). With ``outer_topk``
+  (``diloco_gather``) the payload is all-gathered instead: ``T_allgather(n; payload)`` as topk's below.
+- topk: ``T_calc + T_merge + T_sparsify + T_allgather(n; payload)``: per step one all-gather of each learner's
+  positions and values (``payload`` bytes, learnt from a run's measured bytes per step as powersgd's), ring
+  all-gather ``(n-1) latency + (n-1) payload / bandwidth``: every learner receives every other's message, so the
+  time grows with n where an all-reduce's stays ~2x the payload; ``T_sparsify`` the selection (measured or 0).
 - ring (slides): ``T_calc + T_merge + T_wait`` with ``T_wait = max(n T_transmit + (n-1) T_merge - T_calc, 0)``,
   i.e. speed-up ``n (T_calc + T_merge) / (T_calc + T_merge + T_wait)``: n while the model's lap fits in one
   T_calc, then saturating near ``(T_calc + T_merge) / (T_transmit + T_merge)``.
@@ -69,7 +74,7 @@ LINKS: Dict[str, Link] = {
     "nvlink": Link("NVLink 4 (H100, 450 GB/s per direction)", 450e9, 2e-6),
 }
 
-ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco")
+ALGOS = ("sync", "ma", "bmuf", "adpsgd", "hadpsgd", "asgd", "ring", "powersgd", "diloco", "topk")
 
 
 @dataclass
@@ -94,6 +99,11 @@ class TimingParams:
     # quantise / dequantise compute per outer step
     diloco_payload: float = 0.0
     t_quantise: float = 0.0
+    diloco_gather: bool = False  # diloco outer_topk: the payload is all-gathered (positions + values), not reduced
+    # topk: bytes a learner hands to the all-gather per step (measured; 0 = not measured: the float32 model_bytes)
+    # and the selection's compute per step
+    topk_payload: float = 0.0
+    t_sparsify: float = 0.0
 
     def slowdown(self, n: int) -> float:
         """c(n): how much longer a minibatch's computation takes when n learners share the cores."""
@@ -104,6 +114,11 @@ class TimingParams:
             return max(1.0, n / self.cores)
         m = max(measured)
         return measured[m] * max(1.0, n / m)
+
+    def allgather(self, n: int, nbytes: float) -> float:
+        """Ring all-gather of ``nbytes`` from each of ``n`` learners (the all-reduce's link figures)."""
+        link = self.allreduce_link if self.allreduce_link is not None else self.link
+        return 0.0 if n <= 1 else (n - 1) * (link.latency + nbytes / link.bandwidth)
 
     def transmit(self, link: Optional[Link] = None) -> float:
         link = link or self.link
@@ -147,8 +162,12 @@ def step_time(algo: str, n: int, p: TimingParams) -> float:
         payload = p.powersgd_payload or p.model_bytes
         return tc + tm + p.t_compress * slow + p.allreduce(n, nbytes=payload, calls=p.powersgd_calls)
     if algo == "diloco":
-        exchange = p.allreduce(n, nbytes=p.diloco_payload or p.model_bytes) + p.t_quantise * slow
+        payload = p.diloco_payload or p.model_bytes
+        shipped = p.allgather(n, payload) if p.diloco_gather else p.allreduce(n, nbytes=payload)
+        exchange = shipped + p.t_quantise * slow
         return tc + tm + (exchange + 2 * tm) / p.diloco_period
+    if algo == "topk":
+        return tc + tm + p.t_sparsify * slow + p.allgather(n, p.topk_payload or p.model_bytes)
     raise ValueError(f"unknown algorithm {algo!r}")
 
 

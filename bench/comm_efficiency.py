@@ -20,12 +20,12 @@ each learner's ``--batch-seconds`` 10 s batches make the recipe's 20 s step), se
 
 ``--configs NAME ...`` picks from CONFIGS: besides the default set, ``diloco_h<H>_avg`` (outer lr 1, no outer
 momentum: plain averaging every H steps), ``diloco_h<H>_q8`` / ``_q4`` (the same with the pseudo-gradient sent in 8
-or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learning rates; ``topk_d005`` / ``topk_d0025`` (gradients sparsified to 0.5 / 0.25 %
-a step, ``train.dist.algo=topk``) and ``diloco_h1_topk005`` / ``_topk0025`` (each learner's update sparsified every
-step, the rest kept in its model: diloco H 1, plain averaging, ``train.dist.outer_topk``). A configuration's
-overrides come after the shared set-up, ``--set`` after both. Writes OUT/runs.json (every run; runs already there
-are not repeated), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the Pareto frontier) and
-the results file; prints one JSON line.
+or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learning rates; ``topk_d005`` /
+``topk_d0025`` (gradients sparsified to 0.5 / 0.25 % a step, ``train.dist.algo=topk``) and ``diloco_h1_topk005`` /
+``_topk0025`` (each learner's update sparsified every step, the rest kept in its model: diloco H 1, plain averaging,
+``train.dist.outer_topk``). A configuration's overrides come after the shared set-up, ``--set`` after both. Writes
+OUT/runs.json (every run; runs already there are not repeated), OUT/frontier.png (bytes per learner vs test WER,
+mean over seeds, with the Pareto frontier) and the results file; prints one JSON line.
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ from __future__ import annotations
 from typing import Any, Dict
 
 import torch
-import torch.distributed as dist
 
 from asrlib.parallel import sparse
-from asrlib.parallel.ddp import DdpAlgo
+from asrlib.parallel.ddp import DdpAlgo, mean_hook
 
 
 class TopkSgd(DdpAlgo):
@@ -88,12 +87,10 @@ def _topk_hook(algo: TopkSgd, bucket):  # (no return annotation: DDP checks it a
     if bucket.is_last():
         algo.iter += 1
     if density >= 1.0:  # warm-up: the whole mean, as sync
-        algo.stats.all_reduce(buf.numel() * buf.element_size(), n)
-        dist.all_reduce(buf.div_(n))
-    else:
-        m = algo.mean_of(bucket)
-        buf.copy_(m.mean(buf, density))
-        algo.stats.all_gather(m.last_bytes, n)
+        return mean_hook(algo, bucket)
+    m = algo.mean_of(bucket)
+    buf.copy_(m.mean(buf, density))
+    algo.stats.all_gather(m.last_bytes, n)
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut

@@ -1,6 +1,6 @@
-"""Communication efficiency on digits: final WER against the bytes each learner sent, for sync, bmuf, adpsgd,
-powersgd (rank 1, 2, 4) and diloco (H = 50, 100, 500; plain averaging; a 4- or 8-bit pseudo-gradient), 2 learners
-(1 thread each) on this machine, several seeds.
+"""Communication efficiency on digits (or AN4, below): final WER against the bytes each learner sent, for sync,
+bmuf, adpsgd, powersgd (rank 1, 2, 4) and diloco (H = 50, 100, 500; plain averaging; a 4- or 8-bit
+pseudo-gradient), 2 learners (1 thread each) on this machine, several seeds.
 
 Bytes are the training bytes each learner handed to torch.distributed over the whole run, measured at the calls
 (asrlib/parallel/meter.py; ``measured_sent_bytes`` of log/dist.rank<R>.json, mean over the learners). WER is greedy
@@ -17,6 +17,12 @@ each learner's ``--batch-seconds`` 10 s batches make the recipe's 20 s step), se
     PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --out recipes/digits/exp/bench_comm \
         --results bench/results/comm_efficiency.json
     PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --quick      # < 1 min: sync and 4-bit diloco, 1 epoch
+
+AN4 (its stages 1-3 run first: ``recipes/an4/run.sh --stop-stage 3``): the recipe's BLSTM and schedule on all its
+training utterances, 15 s batches per learner (the recipe's 30 s step), WERs through its TLG graph:
+
+    PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/an4 --train-utts 0 \
+        --batch-seconds 15 --method tlg --out recipes/an4/exp/bench_comm --configs sync diloco_h1_topk005
 
 ``--configs NAME ...`` picks from CONFIGS: besides the default set, ``diloco_h<H>_avg`` (outer lr 1, no outer
 momentum: plain averaging every H steps), ``diloco_h<H>_q8`` / ``_q4`` (the same with the pseudo-gradient sent in 8
@@ -127,14 +133,15 @@ def strided_subset(data_dir: Path, feats_dir: Path, out: Path, counts: Dict[str,
     return subset_training_tables(picked, feats_dir, out, counts)
 
 
-def greedy_wer(rd: Path, exp: Path, out: Path, name: str, sub: Path, split: str) -> float:
-    """Greedy-decoding WER of ``exp``'s final model on the subset's ``split`` (dev or test)."""
-    lp, dec = exp / f"logprobs_{split}", exp / f"decode_{split}_greedy"
+def final_wer(rd: Path, exp: Path, out: Path, name: str, sub: Path, split: str, method: str = "greedy") -> float:
+    """WER of ``exp``'s final model on the subset's ``split`` (dev or test), decoded by ``method`` (greedy, or tlg
+    with the recipe's lang dir and decode settings)."""
+    lp, dec = exp / f"logprobs_{split}", exp / f"decode_{split}_{method}"
     feats, text = sub / "fbank" / split / "feats.scp", sub / "data" / split / "text"
     model = ["--model", str(exp / "final.pt"), "--feats", str(feats), "--out-dir", str(lp), "--num-threads", "1"]
     name = f"{name}.{split}"
     run([PY, "-m", "steps.compute_logprobs", *model], out / f"{name}.dec1", rd)
-    decode = ["--config", str(rd / "config.yaml"), "--method", "greedy", "--logprobs", str(lp / "logprobs.scp")]
+    decode = ["--config", str(rd / "config.yaml"), "--method", method, "--logprobs", str(lp / "logprobs.scp")]
     run(
         [PY, "-m", "steps.decode", *decode, "--lang-dir", str(rd / "data" / "lang"), "--out-dir", str(dec)],
         out / f"{name}.dec2",
@@ -181,7 +188,7 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
     ax.plot([], [], "o", mfc="none", color="0.6", label="1-2 seeds (screening on dev)")
     ax.set_xscale("log")
     ax.set_xlabel("MB sent per learner, whole run (measured)")
-    ax.set_ylabel("test %WER (greedy), mean over the (n) seeds; bars: min-max")
+    ax.set_ylabel("test %WER, mean over the (n) seeds; bars: min-max")
     ax.set_title(textwrap.fill(title, 90), fontsize=8)
     ax.legend()
     fig.tight_layout()
@@ -235,7 +242,12 @@ def main() -> None:
         default="small",
         help="small: 2 x 128 LSTM at lr 0.003 (the default set-up); recipe: the recipe's model and schedule",
     )
-    p.add_argument("--train-utts", type=int, default=None, help="default: 3000 (small), 4500 (recipe)")
+    p.add_argument(
+        "--train-utts", type=int, default=None, help="default: 3000 (small), 4500 (recipe); 0: all of the recipe's"
+    )
+    p.add_argument(
+        "--method", choices=["greedy", "tlg"], default="greedy", help="decoding for the WERs (tlg: the recipe's graph)"
+    )
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-seconds", type=float, default=10.0)
     p.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides (all runs)")
@@ -250,6 +262,8 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)  # a fresh run: finished exp dirs would be skipped
     out.mkdir(parents=True, exist_ok=True)
     n_eval = 50 if a.quick else 10**9  # full dev and test sets (dev: the training's dev loss and the choice)
+    if a.train_utts == 0:
+        a.train_utts = len(read_table(rd / "data" / "train" / "text"))
     sub = strided_subset(
         rd / "data", rd / "data" / "fbank", out / "subset", {"train": a.train_utts, "dev": n_eval, "test": n_eval}
     )
@@ -283,8 +297,8 @@ def main() -> None:
             wall = run([*cmd, *args, "--exp-dir", str(exp)], out / f"{name}.stdout", rd)
             summ = [json.loads((exp / "log" / f"dist.rank{r}.json").read_text()) for r in range(2)]
             sent = [s["measured_sent_bytes"] for s in summ]
-            dev_wer = greedy_wer(rd, exp, out, name, sub, "dev")
-            wer = greedy_wer(rd, exp, out, name, sub, "test")
+            dev_wer = final_wer(rd, exp, out, name, sub, "dev", a.method)
+            wer = final_wer(rd, exp, out, name, sub, "test", a.method)
             runs[name] = {
                 "config": cfg,
                 "seed": seed,
@@ -303,9 +317,10 @@ def main() -> None:
             (out / "runs.json").write_text(json.dumps(runs, indent=1))
     summary = summarise(runs)
     setup = (
-        f"digits, {'the recipe model, ' if a.setup == 'recipe' else ''}{a.train_utts} training utterances (strided), "
+        f"{rd.name}, {'the recipe model, ' if a.setup == 'recipe' else ''}"
+        f"{a.train_utts} training utterances (strided), "
         f"{a.epochs} epochs of {a.batch_seconds:g} s batches, "
-        f"2 learners x 1 thread, shared 2-core CPU"
+        f"2 learners x 1 thread, shared 2-core CPU, {a.method} decoding"
     )
     plot(summary, out / "frontier.png", setup)
 

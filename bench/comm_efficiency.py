@@ -4,8 +4,8 @@ pseudo-gradient), 2 learners (1 thread each) on this machine, several seeds.
 
 Bytes are the training bytes each learner handed to torch.distributed over the whole run, measured at the calls
 (asrlib/parallel/meter.py; ``measured_sent_bytes`` of log/dist.rank<R>.json, mean over the learners). WER is greedy
-CTC decoding of the full dev set (to choose configurations by) and of the full test set (to report), with
-steps.compute_logprobs, steps.decode --method greedy and steps.score.
+CTC decoding (``--method tlg``: the recipe's TLG graph and decode settings) of the full dev set (to choose
+configurations by) and of the full test set (to report), with steps.compute_logprobs, steps.decode and steps.score.
 
 The full run is sized to finish on a shared 2-core machine: every algorithm trains the same reduced set-up
 (``--train-utts`` utterances taken at an even stride over the training set so that every voice is in it, a

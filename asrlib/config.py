@@ -158,7 +158,10 @@ class DistConfig:
     early_steps: int = 0  # diloco: how many steps (after the warm-up) use early_period
     outer_topk: float = 0.0  # diloco: > 0 sends only this share of the pseudo-gradient (+ residual), the largest
     topk_density: float = 0.005  # topk: share of each parameter's gradient (plus residual) sent a step
-    topk_value_bits: int = 16  # topk, diloco outer_topk: 16 (bfloat16) | 32 bits per value sent (positions: 32 bits)
+    topk_value_bits: int = 16  # topk, diloco outer_topk: 16 (bfloat16) | 32 bits per value sent
+    # topk, diloco outer_topk: bits per position sent: 32 (in its parameter) | 16 (offset in a block of 65 536 values,
+    # each block keeping its own share: 1.5x the values for the same bytes at 16-bit values)
+    topk_index_bits: int = 32
     topk_ramp_steps: int = 0  # topk: after the warm-up, the density falls from 1 to topk_density over this many steps
 
 

@@ -239,3 +239,55 @@ def test_sparse_mean_is_shared_keeps_per_parameter_tops_and_loses_nothing():
         sparse.check(0.0, 16, "train.dist.outer_topk")
     with pytest.raises(AsrError, match="topk_value_bits"):
         sparse.check(0.1, 8, "train.dist.topk_density")
+    with pytest.raises(AsrError, match="topk_index_bits"):
+        sparse.check(0.1, 16, "train.dist.topk_density", 8)
+
+
+def _sparse_means_16bit_positions(rank, world):
+    from asrlib.parallel.sparse import SparseMean
+
+    m = meter.install()
+    before = m.snapshot()
+    sp = SparseMean([70000, 300], 16, world, index_bits=16)  # blocks of 65 536 and 4 464 values, then 300
+    g = torch.Generator().manual_seed(rank)
+    vs = [torch.randn(70300, generator=g) for _ in range(5)]
+    means = [sp.mean(v, 0.001) for v in vs]
+    return {"means": means, "vs": vs, "sent": m.snapshot()["sent_bytes"] - before["sent_bytes"], "sp": sp.state_dict()}
+
+
+def test_sparse_mean_with_16bit_positions_selects_per_block_and_decodes_offsets():
+    """16-bit positions: a parameter longer than 65 536 values is selected in blocks (66 + 5 + 1 values kept at 0.1 %),
+    the offsets (those past 32 767 too, which wrap in int16) decode to the same positions on both learners, 4 bytes a
+    value; nothing is lost."""
+    from asrlib.parallel import sparse
+
+    assert sparse.blocks([70000, 300], 16) == [65536, 4464, 300] and sparse.blocks([70000, 300], 32) == [70000, 300]
+    r0, r1 = run_learners(_sparse_means_16bit_positions, 2, timeout=60)
+    for a, b in zip(r0["means"], r1["means"]):
+        assert torch.equal(a, b)
+    top = torch.zeros(70300)
+    for v in (r0["vs"][0], r1["vs"][0]):
+        for (lo, hi), k in zip(((0, 65536), (65536, 70000), (70000, 70300)), (66, 5, 1)):
+            i = v[lo:hi].abs().topk(k).indices + lo
+            top[i] += v[i].to(torch.bfloat16).float() / 2
+    assert torch.equal(r0["means"][0], top)
+    nz = r0["means"][0].nonzero().flatten()
+    assert bool(((nz >= 32768) & (nz < 65536)).any()) and bool(((nz >= 65536) & (nz < 70000)).any())
+    total = sum(r0["means"]) + (r0["sp"]["residual"] + r1["sp"]["residual"]) / 2
+    assert torch.allclose(total, sum((a + b) / 2 for a, b in zip(r0["vs"], r1["vs"])), atol=1e-4)
+    assert r0["sent"] == r1["sent"] == 5 * 72 * 4 and r0["sp"]["sent_values"] == 5 * 72
+
+
+@pytest.mark.parametrize("bits,index_bits", [(16, 32), (32, 32), (16, 16), (32, 16)])
+def test_sparse_message_round_trips_with_an_odd_count(bits, index_bits):
+    """Positions and values come back from a message of 3 values whatever the widths (the wider part first, so each
+    part's bytes can be viewed as its type); 32-bit values exactly, 16-bit ones bfloat16-rounded."""
+    from asrlib.parallel import sparse
+
+    idx, base = torch.tensor([5, 40000, 65537]), torch.tensor([0, 0, 65536])
+    vals = torch.tensor([0.1, -2.5, 3.0])
+    msg = sparse.pack(idx, base, vals, bits, index_bits)
+    assert msg.numel() == 3 * (bits + index_bits) // 8
+    got_idx, got_vals = sparse.unpack(msg, base, bits, index_bits)
+    assert torch.equal(got_idx, idx)
+    assert torch.equal(got_vals, vals if bits == 32 else vals.to(torch.bfloat16).float())

@@ -70,7 +70,7 @@ class Diloco(DistAlgo):
         if cfg.outer_bits != 32:
             quant.check(cfg.outer_bits, cfg.outer_block)
         if cfg.outer_topk:
-            sparse.check(cfg.outer_topk, cfg.topk_value_bits, "train.dist.outer_topk")
+            sparse.check(cfg.outer_topk, cfg.topk_value_bits, "train.dist.outer_topk", cfg.topk_index_bits)
             if cfg.outer_bits != 32:
                 raise AsrError("train.dist.outer_topk and outer_bits 8 / 4 are two ways to compress: choose one")
         self.since_sync = 0
@@ -101,7 +101,7 @@ class Diloco(DistAlgo):
     def _sparsifier(self) -> sparse.SparseMean:
         if self.sparse is None:
             sizes = [p.numel() for p in self.params()]
-            self.sparse = sparse.SparseMean(sizes, self.cfg.topk_value_bits, self.world_size)
+            self.sparse = sparse.SparseMean(sizes, self.cfg.topk_value_bits, self.world_size, self.cfg.topk_index_bits)
         return self.sparse
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:
@@ -208,5 +208,9 @@ class Diloco(DistAlgo):
             "outer_block": self.cfg.outer_block,
             "outer_error_feedback": self.cfg.outer_error_feedback,
             "outer_topk": self.cfg.outer_topk,
-            **({"outer_topk_sent_values": self.sparse.sent_values} if self.sparse is not None else {}),
+            **(
+                {"outer_topk_sent_values": self.sparse.sent_values, "topk_index_bits": self.cfg.topk_index_bits}
+                if self.sparse is not None
+                else {}
+            ),
         }

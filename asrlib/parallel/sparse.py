@@ -10,6 +10,10 @@ Every learner scatters all the messages into zeros and divides by the learners, 
 bit. A learner hands ``6 k`` bytes (``8 k`` at 32 bits) to torch.distributed for ``k`` values kept of ``n``, against
 ``4 n`` for a float32 all-reduce; but an all-gather brings every learner's message to everyone, so what a learner
 receives grows with the learners (N - 1 messages).
+
+With ``topk_index_bits: 16`` the segments are cut into blocks of at most 65 536 values, each keeping its own top
+share, and a position is sent as its 16-bit offset in its block: ``4 k`` bytes at bfloat16, so the same bytes carry
+1.5 times the values (every learner knows the blocks and how many each keeps, so the offsets decode alone).
 """
 
 from __future__ import annotations
@@ -23,11 +27,24 @@ import torch.distributed as dist
 from asrlib.errors import AsrError
 
 
-def check(density: float, bits: int, key: str) -> None:
+BLOCK = 1 << 16  # values per block with 16-bit positions
+
+
+def check(density: float, bits: int, key: str, index_bits: int = 32) -> None:
     if not 0.0 < density <= 1.0:
         raise AsrError(f"{key} must be in (0, 1], not {density}")
     if bits not in (16, 32):
         raise AsrError(f"train.dist.topk_value_bits must be 16 or 32, not {bits}")
+    if index_bits not in (16, 32):
+        raise AsrError(f"train.dist.topk_index_bits must be 16 or 32, not {index_bits}")
+
+
+def blocks(sizes: Sequence[int], index_bits: int) -> List[int]:
+    """The segments selected in: the parameters (32-bit positions), or each cut into blocks of at most ``BLOCK``
+    values (16-bit positions: offsets in the block)."""
+    if index_bits == 32:
+        return list(sizes)
+    return [min(BLOCK, n - o) for n in sizes for o in range(0, n, BLOCK)]
 
 
 def kept(sizes: Sequence[int], density: float) -> List[int]:
@@ -46,23 +63,37 @@ def select(acc: torch.Tensor, sizes: Sequence[int], density: float) -> torch.Ten
     return torch.cat(picks)
 
 
-def pack(idx: torch.Tensor, values: torch.Tensor, bits: int) -> torch.Tensor:
-    """Positions (int32) and values (bfloat16 or float32) as one message of bytes."""
+def pack(idx: torch.Tensor, base: torch.Tensor, values: torch.Tensor, bits: int, index_bits: int) -> torch.Tensor:
+    """Positions (int32, or int16 offsets from ``base``, their blocks' starts) and values (bfloat16 or float32) as one
+    message of bytes, the wider kind first so that each part's bytes can be viewed as its type."""
+    pos = idx.to(torch.int32) if index_bits == 32 else (idx - base).to(torch.int32).to(torch.int16)  # wraps >= 2^15
     v = values.to(torch.bfloat16) if bits == 16 else values.to(torch.float32)
-    return torch.cat([idx.to(torch.int32).view(torch.uint8), v.view(torch.uint8)])
+    parts = sorted([pos, v], key=lambda t: -t.element_size())
+    return torch.cat([t.view(torch.uint8) for t in parts])
 
 
-def unpack(msg: torch.Tensor, k: int, bits: int) -> tuple:
-    idx = msg[: 4 * k].view(torch.int32).long()
-    values = msg[4 * k :].view(torch.bfloat16 if bits == 16 else torch.float32).float()
+def unpack(msg: torch.Tensor, base: torch.Tensor, bits: int, index_bits: int) -> tuple:
+    """(positions, float32 values) of a message of ``base.numel()`` values."""
+    k = base.numel()
+    kinds = sorted([(index_bits, "pos"), (bits, "val")], key=lambda t: -t[0])
+    at, part = 0, {}
+    for b, name in kinds:
+        part[name] = msg[at : at + k * b // 8]
+        at += k * b // 8
+    if index_bits == 32:
+        idx = part["pos"].view(torch.int32).long()
+    else:
+        idx = (part["pos"].view(torch.int16).long() & 0xFFFF) + base
+    values = part["val"].view(torch.bfloat16 if bits == 16 else torch.float32).float()
     return idx, values
 
 
 class SparseMean:
     """The mean over the learners of the top values of each learner's vector plus its residual."""
 
-    def __init__(self, sizes: Sequence[int], bits: int, world: int):
-        self.sizes, self.bits, self.world = list(sizes), bits, world
+    def __init__(self, sizes: Sequence[int], bits: int, world: int, index_bits: int = 32):
+        self.sizes, self.bits, self.world, self.index_bits = blocks(sizes, index_bits), bits, world, index_bits
+        self.starts = torch.tensor([0, *self.sizes[:-1]]).cumsum(0)
         self.residual: Optional[torch.Tensor] = None
         self.sent_values = 0  # values sent so far
         self.last_bytes = 0  # bytes of the last message
@@ -73,17 +104,17 @@ class SparseMean:
         if carry and self.residual is not None:
             acc += self.residual
         idx = select(acc, self.sizes, density)
-        k = idx.numel()
-        msg = pack(idx, acc[idx], self.bits)
-        acc[idx] -= unpack(msg, k, self.bits)[1]  # what the others add: its rounding stays here
+        base = torch.repeat_interleave(self.starts, torch.tensor(kept(self.sizes, density))).to(acc.device)
+        msg = pack(idx, base, acc[idx], self.bits, self.index_bits)
+        acc[idx] -= unpack(msg, base, self.bits, self.index_bits)[1]  # what the others add: its rounding stays here
         self.residual = acc
-        self.sent_values += k
+        self.sent_values += idx.numel()
         self.last_bytes = msg.numel()
         got = [torch.empty_like(msg) for _ in range(self.world)]
         dist.all_gather(got, msg)
         out = torch.zeros(acc.numel(), dtype=torch.float32, device=acc.device)
         for m in got:  # in rank order: the same sums on every learner
-            out.index_add_(0, *unpack(m, k, self.bits))
+            out.index_add_(0, *unpack(m, base, self.bits, self.index_bits))
         return out.div_(self.world)
 
     def state_dict(self) -> Dict[str, object]:

@@ -34,7 +34,7 @@ class TopkSgd(DdpAlgo):
 
     def __init__(self, cfg, info=None):
         super().__init__(cfg, info)
-        sparse.check(cfg.topk_density, cfg.topk_value_bits, "train.dist.topk_density")
+        sparse.check(cfg.topk_density, cfg.topk_value_bits, "train.dist.topk_density", cfg.topk_index_bits)
         self.means: Dict[int, sparse.SparseMean] = {}  # per bucket
         self.iter = 0  # steps taken (the last bucket of a step counts it)
 
@@ -49,7 +49,9 @@ class TopkSgd(DdpAlgo):
         key = bucket.index()
         if key not in self.means:
             sizes = [p.numel() for p in bucket.parameters()]
-            self.means[key] = sparse.SparseMean(sizes, self.cfg.topk_value_bits, self.world_size)
+            self.means[key] = sparse.SparseMean(
+                sizes, self.cfg.topk_value_bits, self.world_size, self.cfg.topk_index_bits
+            )
         return self.means[key]
 
     # ------------------------------------------------------------------ state
@@ -66,6 +68,7 @@ class TopkSgd(DdpAlgo):
         return {
             "topk_density": self.cfg.topk_density,
             "topk_value_bits": self.cfg.topk_value_bits,
+            "topk_index_bits": self.cfg.topk_index_bits,
             "topk_ramp_steps": self.cfg.topk_ramp_steps,
             "topk_sent_values": sum(m.sent_values for m in self.means.values()),
             "buckets": self.buckets(),

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -198,7 +199,8 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     pts = []
-    for name, s in summary.items():
+    near: Dict[float, int] = {}  # labels already at about this many bytes: the next one goes lower
+    for name, s in sorted(summary.items(), key=lambda kv: -kv[1]["wer_mean"]):
         x, y = s["sent_MB_per_learner"], s["wer_mean"]
         label = f"{name} ({len(s['seeds'])})"  # number of seeds
         if len(s["seeds"]) < 3:  # a screening run: grey, not on the frontier
@@ -206,7 +208,9 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -3), fontsize=6, color="0.5")
             continue
         ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        at = round(math.log10(x), 1)
+        near[at] = near.get(at, -1) + 1
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near[at]), fontsize=8)
         pts.append((x, y, name))
     front = pareto(pts)
     ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, label="frontier (>= 3 seeds)")

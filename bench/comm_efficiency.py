@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -199,18 +198,15 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     pts = []
-    near: Dict[float, int] = {}  # labels already at about this many bytes: the next one goes lower
-    for name, s in sorted(summary.items(), key=lambda kv: -kv[1]["wer_mean"]):
+    for name, s in summary.items():
         x, y = s["sent_MB_per_learner"], s["wer_mean"]
         label = f"{name} ({len(s['seeds'])})"  # number of seeds
         if len(s["seeds"]) < 3:  # a screening run: grey, not on the frontier
             ax.plot(x, y, "o", mfc="none", color="0.6", ms=5)
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -3), fontsize=6, color="0.5")
             continue
-        ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3)
-        at = round(math.log10(x), 1)
-        near[at] = near.get(at, -1) + 1
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near[at]), fontsize=8)
+        # in the legend: configurations sending the same bytes would hide each other's labels
+        ax.errorbar(x, y, yerr=[[y - s["wer_min"]], [s["wer_max"] - y]], fmt="o", capsize=3, label=label)
         pts.append((x, y, name))
     front = pareto(pts)
     ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=0.8, label="frontier (>= 3 seeds)")
@@ -219,7 +215,7 @@ def plot(summary: Dict[str, Dict], path: Path, title: str) -> None:
     ax.set_xlabel("MB sent per learner, whole run (measured)")
     ax.set_ylabel("test %WER, mean over the (n) seeds; bars: min-max")
     ax.set_title(textwrap.fill(title, 90), fontsize=8)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -47,13 +47,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PY = sys.executable
 
 sys.path.insert(0, str(ROOT / "bench"))
+from asrlib.config import load_config  # noqa: E402
 from asrlib.data.subset import subset_training_tables  # noqa: E402
 from asrlib.io.tables import read_table, write_table  # noqa: E402
 from dist_p1 import run  # noqa: E402  (a step in the recipe dir, its log kept, SystemExit on failure)
@@ -70,7 +69,7 @@ def _diloco(h: int, bits: int = 32, plain: bool = False) -> List[str]:
 def scale_lr(overrides: List[str], config: Path) -> List[str]:
     """``train.lr*=F`` becomes ``train.lr=`` F times the learning rate set before it (by an earlier override, else the
     recipe's config); later overrides win, as in steps.train."""
-    lr = float(yaml.safe_load(config.read_text())["train"]["lr"])
+    lr = load_config(config).train.lr
     out = []
     for o in overrides:
         if o.startswith("train.lr*="):

@@ -70,7 +70,7 @@ class Diloco(DistAlgo):
         if cfg.outer_bits != 32:
             quant.check(cfg.outer_bits, cfg.outer_block)
         if cfg.outer_topk:
-            sparse.check(cfg.outer_topk, cfg.topk_value_bits, "train.dist.outer_topk", cfg.topk_index_bits)
+            sparse.check_config(cfg, cfg.outer_topk, "train.dist.outer_topk")
             if cfg.outer_bits != 32:
                 raise AsrError("train.dist.outer_topk and outer_bits 8 / 4 are two ways to compress: choose one")
         self.since_sync = 0
@@ -101,7 +101,7 @@ class Diloco(DistAlgo):
     def _sparsifier(self) -> sparse.SparseMean:
         if self.sparse is None:
             sizes = [p.numel() for p in self.params()]
-            self.sparse = sparse.SparseMean(sizes, self.cfg.topk_value_bits, self.world_size, self.cfg.topk_index_bits)
+            self.sparse = sparse.SparseMean.from_config(sizes, self.cfg, self.world_size)
         return self.sparse
 
     def after_backward(self, model: torch.nn.Module, has_data: bool = True) -> bool:

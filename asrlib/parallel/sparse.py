@@ -39,6 +39,11 @@ def check(density: float, bits: int, key: str, index_bits: int = 32) -> None:
         raise AsrError(f"train.dist.topk_index_bits must be 16 or 32, not {index_bits}")
 
 
+def check_config(cfg, density: float, key: str) -> None:
+    """``check`` of ``density`` (the setting ``key``) with the widths a ``train.dist`` config sets."""
+    check(density, cfg.topk_value_bits, key, cfg.topk_index_bits)
+
+
 def blocks(sizes: Sequence[int], index_bits: int) -> List[int]:
     """The segments selected in: the parameters (32-bit positions), or each cut into blocks of at most ``BLOCK``
     values (16-bit positions: offsets in the block)."""
@@ -94,9 +99,21 @@ class SparseMean:
     def __init__(self, sizes: Sequence[int], bits: int, world: int, index_bits: int = 32):
         self.sizes, self.bits, self.world, self.index_bits = blocks(sizes, index_bits), bits, world, index_bits
         self.starts = torch.tensor([0, *self.sizes[:-1]]).cumsum(0)
+        self.bases: Dict[float, torch.Tensor] = {}  # per density: each kept value's block start
         self.residual: Optional[torch.Tensor] = None
         self.sent_values = 0  # values sent so far
         self.last_bytes = 0  # bytes of the last message
+
+    @classmethod
+    def from_config(cls, sizes: Sequence[int], cfg, world: int) -> "SparseMean":
+        """With the value and position widths a ``train.dist`` config sets."""
+        return cls(sizes, cfg.topk_value_bits, world, cfg.topk_index_bits)
+
+    def base(self, density: float, device: torch.device) -> torch.Tensor:
+        if density not in self.bases:
+            counts = torch.tensor(kept(self.sizes, density))
+            self.bases[density] = torch.repeat_interleave(self.starts, counts).to(device)
+        return self.bases[density]
 
     def mean(self, v: torch.Tensor, density: float, carry: bool = True) -> torch.Tensor:
         """``carry`` False: ``v`` already holds what was not sent before (diloco keeps it in the learner's model)."""
@@ -104,17 +121,19 @@ class SparseMean:
         if carry and self.residual is not None:
             acc += self.residual
         idx = select(acc, self.sizes, density)
-        base = torch.repeat_interleave(self.starts, torch.tensor(kept(self.sizes, density))).to(acc.device)
+        base = self.base(density, acc.device)
         msg = pack(idx, base, acc[idx], self.bits, self.index_bits)
-        acc[idx] -= unpack(msg, base, self.bits, self.index_bits)[1]  # what the others add: its rounding stays here
+        mine = unpack(msg, base, self.bits, self.index_bits)  # what the others add
+        acc[idx] -= mine[1]  # its rounding stays here
         self.residual = acc
         self.sent_values += idx.numel()
         self.last_bytes = msg.numel()
         got = [torch.empty_like(msg) for _ in range(self.world)]
         dist.all_gather(got, msg)
         out = torch.zeros(acc.numel(), dtype=torch.float32, device=acc.device)
-        for m in got:  # in rank order: the same sums on every learner
-            out.index_add_(0, *unpack(m, base, self.bits, self.index_bits))
+        me = dist.get_rank()
+        for r, m in enumerate(got):  # in rank order: the same sums on every learner
+            out.index_add_(0, *(mine if r == me else unpack(m, base, self.bits, self.index_bits)))
         return out.div_(self.world)
 
     def state_dict(self) -> Dict[str, object]:

@@ -34,7 +34,7 @@ class TopkSgd(DdpAlgo):
 
     def __init__(self, cfg, info=None):
         super().__init__(cfg, info)
-        sparse.check(cfg.topk_density, cfg.topk_value_bits, "train.dist.topk_density", cfg.topk_index_bits)
+        sparse.check_config(cfg, cfg.topk_density, "train.dist.topk_density")
         self.means: Dict[int, sparse.SparseMean] = {}  # per bucket
         self.iter = 0  # steps taken (the last bucket of a step counts it)
 
@@ -49,9 +49,7 @@ class TopkSgd(DdpAlgo):
         key = bucket.index()
         if key not in self.means:
             sizes = [p.numel() for p in bucket.parameters()]
-            self.means[key] = sparse.SparseMean(
-                sizes, self.cfg.topk_value_bits, self.world_size, self.cfg.topk_index_bits
-            )
+            self.means[key] = sparse.SparseMean.from_config(sizes, self.cfg, self.world_size)
         return self.means[key]
 
     # ------------------------------------------------------------------ state
@@ -84,16 +82,15 @@ def ramped_density(t: int, density: float, ramp: int) -> float:
 
 
 def _topk_hook(algo: TopkSgd, bucket):  # (no return annotation: DDP checks it against its own)
-    buf = bucket.buffer()
-    n = algo.world_size
     density = algo.density()
     if bucket.is_last():
         algo.iter += 1
     if density >= 1.0:  # warm-up: the whole mean, as sync
         return mean_hook(algo, bucket)
+    buf = bucket.buffer()
     m = algo.mean_of(bucket)
     buf.copy_(m.mean(buf, density))
-    algo.stats.all_gather(m.last_bytes, n)
+    algo.stats.all_gather(m.last_bytes, algo.world_size)
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut

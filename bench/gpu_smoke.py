@@ -3,7 +3,7 @@ GPU memory, test WER after the last epoch), whether the GPU checkpoint resumes o
 (sync, NCCL) when the machine has two GPUs. Last line: one JSON object.
 
     bash bench/gpu_smoke.sh                     # on a CUDA machine: installs what it needs, then runs this
-    python bench/gpu_smoke.py [--device auto|cuda|cpu] [--data recipes/digits/data] [--quick]
+    python bench/gpu_smoke.py [--device auto|cuda|cpu] [--data recipes/digits/data] [--quick] [--seed N]
 
 ``--data``: the digits recipe's data dir after stages 1-3 (features, lang). Stage 1 synthesises the speech with
 espeak-ng and flite, which a GPU node may not have: run ``recipes/digits/run.sh --stop-stage 3`` where they are (``make
@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="200 training and 100 test utterances")
     p.add_argument("--threads", type=int, default=2, help="torch threads (CPU side)")
     p.add_argument("--epochs", type=int, default=1, help="epochs to train (the figures are the last epoch's)")
+    p.add_argument("--seed", type=int, default=None, help="train.seed (default: the recipe's)")
     a = p.parse_args(argv)
     dev = resolve_device(a.device, "--device")
     data = a.data.resolve()
@@ -143,6 +144,7 @@ def main(argv=None) -> int:
     counts = {"train": 200, "dev": 100, "test": 100} if a.quick else full
     sub = subset_training_tables(data, data / "fbank", out / "subset", counts)
     base = [f"train.epochs={a.epochs}", f"train.num_threads={a.threads}", f"train.precision={a.precision}"]
+    base += [f"train.seed={a.seed}"] if a.seed is not None else []
     sets = [x for o in [*base, f"train.device={dev}"] for x in ("--set", o)]
     cfg = ["--config", str(RECIPE / "config.yaml")]
 
@@ -170,6 +172,7 @@ def main(argv=None) -> int:
         "precision": precision_name(resolve_precision(a.precision, dev, "--precision")),
         "utterances": counts,
         "epochs": a.epochs,
+        "seed": load_config(RECIPE / "config.yaml", base).train.seed,
         "one_learner": one,
         "resume_on_cpu": resume,
         "two_learners": two if two is not None else "not run: fewer than two CUDA devices",

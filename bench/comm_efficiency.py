@@ -48,7 +48,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -237,15 +237,16 @@ def summarise(runs: Dict[str, Dict]) -> Dict[str, Dict]:
     for r in runs.values():
         groups.setdefault(r["config"], []).append(r)
     sync = {r["seed"]: r for r in groups.get("sync", [])}
-    sync_mb = statistics.mean(r["sent_bytes"] for r in sync.values()) / 1e6 if sync else float("nan")
+    sync_mb = statistics.mean(r["sent_bytes"] for r in sync.values()) / 1e6 if sync else None
 
-    def minus_sync(rs: List[Dict], key: str, seeds: Sequence[int] = ()) -> Tuple[float, float]:
-        """Mean and standard error of the paired differences (over ``seeds`` only, if given)."""
+    def minus_sync(rs: List[Dict], key: str, seeds: Sequence[int] = ()) -> Tuple[Optional[float], Optional[float]]:
+        """Mean and standard error of the paired differences (over ``seeds`` only, if given); None where there are
+        too few (JSON null: NaN is not JSON)."""
         d = [r[key] - sync[r["seed"]][key] for r in rs if r["seed"] in sync and (not seeds or r["seed"] in seeds)]
         if len(d) < max(1, len(seeds)):
-            return float("nan"), float("nan")
-        se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
-        return round(statistics.mean(d), 3), round(se, 3)
+            return None, None
+        se = round(statistics.stdev(d) / math.sqrt(len(d)), 3) if len(d) > 1 else None
+        return round(statistics.mean(d), 3), se
 
     out = {}
     for cfg in (c for c in CONFIGS if c in groups):
@@ -255,7 +256,7 @@ def summarise(runs: Dict[str, Dict]) -> Dict[str, Dict]:
         out[cfg] = {
             "seeds": [r["seed"] for r in rs],
             "sent_MB_per_learner": round(mb, 4),
-            "bytes_reduction_vs_sync": round(sync_mb / mb, 1) if mb else None,
+            "bytes_reduction_vs_sync": round(sync_mb / mb, 1) if mb and sync_mb else None,
             "wer_mean": round(statistics.mean(w), 3),
             "wer_min": round(min(w), 3),
             "wer_max": round(max(w), 3),
@@ -365,7 +366,7 @@ def main() -> None:
 
     def goal(key: str):  # >= 100x fewer bytes and within 0.3 of sync on >= 3 seeds (None for --quick: 1 epoch)
         ok = [c for c, s in summary.items() if (s["bytes_reduction_vs_sync"] or 0) >= 100 and len(s["seeds"]) >= 3]
-        return None if a.quick else [c for c in ok if summary[c][key] <= 0.3]  # (NaN: not within)
+        return None if a.quick else [c for c in ok if summary[c][key] is not None and summary[c][key] <= 0.3]
 
     result = {
         "bench": "comm_efficiency",

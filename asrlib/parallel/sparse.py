@@ -19,7 +19,7 @@ share, and a position is sent as its 16-bit offset in its block: ``4 k`` bytes a
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -99,7 +99,7 @@ class SparseMean:
     def __init__(self, sizes: Sequence[int], bits: int, world: int, index_bits: int = 32):
         self.sizes, self.bits, self.world, self.index_bits = blocks(sizes, index_bits), bits, world, index_bits
         self.starts = torch.tensor([0, *self.sizes[:-1]]).cumsum(0)
-        self.bases: Dict[float, torch.Tensor] = {}  # per density: each kept value's block start
+        self.bases: Dict[Tuple[float, torch.device], torch.Tensor] = {}  # each kept value's block start
         self.residual: Optional[torch.Tensor] = None
         self.sent_values = 0  # values sent so far
         self.last_bytes = 0  # bytes of the last message
@@ -110,10 +110,11 @@ class SparseMean:
         return cls(sizes, cfg.topk_value_bits, world, cfg.topk_index_bits)
 
     def base(self, density: float, device: torch.device) -> torch.Tensor:
-        if density not in self.bases:
+        key = (density, device)
+        if key not in self.bases:
             counts = torch.tensor(kept(self.sizes, density))
-            self.bases[density] = torch.repeat_interleave(self.starts, counts).to(device)
-        return self.bases[density]
+            self.bases[key] = torch.repeat_interleave(self.starts, counts).to(device)
+        return self.bases[key]
 
     def mean(self, v: torch.Tensor, density: float, carry: bool = True) -> torch.Tensor:
         """``carry`` False: ``v`` already holds what was not sent before (diloco keeps it in the learner's model)."""

@@ -230,6 +230,23 @@ def test_manifest_line_that_does_not_parse_names_file_and_line(tmp_path):
         open_cuts(tmp_path / "none.jsonl.gz")
 
 
+def test_audio_missing_where_features_exist_is_a_clear_error_and_features_alone_give_cuts(tmp_path):
+    """Features copied to another machine without their audio (a GPU node): the manifest names the missing file and
+    says how to train from the features alone; without wav.scp the same features give cuts."""
+    setup = make_audio_ctc_setup(tmp_path, {"train": 3})
+    fb, data = setup / "fbank" / "train", setup / "data" / "train"
+    first = sorted(read_table(data / "wav.scp"))[0]
+    (tmp_path / "wav" / f"{first[0]}.wav").unlink()
+    with pytest.raises(
+        AsrError, match=rf"{first[0]}\.wav: cannot read the audio of utterance {first[0]} .*leave wav.scp"
+    ):
+        ensure_cuts(fb, data)
+    (data / "wav.scp").unlink()
+    cuts = list(open_cuts(ensure_cuts(fb, data)))
+    assert [c.id for c in cuts] == sorted(u for u, _ in read_table(data / "text"))
+    assert all(c.recording is None and c.load_features().shape[0] == c.features.num_frames for c in cuts)
+
+
 def test_cut_manifest_is_rewritten_when_the_transcripts_change(tmp_path):
     setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 3})
     fb, data = setup / "fbank" / "train", setup / "data" / "train"

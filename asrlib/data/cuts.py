@@ -125,9 +125,17 @@ def iter_cuts(data_dir: Optional[PathLike], feats_dir: Optional[PathLike] = None
                 sr, n = _audio_info(seg.path, cache)
                 rec = Recording(Path(seg.path).stem, [AudioSource("file", [0], seg.path)], sr, n, n / sr)
                 duration = (seg.end if seg.end >= 0 else n / sr) - start
-            except Exception:  # noqa: BLE001 - unreadable audio: the feature stage listed why; the cut says none
+            except Exception as e:  # noqa: BLE001 - unreadable audio: the feature stage listed why; the cut says none
                 if feats_dir is None or seg.utt in feats:
-                    raise
+                    raise AsrError(
+                        f"{seg.path}: cannot read the audio of utterance {seg.utt} ({data_dir / 'wav.scp'}): {e}"
+                        + (
+                            "; its features exist: to train from features alone (audio on another machine), "
+                            f"leave wav.scp and segments out of {data_dir}"
+                            if feats_dir is not None
+                            else ""
+                        )
+                    ) from e
         features = None
         if feats_dir is not None and seg.utt in feats:
             ark, offset = feats[seg.utt].rsplit(":", 1)

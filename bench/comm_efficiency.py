@@ -30,7 +30,8 @@ or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learni
 ``topk_d0025`` (gradients sparsified to 0.5 / 0.25 % a step, ``train.dist.algo=topk``) and ``diloco_h1_topk005`` /
 ``_topk0025`` (each learner's update sparsified every step, the rest kept in its model: diloco H 1, plain averaging,
 ``train.dist.outer_topk``), with 16-bit positions ``diloco_h1_topk0075_i16`` / ``_topk009_i16`` (0.75 / 0.9 %,
-``train.dist.topk_index_bits=16``; 0.9 % is within 0.3 of sync on digits and AN4 over seeds 42 / 7 / 13). A
+``train.dist.topk_index_bits=16``; 0.9 % is within 0.3 of sync over seeds 42 / 7 / 13 on both corpora but not over
+seven on AN4, 0.75 % the reverse: docs/distributed.md). A
 configuration's overrides come after the shared set-up, ``--set`` after both. Writes OUT/runs.json (every run; runs
 already there are not repeated), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the Pareto
 frontier) and the results file; prints one JSON line.

@@ -157,6 +157,11 @@ class DistConfig:
     early_period: int = 0
     early_steps: int = 0  # diloco: how many steps (after the warm-up) use early_period
     outer_topk: float = 0.0  # diloco: > 0 sends only this share of the pseudo-gradient (+ residual), the largest
+    # diloco outer_topk: > 0 also averages the learners' unsent rests whole (an all-reduce at topk_value_bits, what
+    # that rounds off staying in each rest) after every outer_topk_dense_every-th outer step, so their models meet
+    # again (besides the float32 average at the end of training)
+    outer_topk_dense_every: int = 0
+    outer_topk_dense_steps: int = 0  # diloco outer_topk_dense_every: > 0 only up to this trainer step
     topk_density: float = 0.005  # topk: share of each parameter's gradient (plus residual) sent a step
     topk_value_bits: int = 16  # topk, diloco outer_topk: 16 (bfloat16) | 32 bits per value sent
     # topk, diloco outer_topk: bits per position sent: 32 (in its parameter) | 16 (offset in a block of 65 536 values,

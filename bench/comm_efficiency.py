@@ -136,6 +136,13 @@ for _d in (0.005, 0.0075, 0.009):
         f"train.dist.outer_topk={_d}",
         "train.dist.topk_index_bits=16",
     ]
+# 0.75 % with the learners' rests also averaged whole (bfloat16) after every 100th step up to step 900: 9 averages,
+# while the learners leave CTC's blank plateau, where their models drift apart most (about 115x / 101x fewer bytes
+# than sync on digits / AN4)
+CONFIGS["diloco_h1_topk0075_i16_dense100x900"] = CONFIGS["diloco_h1_topk0075_i16"] + [
+    "train.dist.outer_topk_dense_every=100",
+    "train.dist.outer_topk_dense_steps=900",
+]
 # the same at the recipe's learning rate x 1.4: each learner's Adam step is taken on half of sync's batch
 CONFIGS["diloco_h1_topk005_rlr14"] = CONFIGS["diloco_h1_topk005"] + ["train.lr*=1.4"]
 # the issue's configurations plus the quantised one that meets the goal on dev (chosen on dev WER, 2026-11-25)

@@ -5,7 +5,8 @@ starts, more so at a lower rank; diloco sends one model per H steps; both train;
 dist.rank<R>.json summary and TensorBoard; diloco with a quantised pseudo-gradient (outer_bits 8 / 4) sends what
 asrlib/parallel/quant.py says it sends, measured, and its two-collective mean is the same on every learner; topk
 (sparsified gradients with error feedback) keeps the learners identical and sends 6 bytes per value kept, as
-diloco's sparsified update (outer_topk) does per outer step, its learners' rests averaged once at the end. (Their
+diloco's sparsified update (outer_topk) does per outer step, its learners' rests averaged once at the end (and,
+with outer_topk_dense_every, in bfloat16 at intervals, half a model each time). (Their
 resume: tests/test_dist_resume.py; uneven shard ends: tests/test_dist_algorithms.py, which runs every algorithm of
 ALGOS.)"""
 
@@ -78,6 +79,10 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
         # of synchronous SGD
         "dtopk": ["train.dist.algo=diloco", "train.dist.period=1", "train.dist.outer_lr=1.0"]
         + ["train.dist.outer_momentum=0", "train.dist.warmup_steps=2", "train.dist.outer_topk=0.05"],
+        # the same, the learners' rests also averaged whole (bfloat16) after every 2nd outer step up to step 6
+        "dtopk_dense": ["train.dist.algo=diloco", "train.dist.period=1", "train.dist.outer_lr=1.0"]
+        + ["train.dist.outer_momentum=0", "train.dist.warmup_steps=2", "train.dist.outer_topk=0.05"]
+        + ["train.dist.outer_topk_dense_every=2", "train.dist.outer_topk_dense_steps=6"],
     }
     scenarios = [
         dict(setup=str(setup), config=str(cfg), overrides=ov, exp_dir=str(tmp_path / name), watch=True)
@@ -129,7 +134,10 @@ def test_powersgd_and_diloco_bytes_and_reporting(tmp_path):
     # (its warm-up all-reduces carry the learner's weight: 4 bytes more)
     assert sum(sent["dtopk"]) == 2 * (model + 4) + (steps - 2) * 6 * kept
     assert by["dtopk"][0]["algo"]["outer_topk_sent_values"] == (steps - 2) * kept
-    last["dtopk"] = model
+    last["dtopk"] = last["dtopk_dense"] = model
+    # dense: outer steps 2 and 4 (trainer steps 4 and 6) also all-reduce the rests in bfloat16 (half a model each)
+    assert sum(sent["dtopk_dense"]) == sum(sent["dtopk"]) + 2 * model // 2
+    assert by["dtopk_dense"][0]["algo"]["outer_topk_dense_averages"] == 2 + 1  # and the float32 one at the end
     for name, (a, _) in by.items():  # the run's total includes what was sent after the last epoch end
         assert a["algo"]["measured_sent_bytes"] == sum(sent[name]) + last.get(name, 0), name
     for name, (a, b) in by.items():  # both learners report the mean over learners
@@ -241,6 +249,61 @@ def test_sparse_mean_is_shared_keeps_per_parameter_tops_and_loses_nothing():
         sparse.check(0.1, 8, "train.dist.topk_density")
     with pytest.raises(AsrError, match="topk_index_bits"):
         sparse.check(0.1, 16, "train.dist.topk_density", 8)
+
+
+def _dense_rest_average(rank, world, bits):
+    from asrlib.config import DistConfig
+    from asrlib.parallel.diloco import Diloco
+
+    cfg = DistConfig(algo="diloco", period=1, outer_lr=1.0, outer_momentum=0, outer_topk=0.01)
+    d = Diloco(cfg)
+    d.model = torch.nn.Linear(30, 10)  # 310 values
+    g = torch.Generator().manual_seed(100 + rank)
+    theta = torch.randn(310, generator=torch.Generator().manual_seed(5))  # the same on every learner
+    rest = torch.randn(310, generator=g) * 1e-3  # this learner's unsent rest
+    d.theta = torch.nn.Parameter(theta.clone())
+    d.sparse = d._sparsifier()
+    d.sparse.residual = rest.clone()
+    d.set_flat_params(theta - rest)  # the learner's model: theta less its rest
+    m = meter.install()
+    before = m.snapshot()["sent_bytes"]
+    d.average_rests(bits)
+    return {
+        "rest": rest,
+        "theta": d.theta.detach().clone(),
+        "kept": d.sparse.residual.clone(),
+        "model": d.flat_params(),
+        "sent": m.snapshot()["sent_bytes"] - before,
+        "count": d.dense_averages,
+    }
+
+
+@pytest.mark.parametrize("bits", [16, 32])
+def test_diloco_dense_rest_average_meets_the_models_and_keeps_the_rounding(bits):
+    """outer_topk_dense_every's step: every learner's theta takes off the mean of the learners' rests (sent at
+    ``bits``), each learner keeps what bfloat16 rounded off its own rest, so its model is theta less that; the bytes
+    sent are the model's size at ``bits``."""
+    r0, r1 = run_learners(_dense_rest_average, 2, args=(bits,), timeout=60)
+    assert torch.equal(r0["theta"], r1["theta"])  # the same shared model on both
+    theta0 = torch.randn(310, generator=torch.Generator().manual_seed(5))
+    if bits == 32:
+        want = theta0 - (r0["rest"] + r1["rest"]) / 2
+        assert torch.allclose(r0["theta"], want, atol=1e-7)
+        for r in (r0, r1):  # nothing left: every model is theta exactly
+            assert not r["kept"].any() and torch.equal(r["model"], r["theta"])
+    else:
+        for r in (r0, r1):  # what bfloat16 dropped stays with its learner: rest = sent + kept exactly
+            sent = r["rest"].to(torch.bfloat16).float()
+            assert torch.equal(r["kept"], r["rest"] - sent) and r["kept"].abs().max() > 0
+            assert torch.allclose(r["model"], r["theta"] - r["kept"], atol=1e-7)
+        # the mean of what was sent, rounded once more as a bfloat16 sum: within a bfloat16 step of it
+        sent_mean = (r0["rest"].to(torch.bfloat16).float() + r1["rest"].to(torch.bfloat16).float()) / 2
+        err = (theta0 - sent_mean - r0["theta"]).abs()
+        assert err.max() <= 2**-8 * sent_mean.abs().max() * 2 + 1e-7
+        # the learners' models differ by their kept rounding only: far less than their rests did
+        diff = (r0["model"] - r1["model"]).abs().max()
+        assert diff < 0.01 * (r0["rest"] - r1["rest"]).abs().max()
+    assert r0["sent"] == r1["sent"] == 310 * bits // 8 and r0["count"] == 1
 
 
 def _sparse_means_16bit_positions(rank, world):

@@ -24,12 +24,15 @@ ALGOS = {
     "diloco_q4": ["train.dist.period=3", "train.dist.outer_bits=4", "train.dist.outer_block=16"],
     # sparsified from step 3, the density ramping down over 3 steps: every learner's residual in the checkpoint
     "topk": ["train.dist.warmup_steps=2", "train.dist.topk_density=0.05", "train.dist.topk_ramp_steps=3"],
-    # each learner's unsent rest, in its model and as its residual (positions sent as 16-bit offsets)
+    # each learner's unsent rest, in its model and as its residual (positions sent as 16-bit offsets), the rests
+    # also averaged whole after outer steps 3, 6 and 9 (what bfloat16 rounded off kept in each residual)
     "diloco_topk": [
         "train.dist.period=1",
         "train.dist.outer_momentum=0",
         "train.dist.outer_topk=0.05",
         "train.dist.topk_index_bits=16",
+        "train.dist.outer_topk_dense_every=3",
+        "train.dist.outer_topk_dense_steps=9",
     ],
 }
 

@@ -21,7 +21,9 @@ next outer step): about ``32 / (bits + 32 / outer_block)`` times fewer bytes per
 (:mod:`asrlib.parallel.sparse`: positions and bfloat16 values all-gathered): about ``1 / (1.5 outer_topk)`` times
 fewer bytes per outer step. The learner keeps what it did not send in its model (it continues from ``theta`` minus
 its unsent rest, so the rest is in its next pseudo-gradient again); the learners' models then differ by their rests,
-which one all-reduce averages at the end of training. With ``period`` 1, ``outer_lr`` 1 and no outer momentum this is
+which one all-reduce averages at the end of training (and, with ``outer_topk_dense_every`` k, after every k-th
+outer step: in bfloat16 at ``topk_value_bits`` 16, paid for from the same byte budget; up to trainer step
+``outer_topk_dense_steps`` when set). With ``period`` 1, ``outer_lr`` 1 and no outer momentum this is
 error-feedback sparsification of each learner's Adam update (sparse local SGD; for an adaptive optimizer what Deep
 Gradient Compression's momentum correction is for SGD). Resetting the learners to ``theta`` instead, the rest waiting
 in a residual only, diverged on digits (docs/distributed.md). The block counter
@@ -73,12 +75,20 @@ class Diloco(DistAlgo):
             sparse.check_config(cfg, cfg.outer_topk, "train.dist.outer_topk")
             if cfg.outer_bits != 32:
                 raise AsrError("train.dist.outer_topk and outer_bits 8 / 4 are two ways to compress: choose one")
+        if cfg.outer_topk_dense_every < 0 or cfg.outer_topk_dense_steps < 0:
+            raise AsrError(
+                "train.dist.outer_topk_dense_every and outer_topk_dense_steps must be >= 0, not "
+                f"{cfg.outer_topk_dense_every}, {cfg.outer_topk_dense_steps}"
+            )
+        if cfg.outer_topk_dense_every and not cfg.outer_topk:
+            raise AsrError("train.dist.outer_topk_dense_every averages the rests of outer_topk: set outer_topk too")
         self.since_sync = 0
         self.syncs = 0
         self.theta = None  # the global model, a flat parameter of the outer optimizer
         self.outer = None
         self.quant = None  # quant.QuantisedMean (outer_bits 8 / 4), made on first use
         self.sparse = None  # sparse.SparseMean (outer_topk), made on first use
+        self.dense_averages = 0  # outer_topk: the learners' rests averaged whole (outer_topk_dense_every, the end)
 
     def init_state(self) -> None:
         self._start_outer()
@@ -116,6 +126,10 @@ class Diloco(DistAlgo):
         self.since_sync += 1
         if self.since_sync >= self.period_at(step):
             self.outer_step()
+            c = self.cfg
+            every, until = c.outer_topk_dense_every, c.outer_topk_dense_steps
+            if c.outer_topk and every > 0 and self.syncs % every == 0 and (until <= 0 or step <= until):
+                self.average_rests(c.topk_value_bits)
 
     def period_at(self, step: int) -> int:
         """H for the block that trainer step ``step`` (1-based, the warm-up's steps included) may end:
@@ -155,14 +169,23 @@ class Diloco(DistAlgo):
     def stop(self) -> None:
         if self.steps_done > self.cfg.warmup_steps and self.since_sync > 0:
             self.outer_step()
-        if self.sparse is not None and self.sparse.residual is not None:  # the learners' unsent parts, averaged once
-            rest = self.sparse.residual.clone()
-            with self.stats.timed():
-                dist.all_reduce(rest)
-            self.stats.all_reduce(rest.numel() * rest.element_size(), self.world_size)
-            self.theta.data -= rest.div_(self.world_size)
-            self.sparse.residual.zero_()
-            self.set_flat_params(self.theta.detach())
+        if self.sparse is not None and self.sparse.residual is not None:  # the learners' unsent parts, whole
+            self.average_rests(32)
+
+    def average_rests(self, bits: int) -> None:
+        """Average the learners' unsent rests (one all-reduce of the model's size, ``bits`` 32 or 16 per value) and
+        take the mean off ``theta``: every learner's model becomes ``theta`` less what bfloat16 rounded off its own
+        rest, which it keeps (at 32 bits: ``theta`` exactly). The sum of the learners' bfloat16 rests is rounded once
+        more, the same on every learner (a relative 2^-9 of it, not kept)."""
+        rest = self.sparse.residual
+        sent = rest.to(torch.bfloat16) if bits == 16 else rest.clone()
+        rest -= sent.float()  # 0 at 32 bits; else what this learner keeps
+        with self.stats.timed():
+            dist.all_reduce(sent)
+        self.stats.all_reduce(sent.numel() * sent.element_size(), self.world_size)
+        self.theta.data -= sent.float().div_(self.world_size)
+        self.set_flat_params(self.theta.detach() - rest)
+        self.dense_averages += 1
 
     def shared_state(self) -> Dict[str, Any]:
         return {
@@ -170,6 +193,7 @@ class Diloco(DistAlgo):
             "outer": self.outer.state_dict(),
             "since_sync": self.since_sync,
             "syncs": self.syncs,
+            "dense_averages": self.dense_averages,
         }
 
     def load_shared(self, st: Dict[str, Any]) -> None:
@@ -177,6 +201,7 @@ class Diloco(DistAlgo):
         self._make_outer_optimizer()
         self.outer.load_state_dict(st["outer"])
         self.since_sync, self.syncs = st["since_sync"], st["syncs"]
+        self.dense_averages = st.get("dense_averages", 0)  # checkpoints before outer_topk_dense_every lack it
 
     def local_state(self) -> Dict[str, Any]:
         st = {"quant": self.quant.state_dict()} if self.quant is not None else {}
@@ -209,7 +234,13 @@ class Diloco(DistAlgo):
             "outer_error_feedback": self.cfg.outer_error_feedback,
             "outer_topk": self.cfg.outer_topk,
             **(
-                {"outer_topk_sent_values": self.sparse.sent_values, "topk_index_bits": self.cfg.topk_index_bits}
+                {
+                    "outer_topk_sent_values": self.sparse.sent_values,
+                    "topk_index_bits": self.cfg.topk_index_bits,
+                    "outer_topk_dense_every": self.cfg.outer_topk_dense_every,
+                    "outer_topk_dense_steps": self.cfg.outer_topk_dense_steps,
+                    "outer_topk_dense_averages": self.dense_averages,
+                }
                 if self.sparse is not None
                 else {}
             ),

@@ -31,7 +31,9 @@ or 4 bits, ``train.dist.outer_bits``) and variants of the outer and inner learni
 ``_topk0025`` (each learner's update sparsified every step, the rest kept in its model: diloco H 1, plain averaging,
 ``train.dist.outer_topk``), with 16-bit positions ``diloco_h1_topk0075_i16`` / ``_topk009_i16`` (0.75 / 0.9 %,
 ``train.dist.topk_index_bits=16``; 0.9 % is within 0.3 of sync over seeds 42 / 7 / 13 on both corpora but not over
-seven on AN4, 0.75 % the reverse: docs/distributed.md). A
+seven on AN4, 0.75 % the reverse: docs/distributed.md), and ``diloco_h1_topk0075_i16_dense100x900`` (0.75 % with
+the learners' rests also averaged whole, in bfloat16, after every 100th step up to step 900:
+``train.dist.outer_topk_dense_every`` / ``outer_topk_dense_steps``). A
 configuration's overrides come after the shared set-up, ``--set`` after both. Writes OUT/runs.json (every run; runs
 already there are not repeated), OUT/frontier.png (bytes per learner vs test WER, mean over seeds, with the Pareto
 frontier) and the results file; prints one JSON line.

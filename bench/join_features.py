@@ -10,6 +10,7 @@ features, also its training loader in the training process (0 workers: what a wo
 joined_features and with lhotse's own ``load_features`` in its place, taking turns.
 
     python bench/join_features.py [--quick] [--recipe-dir recipes/digits] [--joins 200] [--size 2 3] [--batches 0]
+                                  [--threads 1]
 
 Last line: one JSON object (milliseconds per join; per batch for the loader).
 """
@@ -26,6 +27,7 @@ from functools import reduce
 from pathlib import Path
 
 import numpy as np
+import torch
 from lhotse.cut import MixedCut
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,14 +51,18 @@ def main() -> None:
     p.add_argument("--size", type=int, nargs="+", default=[2, 3], help="cuts per join")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--batches", type=int, default=0, help="loader batches (0: the whole epoch)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: as in a DataLoader worker, where torch sets 1)"
+    )
     a = p.parse_args()
+    torch.set_num_threads(a.threads)
     n_joins, rounds, n_batches = (30, 2, 30) if a.quick else (a.joins, a.rounds, a.batches)
     manifest = a.recipe_dir / "data/fbank/train/cuts.jsonl.gz"
     source = "recipe"
     if not manifest.is_file():
         toy = make_toy_ctc_setup(Path(tempfile.mkdtemp()))
         source, manifest = "toy", ensure_cuts(toy / "fbank/train", toy / "data/train")
-    out = {"bench": "join_features", "source": source}
+    out = {"bench": "join_features", "source": source, "threads": torch.get_num_threads()}
     for size in a.size:
         cuts = [c for _, c in zip(range(n_joins * size), open_cuts(manifest))]
         groups = [cuts[i : i + size] for i in range(0, len(cuts) - size + 1, size)]

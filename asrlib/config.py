@@ -210,6 +210,10 @@ class TrainConfig:
     # ours (asrlib/train/augment.py) | lhotse (lhotse.dataset.SpecAugment with the same masks plus its time warp)
     spec_augment_impl: str = "ours"
     time_warp: int = 80  # spec_augment_impl lhotse: its time_warp_factor (0 = none)
+    # where SpecAugment runs: trainer (the training process, on the device, from the checkpointed global RNG) | loader
+    # (the DataLoader's workers, each batch's draws seeded by its place in the run: off the training step; with
+    # noise_prob > 0 it stays in the trainer, whose noise goes in before the masks). docs/data.md: why trainer stays
+    spec_augment_in: str = "trainer"
     # on-the-fly noise (asrlib/train/noise_aug.py): share of training utterances that get white/pink/babble noise
     # added in the log-mel domain at an SNR (dB) drawn uniformly from [noise_snr_min, noise_snr_max]
     noise_prob: float = 0.0

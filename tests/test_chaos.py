@@ -1,7 +1,7 @@
 """Kill anywhere, rerun, same result: ``bench/chaos.py --quick --trials 2 --max-kills 3`` (2 trials of the tiny
 digits recipe, each SIGKILLed 1–3 times at random stages and offsets and rerun; 6 trials of 1–4 kills in the slow
-tier) recovers every trial bit-identically; and the chaos checks themselves notice what they are there to notice (a partial archive or
-manifest, a changed weight or feature)."""
+tier) recovers every trial bit-identically; and the chaos checks themselves notice what they are there to notice
+(a partial archive or manifest, a changed weight or feature)."""
 
 from __future__ import annotations
 

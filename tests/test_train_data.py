@@ -16,7 +16,7 @@ from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 from asrlib.models.lstm import build_model
-from asrlib.train.augment import freq_warp, make_spec_augment, spec_augment
+from asrlib.train.augment import LoaderAugment, freq_warp, make_spec_augment, spec_augment
 from asrlib.train.loader import (
     CtcTargets,
     SamplerSettings,
@@ -117,6 +117,33 @@ def test_workers_build_the_same_batches_as_the_training_process(tmp_path):
     raw = MatrixReader(setup / "fbank" / "train" / "feats.scp")[first["ids"][0]]
     n = int(first["feat_lens"][0])
     assert np.allclose(first["feats"][0, :n].numpy(), ds.normalise.cmvn.apply(raw), atol=1e-6)
+
+
+def test_spec_augment_in_the_workers_depends_on_the_batch_alone(tmp_path):
+    """train.spec_augment_in: loader. A batch's masks are a function of (seed, epoch, rank, batch index): the same
+    with 0 or 2 workers and when an epoch is resumed part-way; the training process's global RNG is left as it was."""
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 12})
+    s = SamplerSettings(max_duration=2.0, seed=0)
+
+    def epoch(workers, augment, epoch=0, skip=0):
+        ds = _set(setup, workers=workers)
+        ds.set_augment(augment)
+        out = list(ds.batches(ds.mixed(epoch_cut_batches(ds, s, epoch, skip), epoch, skip)))
+        ds.close_workers()
+        return out
+
+    aug = LoaderAugment(make_spec_augment("ours", 0.1, 0), seed=3, rank=0)
+    rng = torch.get_rng_state()
+    plain, here, there = epoch(0, None), epoch(0, aug), epoch(2, aug)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert len(plain) == len(here) == len(there) > 3
+    for p, a, b in zip(plain, here, there):
+        assert p["ids"] == a["ids"] == b["ids"] and torch.equal(a["feats"], b["feats"])
+        assert not torch.equal(a["feats"], p["feats"]) and (a["feats"] == 0).sum() > (p["feats"] == 0).sum()
+    for a, b in zip(here[2:], epoch(2, aug, skip=2)):  # resumed after 2 batches
+        assert a["ids"] == b["ids"] and torch.equal(a["feats"], b["feats"])
+    other_rank = epoch(0, LoaderAugment(aug.augment, seed=3, rank=1))
+    assert not any(torch.equal(a["feats"], b["feats"]) for a, b in zip(here, other_rank))
 
 
 def test_a_finished_training_leaves_no_loader_workers(tmp_path):

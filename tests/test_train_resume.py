@@ -1,6 +1,7 @@
-"""Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run
-(batches read by 2 DataLoader workers, the default; also with on-the-fly noise and frequency warping, whose draws come
-from the checkpointed RNG); an utterance whose features turn unreadable is skipped, listed, and training goes on."""
+"""Training: learns the toy task; a run SIGKILLed mid-epoch, rerun, ends bit-identical to an uninterrupted run (batches
+read by 2 DataLoader workers, the default; also with on-the-fly noise and frequency warping, whose draws come from the
+checkpointed RNG, and with SpecAugment in the workers, seeded per batch); an utterance whose features turn unreadable is
+skipped, listed, and training goes on."""
 
 import os
 import subprocess
@@ -57,7 +58,11 @@ def test_a_killed_trainer_takes_its_loader_workers_with_it(tmp_path):
     assert _survivors(tmp_path / "exp") == [], "the killed trainer's loader workers live on"
 
 
-@pytest.mark.parametrize("augment", [{}, {"noise_prob": 0.5, "freq_warp": 0.1}], ids=["specaug", "noise+warp"])
+@pytest.mark.parametrize(
+    "augment",
+    [{}, {"noise_prob": 0.5, "freq_warp": 0.1}, {"spec_augment_in": "loader", "freq_warp": 0.1}],
+    ids=["specaug", "noise+warp", "specaug_in_workers"],
+)
 def test_killed_run_resumes_exactly(tmp_path, augment):
     setup = make_toy_ctc_setup(tmp_path / "toy")
     cfg = toy_config_yaml(tmp_path / "c.yaml", **augment)

@@ -1,24 +1,31 @@
-"""Augmentation of a padded batch of features in the training process (on the checkpointed global RNGs, so resume
-stays exact): SpecAugment's masks and a VTLP-like frequency warp, ours or lhotse's SpecAugment
-(``train.spec_augment_impl``; docs/data.md has the measurement between them)."""
+"""Augmentation of a padded batch of features: SpecAugment's masks and a VTLP-like frequency warp, ours or lhotse's
+SpecAugment (``train.spec_augment_impl``; docs/data.md has the measurement between them). Where it runs
+(``train.spec_augment_in``): in the training process on the checkpointed global RNGs (the default), or in the loader's
+workers (:class:`LoaderAugment`), each batch's draws from RNGs seeded by its place in the run. Either way a
+resumed run sees the same augmented batches."""
 
 from __future__ import annotations
 
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from asrlib.errors import AsrError
 
 SPEC_AUGMENT_IMPLS = ("ours", "lhotse")
+SPEC_AUGMENT_IN = ("loader", "trainer")
 
 
 def freq_warp(x: torch.Tensor, max_warp: float) -> torch.Tensor:
     """Vocal-tract-length-style perturbation on (N, T, D) filterbank features: each utterance's mel axis is stretched
     by a random factor in [1 - max_warp, 1 + max_warp] (linear interpolation between bins, edges clamped), which
     imitates a speaker with a shorter or longer vocal tract. One batched matrix product with each utterance's (D, D)
-    interpolation matrix (7x faster than gathering the bins). Uses the global torch RNG (checkpointed)."""
+    interpolation matrix (7x faster than gathering the bins). Uses the global torch RNG."""
     n, _, d = x.shape
     dev = x.device
     alpha = 1.0 + (torch.rand(n, 1, device=dev) * 2 - 1) * max_warp
@@ -49,8 +56,8 @@ def spec_augment(
 ) -> torch.Tensor:
     """Optional frequency warping, then frequency masks (each up to ``max_f`` bins) and time masks (each up to
     ``max_t_frac`` of the utterance's frames, inside them), zeros after CMVN = the mean. The whole batch's draws at
-    once (no per-utterance loop: this runs in the training process on every step), from the global torch RNG
-    (checkpointed; on CUDA the device's generator, also checkpointed)."""
+    once (no per-utterance loop: this runs on every batch), from the global torch RNG (:class:`LoaderAugment` seeds
+    it per batch; in the training process it is the checkpointed one, on CUDA the device's)."""
     warped = max_warp > 0
     x = freq_warp(x, max_warp) if warped else x
     n, t_max, d = x.shape
@@ -73,7 +80,7 @@ def spec_augment(
 def lhotse_spec_augment(x: torch.Tensor, lens: torch.Tensor, time_warp: int, max_warp: float = 0.0) -> torch.Tensor:
     """lhotse's SpecAugment with our masks (2 frequency masks of up to 10 bins, time masks of up to 10 % of the
     padded length in all), plus its time warp (``time_warp_factor``) inside each utterance's frames; our frequency
-    warp first when ``max_warp``. Its draws come from Python's, NumPy's and torch's global RNGs, all checkpointed."""
+    warp first when ``max_warp``. Its draws come from Python's, NumPy's and torch's global RNGs."""
     from lhotse.dataset import SpecAugment
 
     sa = SpecAugment(
@@ -101,3 +108,50 @@ def make_spec_augment(impl: str, freq_warp_max: float, time_warp: int) -> Augmen
     if impl == "lhotse":
         return partial(lhotse_spec_augment, time_warp=time_warp, max_warp=freq_warp_max)
     raise AsrError(f"train.spec_augment_impl must be one of {', '.join(SPEC_AUGMENT_IMPLS)}, got {impl!r}")
+
+
+# ------------------------------------------------------------------------------------------------ in the workers
+
+
+@dataclass
+class SeededCuts:
+    """A training batch's cuts (a CutSet, or :class:`asrlib.train.jitter.MovedCuts`) with the seed of its
+    SpecAugment draws, which the loader's worker makes on the padded batch."""
+
+    cuts: Any
+    seed: int
+
+
+@contextmanager
+def seeded_rngs(seed: int) -> Iterator[None]:
+    """Python's, NumPy's and torch's (CPU) global RNGs seeded by ``seed`` inside, restored after: the draws of a batch
+    are a function of its seed alone, in a worker process or in the training process (0 workers), whose own
+    checkpointed RNGs (dropout, noise) stay untouched."""
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+class LoaderAugment:
+    """SpecAugment (``train.spec_augment_in: loader``) applied by the loader's workers to each padded training batch,
+    its draws from RNGs seeded by (seed, epoch, rank, batch index), like the joins' and the jitter's: a resumed run,
+    any number of workers, sees the same augmented batches. Off the training process's step, where it costs about
+    1 ms of a digits step (docs/data.md#specaugment-in-the-workers)."""
+
+    def __init__(self, augment: Augment, seed: int, rank: int) -> None:
+        self.augment, self.seed, self.rank = augment, seed, rank
+
+    def attach(self, cuts, epoch: int, index: int) -> SeededCuts:
+        key = f"specaug/{self.seed}/{epoch}/{self.rank}/{index}"
+        return SeededCuts(cuts, random.Random(key).getrandbits(63))
+
+    def __call__(self, feats: torch.Tensor, lens: torch.Tensor, seed: int) -> torch.Tensor:
+        with seeded_rngs(seed):
+            return self.augment(feats, lens)

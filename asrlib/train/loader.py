@@ -7,10 +7,12 @@ workers read (or compute) the features and build padded batches.
   sampler meets them and listed in the set's report file with the reason; a cut whose features or audio cannot be
   read in a worker is skipped, counted and listed in the epoch's report (``log/skipped_epoch<N>.txt``), and
   training goes on.
-* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, the workers use
-  none (SpecAugment and noise run in the training process on the checkpointed global RNG), so a resumed run skips
-  the batches done — the sampler re-reads only the cut metadata to get there — and sees the very batches an
-  uninterrupted run would have seen.
+* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, the workers' random
+  draws (joins, jitter, SpecAugment: :class:`asrlib.train.augment.LoaderAugment`) come from RNGs seeded by the batch's
+  place in the run (``train.noise_prob``'s noise, and SpecAugment by default (``train.spec_augment_in: trainer``), run
+  in the training process on the checkpointed global RNG), so a resumed run skips the batches done — the sampler
+  re-reads only the cut metadata to get there — and sees the very batches an uninterrupted run would have seen, whatever
+  the number of workers.
 * Several learners: each builds the same sampler with its rank and the world size; lhotse gives every rank the same
   number of batches (the last ones split evenly), so the learners step in lockstep.
 """
@@ -36,6 +38,7 @@ from asrlib.data.cuts import open_cuts
 from asrlib.errors import AsrError, PathLike
 from asrlib.features.cmvn import SPEAKER_STATS, Cmvn, utterance_cmn
 from asrlib.io.tables import read_table, write_table
+from asrlib.train.augment import LoaderAugment, SeededCuts
 from asrlib.train.concat import joined_features
 from asrlib.train.jitter import MovedCuts, move_ends
 
@@ -202,16 +205,25 @@ class BatchDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the sampler's CutSets: features (read or computed), normalised, with targets,
     padded. A cut whose features cannot be read is skipped and reported in the batch's ``skipped``; ``None`` (a
     learner's padding step) gives an empty batch. ``numpy``: a worker sends numpy arrays (:func:`_from_worker`;
-    not when the DataLoader pins memory for CUDA, which pins tensors only)."""
+    not when the DataLoader pins memory for CUDA, which pins tensors only). ``augment``: applied to the padded
+    features of the batches that come with a seed (:class:`asrlib.train.augment.SeededCuts`)."""
 
     def __init__(
-        self, targets, normalise: Normaliser, on_the_fly: Optional[OnTheFlyFbank] = None, numpy: bool = True
+        self,
+        targets,
+        normalise: Normaliser,
+        on_the_fly: Optional[OnTheFlyFbank] = None,
+        numpy: bool = True,
+        augment: Optional[LoaderAugment] = None,
     ) -> None:
         self.targets, self.normalise, self.on_the_fly, self.numpy = targets, normalise, on_the_fly, numpy
+        self.augment = augment
 
     def __getitem__(self, cuts) -> dict:
         if cuts is None:
             return {"ids": [], "skipped": []}
+        seed = cuts.seed if isinstance(cuts, SeededCuts) else None  # train.spec_augment_in: loader
+        cuts = cuts.cuts if isinstance(cuts, SeededCuts) else cuts
         moves = cuts.moves if isinstance(cuts, MovedCuts) else None  # train.boundary_jitter
         cuts = cuts.cuts if isinstance(cuts, MovedCuts) else cuts
         feats, targets, ids, skipped = [], [], [], []
@@ -230,6 +242,8 @@ class BatchDataset(torch.utils.data.Dataset):
             targets.append(t)
             ids.append(cut.id)
         batch = self.targets.collate(feats, targets) if feats else {}
+        if feats and seed is not None and self.augment is not None:
+            batch["feats"] = self.augment(batch["feats"], batch["feat_lens"], seed)
         if self.numpy and torch.utils.data.get_worker_info() is not None:
             batch = {k: v.numpy() for k, v in batch.items()}  # see _from_worker
         return {**batch, "ids": ids, "skipped": skipped}
@@ -312,6 +326,7 @@ class CutData:
         self.on_the_fly = on_the_fly
         self.excluded: Dict[str, str] = {}
         self.keep: Optional[set] = None
+        self.augment: Optional[LoaderAugment] = None
         self._loaders: Dict[int, tuple] = {}
 
     # ---------------------------------------------------------------- which cuts
@@ -361,10 +376,18 @@ class CutData:
         raise self._none_usable()
 
     # ---------------------------------------------------------------- batches
+    def set_augment(self, augment: Optional[LoaderAugment]) -> None:
+        """SpecAugment in the workers (``train.spec_augment_in: loader``): each batch of :meth:`mixed` gets its seed,
+        the workers apply ``augment`` with it. Set before the first :meth:`batches` (the loader keeps its dataset)."""
+        self.close_workers()
+        self.augment = augment
+
     def mixed(self, batches: Iterator, epoch: int, first: int) -> Iterator:
         """The CutSets ``batches`` of ``epoch`` (the first is batch number ``first``) with ``concat``, then
-        ``noise_mix`` applied, then ``jitter``'s moves attached (:class:`asrlib.train.jitter.MovedCuts`)."""
-        steps = [f for f in (self.concat, self.noise_mix, self.jitter) if f is not None]
+        ``noise_mix`` applied, then ``jitter``'s moves attached (:class:`asrlib.train.jitter.MovedCuts`), then the
+        seed of the batch's SpecAugment (:meth:`set_augment`)."""
+        attach = self.augment.attach if self.augment is not None else None
+        steps = [f for f in (self.concat, self.noise_mix, self.jitter, attach) if f is not None]
         if not steps:
             return batches
         return (
@@ -432,7 +455,7 @@ class CutData:
             holder = _IndexSource()
             pin = cfg.pin_memory and torch.cuda.is_available()
             loader = torch.utils.data.DataLoader(
-                BatchDataset(self.targets, self.normalise, self.on_the_fly, numpy=not pin),
+                BatchDataset(self.targets, self.normalise, self.on_the_fly, numpy=not pin, augment=self.augment),
                 sampler=holder,
                 batch_size=None,
                 collate_fn=_identity,

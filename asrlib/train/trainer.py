@@ -40,7 +40,7 @@ from asrlib.train.checkpoint import (
     to_cpu,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
-from asrlib.train.augment import make_spec_augment
+from asrlib.train.augment import SPEC_AUGMENT_IN, LoaderAugment, make_spec_augment
 from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
 from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
@@ -168,6 +168,14 @@ class Trainer:
                 self.tcfg.noise_snr_min,
                 self.tcfg.noise_snr_max,
             )
+        if self.tcfg.spec_augment_in not in SPEC_AUGMENT_IN:
+            raise AsrError(
+                f"train.spec_augment_in must be one of {', '.join(SPEC_AUGMENT_IN)}, got {self.tcfg.spec_augment_in!r}"
+            )
+        # SpecAugment in the loader's workers, unless the noise (in this process) must go in before its masks
+        in_loader = self.tcfg.spec_augment and self.tcfg.spec_augment_in == "loader" and self.noise_aug is None
+        self.augment_here = self.tcfg.spec_augment and not in_loader
+        train_ds.set_augment(LoaderAugment(self.spec_augment, self.tcfg.seed, self.algo.rank) if in_loader else None)
 
     # ------------------------------------------------------------------ state
     def epoch_cuts(self, epoch: int, skip: int):
@@ -258,7 +266,7 @@ class Trainer:
             batch = to_device(batch, self.device)
             if self.noise_aug is not None:
                 batch["feats"] = self.noise_aug(batch["feats"], batch["feat_lens"])
-            if self.tcfg.spec_augment:
+            if self.augment_here:  # else the loader's workers did (train.spec_augment_in)
                 batch["feats"] = self.spec_augment(batch["feats"], batch["feat_lens"])
             with autocast(self.device, self.amp_dtype):  # the criteria compute their losses in fp32
                 loss, total, frames = self.criterion.loss(self.model, batch)

@@ -7,12 +7,12 @@ workers read (or compute) the features and build padded batches.
   sampler meets them and listed in the set's report file with the reason; a cut whose features or audio cannot be
   read in a worker is skipped, counted and listed in the epoch's report (``log/skipped_epoch<N>.txt``), and
   training goes on.
-* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG, the workers' random
-  draws (joins, jitter, SpecAugment: :class:`asrlib.train.augment.LoaderAugment`) come from RNGs seeded by the batch's
-  place in the run (``train.noise_prob``'s noise, and SpecAugment by default (``train.spec_augment_in: trainer``), run
-  in the training process on the checkpointed global RNG), so a resumed run skips the batches done — the sampler
-  re-reads only the cut metadata to get there — and sees the very batches an uninterrupted run would have seen, whatever
-  the number of workers.
+* Batches are a function of (seed, epoch, rank, world size): the sampler shuffles with its own RNG; the workers' random
+  draws (joins, jitter, and SpecAugment with ``train.spec_augment_in: loader``:
+  :class:`asrlib.train.augment.LoaderAugment`) come from RNGs seeded by the batch's place in the run; SpecAugment by
+  default and ``train.noise_prob``'s noise run in the training process on the checkpointed global RNG. So a resumed run
+  skips the batches done — the sampler re-reads only the cut metadata to get there — and sees the very batches an
+  uninterrupted run would have seen, whatever the number of workers.
 * Several learners: each builds the same sampler with its rank and the world size; lhotse gives every rank the same
   number of batches (the last ones split evenly), so the learners step in lockstep.
 """

@@ -9,7 +9,8 @@ import torch
 
 from asrlib.config import LoaderConfig
 from asrlib.errors import AsrError
-from asrlib.train.jitter import EDGE_FRAMES, BoundaryJitter, MovedCuts, move_ends
+from asrlib.train.batch_plan import BatchPlan
+from asrlib.train.jitter import EDGE_FRAMES, BoundaryJitter, move_ends
 from asrlib.train.loader import CtcTargets, SamplerSettings, epoch_cut_batches, open_set
 from helpers import final_params, make_toy_ctc_setup, toy_config_yaml, train_step
 
@@ -83,7 +84,7 @@ def test_moves_depend_on_seed_epoch_batch_not_on_workers(setup):
     assert any(not torch.equal(a[u], x) for u, x in _epoch(_open(setup, seconds=0.05), epoch=1).items())
     cuts = list(next(iter(epoch_cut_batches(_open(setup), SamplerSettings(max_duration=20.0, seed=0), 0, 0))))
     m = BoundaryJitter(0.1, 1)(cuts, 0, 5)
-    assert isinstance(m, MovedCuts) and [c.id for c in m.cuts] == [c.id for c in cuts]
+    assert isinstance(m, BatchPlan) and m.seed is None and [c.id for c in m.cuts] == [c.id for c in cuts]
     assert m.moves == BoundaryJitter(0.1, 1)(cuts, 0, 5).moves
     assert all(-10 <= s <= 10 and -10 <= e <= 10 for s, e in m.moves)
     assert any(BoundaryJitter(0.1, k)(cuts, 0, 5).moves != m.moves for k in range(2, 6))

@@ -16,7 +16,8 @@ from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader
 from asrlib.models.lstm import build_model
-from asrlib.train.augment import LoaderAugment, freq_warp, make_spec_augment, spec_augment
+from asrlib.train import loader as loader_module
+from asrlib.train.augment import LoaderAugment, augments_in_loader, freq_warp, make_spec_augment, spec_augment
 from asrlib.train.loader import (
     CtcTargets,
     SamplerSettings,
@@ -144,6 +145,37 @@ def test_spec_augment_in_the_workers_depends_on_the_batch_alone(tmp_path):
         assert a["ids"] == b["ids"] and torch.equal(a["feats"], b["feats"])
     other_rank = epoch(0, LoaderAugment(aug.augment, seed=3, rank=1))
     assert not any(torch.equal(a["feats"], b["feats"]) for a, b in zip(here, other_rank))
+
+
+def test_spec_augment_runs_in_the_workers_only_when_asked_and_without_trainer_noise():
+    assert augments_in_loader(True, "loader", noise_in_trainer=False)
+    assert not augments_in_loader(True, "trainer", noise_in_trainer=False)
+    assert not augments_in_loader(True, "loader", noise_in_trainer=True)  # the noise goes in before the masks
+    assert not augments_in_loader(False, "loader", noise_in_trainer=False)
+    with pytest.raises(AsrError, match="train.spec_augment_in must be one of loader, trainer, got 'workers'"):
+        augments_in_loader(True, "workers", noise_in_trainer=False)
+
+
+def test_the_pipe_from_the_workers_holds_a_whole_batch(tmp_path, monkeypatch):
+    """Linux: the pipe that carries the workers' batches is widened to 1 MiB, so that a worker's batch is in it before
+    the trainer asks (with 64 KiB, each read of a batch waits on the worker about ten times). Fails when torch's
+    DataLoader iterator no longer has the queue that ``widen_result_pipe`` reaches for."""
+    import fcntl
+    from pathlib import Path
+
+    max_size = Path("/proc/sys/fs/pipe-max-size")
+    if not hasattr(fcntl, "F_GETPIPE_SZ") or not max_size.is_file():
+        pytest.skip("pipe sizes are Linux's")
+    if int(max_size.read_text()) < loader_module.RESULT_PIPE_BYTES:
+        pytest.skip(f"{max_size} is below {loader_module.RESULT_PIPE_BYTES} on this machine")
+    widen, sizes = loader_module.widen_result_pipe, []
+    monkeypatch.setattr(loader_module, "widen_result_pipe", lambda it: sizes.append(widen(it)))
+    setup = make_toy_ctc_setup(tmp_path / "toy", {"train": 8})
+    ds = _set(setup, workers=2)
+    batches = list(ds.batches(epoch_cut_batches(ds, SamplerSettings(max_duration=2.0, seed=0), 0, 0)))
+    ds.close_workers()
+    assert batches and sizes == [loader_module.RESULT_PIPE_BYTES]
+    assert not list(ds.batches(iter([]), workers=0)) and len(sizes) == 1  # no workers, no pipe
 
 
 def test_a_finished_training_leaves_no_loader_workers(tmp_path):

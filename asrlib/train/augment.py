@@ -6,16 +6,17 @@ resumed run sees the same augmented batches."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 from asrlib.errors import AsrError
+from asrlib.train.batch_plan import BatchPlan
 
 SPEC_AUGMENT_IMPLS = ("ours", "lhotse")
 SPEC_AUGMENT_IN = ("loader", "trainer")
@@ -101,6 +102,14 @@ def lhotse_spec_augment(x: torch.Tensor, lens: torch.Tensor, time_warp: int, max
 Augment = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def augments_in_loader(spec_augment: bool, where: str, noise_in_trainer: bool) -> bool:
+    """Whether SpecAugment runs in the loader's workers: ``train.spec_augment`` on and ``train.spec_augment_in``
+    ``loader``, unless noise added in the training process (``train.noise_prob``) must go in before its masks."""
+    if where not in SPEC_AUGMENT_IN:
+        raise AsrError(f"train.spec_augment_in must be one of {', '.join(SPEC_AUGMENT_IN)}, got {where!r}")
+    return spec_augment and where == "loader" and not noise_in_trainer
+
+
 def make_spec_augment(impl: str, freq_warp_max: float, time_warp: int) -> Augment:
     """The batch augmentation of ``train.spec_augment_impl``: (N, T, D) features, (N,) lengths -> augmented."""
     if impl == "ours":
@@ -111,15 +120,6 @@ def make_spec_augment(impl: str, freq_warp_max: float, time_warp: int) -> Augmen
 
 
 # ------------------------------------------------------------------------------------------------ in the workers
-
-
-@dataclass
-class SeededCuts:
-    """A training batch's cuts (a CutSet, or :class:`asrlib.train.jitter.MovedCuts`) with the seed of its
-    SpecAugment draws, which the loader's worker makes on the padded batch."""
-
-    cuts: Any
-    seed: int
 
 
 @contextmanager
@@ -148,9 +148,10 @@ class LoaderAugment:
     def __init__(self, augment: Augment, seed: int, rank: int) -> None:
         self.augment, self.seed, self.rank = augment, seed, rank
 
-    def attach(self, cuts, epoch: int, index: int) -> SeededCuts:
+    def attach(self, cuts, epoch: int, index: int) -> BatchPlan:
+        """A CutSet's or a plan's batch with the seed of its draws, which the worker makes on the padded batch."""
         key = f"specaug/{self.seed}/{epoch}/{self.rank}/{index}"
-        return SeededCuts(cuts, random.Random(key).getrandbits(63))
+        return dataclasses.replace(BatchPlan.of(cuts), seed=random.Random(key).getrandbits(63))
 
     def __call__(self, feats: torch.Tensor, lens: torch.Tensor, seed: int) -> torch.Tensor:
         with seeded_rngs(seed):

@@ -20,24 +20,15 @@ workers; the draws come from an RNG seeded by (seed, epoch, batch index), like t
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import List, Tuple
 
 import numpy as np
 from lhotse import CutSet
 
 from asrlib.errors import AsrError
 from asrlib.features.fbank import FRAME_SHIFT
+from asrlib.train.batch_plan import BatchPlan
 
 EDGE_FRAMES = 5  # the outermost frames repeated to extend a cut (50 ms)
-
-
-@dataclass
-class MovedCuts:
-    """A batch's cuts and, per cut, how many frames its start and its end move (> 0: frames added)."""
-
-    cuts: CutSet
-    moves: List[Tuple[int, int]]
 
 
 JITTER_MODES = ("both", "extend", "trim")  # moves drawn from [-J, J], [0, J], [-J, 0]
@@ -53,11 +44,11 @@ class BoundaryJitter:
         self.low, self.high = (0 if mode == "extend" else -j), (0 if mode == "trim" else j)
         self.seed = seed
 
-    def __call__(self, cuts: CutSet, epoch: int, index: int) -> MovedCuts:
+    def __call__(self, cuts: CutSet, epoch: int, index: int) -> BatchPlan:
         rng = random.Random(f"jitter/{self.seed}/{epoch}/{index}")
         lo, hi = self.low, self.high
         parts = list(cuts)
-        return MovedCuts(CutSet.from_cuts(parts), [(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in parts])
+        return BatchPlan(CutSet.from_cuts(parts), moves=[(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in parts])
 
 
 def move_ends(feats: np.ndarray, start: int, end: int, min_frames: int) -> np.ndarray:

@@ -40,7 +40,7 @@ from asrlib.train.checkpoint import (
     to_cpu,
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
-from asrlib.train.augment import SPEC_AUGMENT_IN, LoaderAugment, make_spec_augment
+from asrlib.train.augment import LoaderAugment, augments_in_loader, make_spec_augment
 from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
 from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
@@ -168,12 +168,7 @@ class Trainer:
                 self.tcfg.noise_snr_min,
                 self.tcfg.noise_snr_max,
             )
-        if self.tcfg.spec_augment_in not in SPEC_AUGMENT_IN:
-            raise AsrError(
-                f"train.spec_augment_in must be one of {', '.join(SPEC_AUGMENT_IN)}, got {self.tcfg.spec_augment_in!r}"
-            )
-        # SpecAugment in the loader's workers, unless the noise (in this process) must go in before its masks
-        in_loader = self.tcfg.spec_augment and self.tcfg.spec_augment_in == "loader" and self.noise_aug is None
+        in_loader = augments_in_loader(self.tcfg.spec_augment, self.tcfg.spec_augment_in, self.noise_aug is not None)
         self.augment_here = self.tcfg.spec_augment and not in_loader
         train_ds.set_augment(LoaderAugment(self.spec_augment, self.tcfg.seed, self.algo.rank) if in_loader else None)
 

@@ -18,7 +18,9 @@ Last line: one JSON object (milliseconds per join; per batch for the loader).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -60,7 +62,7 @@ def main() -> None:
     manifest = a.recipe_dir / "data/fbank/train/cuts.jsonl.gz"
     source = "recipe"
     if not manifest.is_file():
-        toy = make_toy_ctc_setup(Path(tempfile.mkdtemp()))
+        toy = make_toy_ctc_setup(_scratch())
         source, manifest = "toy", ensure_cuts(toy / "fbank/train", toy / "data/train")
     out = {"bench": "join_features", "source": source, "threads": torch.get_num_threads()}
     for size in a.size:
@@ -100,10 +102,17 @@ def main() -> None:
     print(json.dumps(out))
 
 
+def _scratch() -> Path:
+    """A temporary folder, removed when the bench exits."""
+    tmp = Path(tempfile.mkdtemp(prefix="join_features_"))
+    atexit.register(shutil.rmtree, tmp, True)
+    return tmp
+
+
 def loader_epoch(recipe_dir: Path, n_batches: int, rounds: int) -> dict:
     """ms per batch of the recipe's training loader in this process, with joined_features and with lhotse's mix."""
     cfg = load_config(recipe_dir / "config.yaml")
-    fb, tmp = recipe_dir / "data/fbank/train", Path(tempfile.mkdtemp())
+    fb, tmp = recipe_dir / "data/fbank/train", _scratch()
     targets = CtcTargets(recipe_dir / "data/lang", cfg.model.stack)
     ds = open_recipe_set(cfg, fb, recipe_dir / "data/train", targets, fb / "cmvn.scp", True, tmp / "excluded.txt")
     plain = [b for b in epoch_cut_batches(ds, SamplerSettings.of(cfg.train), 0, 0)][: n_batches or None]

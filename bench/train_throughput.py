@@ -7,14 +7,18 @@ median over the epochs after the first (the first, which also starts the loader'
 reported beside it). ``--timing steps`` (the figures before 2026-11-26 evening) puts a bare step after each trainer
 step instead, in one-epoch fits: the two models then take turns, each step finding the caches filled with the other
 model's weights and optimiser state and the loader's workers running during the bare step, neither of which happens
-in training (docs/data.md has both timings side by side). The trainer reads the features
+in training (docs/data.md has both timings side by side). ``--timing blocks`` alternates the two every ``--block``
+steps (50: about 4 s each on digits) within the fit's epochs, so that both meet the machine's drift in the same
+proportions (with epochs, a 2-3 % difference between two epochs' minutes lands on one side); each epoch's ratio is
+its trainer frames/s over its bare blocks' frames/s, and ``ratio_pooled`` the ratio of the sums over the epochs after
+the first. The trainer reads the features
 as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, perturbation, noise and jitter; before
 2026-11-26 night without them): lhotse's sampler over the lazy cut manifest, DataLoader workers reading the
 (compressed) archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal:
 >= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
-                                     [--timing epochs|steps]
+                                     [--timing epochs|blocks|steps] [--block 50]
     python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
 
 On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
@@ -28,8 +32,10 @@ with digits-like lengths (80-dim, 1–3 s). Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import itertools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,7 +118,44 @@ def epoch_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre) -> list:
     spans = [marks[2 * i + 2] - marks[2 * i + 1] for i in range(len(frames))]
     spans[0] += marks[0] - start
     bare = [marks[2 * i + 1] - marks[2 * i] for i in range(len(frames))]
-    return list(zip(spans, frames, bare))
+    n_bare = sum(int(b["feat_lens"].sum()) for b in pre)
+    return [(t, n, b, n_bare) for t, n, b in zip(spans, frames, bare)]
+
+
+def block_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre, block: int) -> list:
+    """The trainer's ``fit`` over its epochs with, after every ``block`` trainer steps, ``block`` bare steps over the
+    next batches of ``pre`` (cycled), timed apart: each side's steps run one after another as in training (a block of
+    50 digits steps is about 4 s), and both sides meet the machine's drift of speed in the same proportions, which a
+    bare epoch before each trainer epoch (``epoch_interleaved_fit``) leaves to chance. Returns per epoch (trainer s,
+    trainer input frames, bare s, bare input frames); an epoch's trainer time is its wall time less its bare
+    blocks, its per-epoch costs (checkpoint, plot) included; the first one's includes the start of ``fit``."""
+    epoch_cuts, step, batches = trainer.epoch_cuts, trainer.train_step, itertools.cycle(pre)
+    rows, steps = [], [0]  # rows: [start, trainer frames, bare s, bare frames] per epoch
+
+    def new_epoch(epoch, skip):
+        rows.append([time.perf_counter(), 0, 0.0, 0])
+        return epoch_cuts(epoch, skip)
+
+    def step_then_block(batch):
+        out = step(batch)
+        row = rows[-1]
+        row[1] += out[2]
+        steps[0] += 1
+        if steps[0] % block == 0:
+            t0 = time.perf_counter()
+            for _ in range(block):
+                b = next(batches)
+                bare_step(ref_model, ref_opt, b)
+                row[3] += int(b["feat_lens"].sum())
+            row[2] += time.perf_counter() - t0
+        return out
+
+    trainer.epoch_cuts, trainer.train_step = new_epoch, step_then_block
+    start = time.perf_counter()
+    trainer.fit()
+    ends = [r[0] for r in rows[1:]] + [time.perf_counter()]
+    rows[0][0] = start
+    return [(end - r[0] - r[2], r[1], r[2], r[3]) for r, end in zip(rows, ends)]
 
 
 def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:
@@ -146,11 +189,13 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the trainer and the bare loop run")
     p.add_argument(
         "--timing",
-        choices=["epochs", "steps"],
+        choices=["epochs", "blocks", "steps"],
         default="epochs",
-        help="on the CPU: a bare epoch before each of one fit's epochs (default), or a bare step after each trainer "
-        "step in one-epoch fits (the figures before 2026-11-26 evening)",
+        help="on the CPU: a bare epoch before each of one fit's epochs (default); a bare block of --block steps "
+        "after every --block trainer steps; or a bare step after each trainer step in one-epoch fits (the figures "
+        "before 2026-11-26 evening)",
     )
+    p.add_argument("--block", type=int, default=50, help="--timing blocks: steps a side runs before the other")
     p.add_argument(
         "--threads",
         type=int,
@@ -168,6 +213,7 @@ def main() -> None:
         cfg.train.num_threads = a.threads
     torch.set_num_threads(cfg.train.num_threads)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tp_"))
+    atexit.register(shutil.rmtree, tmp, True)  # the trainers' exp dirs (50-90 MB)
     fb = a.recipe_dir / "data" / "fbank"
     if (fb / "train" / ".done").is_file() and (a.recipe_dir / "data/lang/.done").is_file():
         source, feats_dir, data_dir, lang = (
@@ -190,7 +236,7 @@ def main() -> None:
     out["precision"] = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "fp32"
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
-    epochs_timing = device.type == "cpu" and a.timing == "epochs"
+    epochs_timing = device.type == "cpu" and a.timing in ("epochs", "blocks")
     out["timing"] = a.timing if device.type == "cpu" else "separate"
     for workers in a.workers:
         cfg.train.loader.num_workers = workers
@@ -216,26 +262,33 @@ def main() -> None:
         for b in on_device:  # warm-up over every shape
             bare_step(ref_model, ref_opt, b, device, amp_dtype)
         if epochs_timing:
-            per_epoch = epoch_interleaved_fit(trainer, ref_model, ref_opt, pre)
-            ratios = [(n / t) / (frames / b) for t, n, b in per_epoch]
+            if a.timing == "blocks":
+                per_epoch = block_interleaved_fit(trainer, ref_model, ref_opt, pre, max(1, a.block))
+            else:
+                per_epoch = epoch_interleaved_fit(trainer, ref_model, ref_opt, pre)
+            ratios = [(n / t) / (nb / b) for t, n, b, nb in per_epoch]
             steady = per_epoch[1:] or per_epoch
-            tt, n_tr, bare = (sum(x[k] for x in steady) for k in range(3))
+
+            def pooled(rows):  # the ratio of the summed rates
+                t, n, b, nb = (sum(x[k] for x in rows) for k in range(4))
+                return (n / t) / (nb / b)
+
+            tt, n_tr, bare, n_bare = (sum(x[k] for x in steady) for k in range(4))
             out[name] = {
                 "batches": len(pre),
                 "frames": frames,
                 "epochs": len(per_epoch),
                 "trainer_frames_per_s": round(n_tr / tt, 1),  # epochs after the first
-                "bare_frames_per_s": round(frames * len(steady) / bare, 1),
+                "bare_frames_per_s": round(n_bare / bare, 1),
                 "ratio": round(statistics.median(ratios[1:] or ratios), 3),  # the epochs after the first
+                "ratio_pooled": round(pooled(steady), 3),  # the epochs after the first, their sums
                 "ratio_first_epoch": round(ratios[0], 3),  # with fit's start (its workers')
-                "ratio_whole_fit": round(
-                    (sum(n for _, n, _ in per_epoch) / sum(t for t, _, _ in per_epoch))
-                    / (frames * len(per_epoch) / sum(b for _, _, b in per_epoch)),
-                    3,
-                ),
+                "ratio_whole_fit": round(pooled(per_epoch), 3),
                 "ratio_per_epoch": [round(r, 3) for r in ratios],
                 "audio_seconds_per_s": round(n_tr / tt / 100, 1),
             }
+            if a.timing == "blocks":
+                out[name]["block"] = a.block
             continue
         runs = []
         for i in range(repeats):

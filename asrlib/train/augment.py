@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from asrlib.errors import AsrError
-from asrlib.train.batch_plan import BatchPlan
+from asrlib.train.batch_plan import BatchPlan, batch_rng
+from asrlib.train.checkpoint import seed_everything
 
 SPEC_AUGMENT_IMPLS = ("ours", "lhotse")
 SPEC_AUGMENT_IN = ("loader", "trainer")
@@ -129,9 +130,7 @@ def seeded_rngs(seed: int) -> Iterator[None]:
     checkpointed RNGs (dropout, noise) stay untouched."""
     py, npy = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
+        seed_everything(seed)
         try:
             yield
         finally:
@@ -150,8 +149,8 @@ class LoaderAugment:
 
     def attach(self, cuts, epoch: int, index: int) -> BatchPlan:
         """A CutSet's or a plan's batch with the seed of its draws, which the worker makes on the padded batch."""
-        key = f"specaug/{self.seed}/{epoch}/{self.rank}/{index}"
-        return dataclasses.replace(BatchPlan.of(cuts), seed=random.Random(key).getrandbits(63))
+        seed = batch_rng("specaug", self.seed, epoch, self.rank, index).getrandbits(63)
+        return dataclasses.replace(BatchPlan.of(cuts), seed=seed)
 
     def __call__(self, feats: torch.Tensor, lens: torch.Tensor, seed: int) -> torch.Tensor:
         with seeded_rngs(seed):

@@ -5,6 +5,7 @@ make the same batch)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -25,3 +26,9 @@ class BatchPlan:
     def of(batch) -> "BatchPlan":
         """``batch`` as a plan: a CutSet gets one with nothing to do beyond reading it."""
         return batch if isinstance(batch, BatchPlan) else BatchPlan(batch)
+
+
+def batch_rng(step: str, *place) -> random.Random:
+    """The RNG of one step's draws for one batch, seeded by the step's name and the batch's place in the run
+    (seed, epoch, [rank,] batch index): the same in any worker, on any rerun."""
+    return random.Random("/".join(map(str, (step, *place))))

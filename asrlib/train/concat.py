@@ -16,7 +16,6 @@ run sees the same batches. Dev batches are not joined.
 
 from __future__ import annotations
 
-import random
 from functools import lru_cache, reduce
 from typing import Optional
 
@@ -27,6 +26,7 @@ from lhotse.features.base import create_default_feature_extractor
 from lhotse.features.mixer import FeatureMixer
 
 from asrlib.errors import AsrError
+from asrlib.train.batch_plan import batch_rng
 
 
 class ConcatCuts:
@@ -41,7 +41,7 @@ class ConcatCuts:
     def __call__(self, cuts: CutSet, epoch: int, index: int) -> CutSet:
         """Batch ``index`` of ``epoch``, joined whole with probability ``prob`` (each joined cut keeps its first
         part's id)."""
-        rng = random.Random(f"concat/{self.seed}/{epoch}/{index}")
+        rng = batch_rng("concat", self.seed, epoch, index)
         parts = list(cuts)
         if rng.random() >= self.prob:
             return CutSet.from_cuts(parts)

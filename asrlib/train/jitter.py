@@ -19,14 +19,13 @@ workers; the draws come from an RNG seeded by (seed, epoch, batch index), like t
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 from lhotse import CutSet
 
 from asrlib.errors import AsrError
 from asrlib.features.fbank import FRAME_SHIFT
-from asrlib.train.batch_plan import BatchPlan
+from asrlib.train.batch_plan import BatchPlan, batch_rng
 
 EDGE_FRAMES = 5  # the outermost frames repeated to extend a cut (50 ms)
 
@@ -45,7 +44,7 @@ class BoundaryJitter:
         self.seed = seed
 
     def __call__(self, cuts: CutSet, epoch: int, index: int) -> BatchPlan:
-        rng = random.Random(f"jitter/{self.seed}/{epoch}/{index}")
+        rng = batch_rng("jitter", self.seed, epoch, index)
         lo, hi = self.low, self.high
         parts = list(cuts)
         return BatchPlan(CutSet.from_cuts(parts), moves=[(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in parts])

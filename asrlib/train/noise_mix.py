@@ -6,13 +6,13 @@ of lhotse: the cut's energy over the noise's, drawn uniformly from ``[snr_min, s
 
 from __future__ import annotations
 
-import random
 
 from lhotse import CutSet
 from lhotse.cut import MixedCut
 
 from asrlib.data.noise_corpus import open_noise_corpus
 from asrlib.errors import AsrError, PathLike
+from asrlib.train.batch_plan import batch_rng
 
 
 class NoiseMix:
@@ -27,7 +27,7 @@ class NoiseMix:
 
     def __call__(self, cuts: CutSet, epoch: int, index: int) -> CutSet:
         """Batch ``index`` of ``epoch`` with noise mixed into a ``prob`` share of its cuts (ids kept)."""
-        rng = random.Random(f"noise-mix/{self.seed}/{epoch}/{index}")
+        rng = batch_rng("noise-mix", self.seed, epoch, index)
         mixed = cuts.mix(
             self.noise,
             snr=self.snr,

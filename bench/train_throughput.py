@@ -18,7 +18,7 @@ as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, pertur
 >= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
-                                     [--timing epochs|blocks|steps] [--block 50]
+                                     [--timing epochs|blocks|steps] [--block 50] [--set SECTION.KEY=VALUE ...]
     python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
 
 On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
@@ -197,6 +197,14 @@ def main() -> None:
     )
     p.add_argument("--block", type=int, default=50, help="--timing blocks: steps a side runs before the other")
     p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one value of the recipe's config (repeatable), as steps.train's --set",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -208,7 +216,7 @@ def main() -> None:
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
     import torch.utils.tensorboard  # noqa: F401
 
-    cfg = load_config(a.recipe_dir / "config.yaml")
+    cfg = load_config(a.recipe_dir / "config.yaml", a.overrides)
     if a.threads > 0:
         cfg.train.num_threads = a.threads
     torch.set_num_threads(cfg.train.num_threads)
@@ -233,6 +241,8 @@ def main() -> None:
     amp_dtype = resolve_precision(cfg.train.precision, device)
     cfg.train.checkpoint_every = max(cfg.train.checkpoint_every, 1)
     out = {"bench": "train_throughput", "source": source, "threads": torch.get_num_threads(), "device": str(device)}
+    if a.overrides:
+        out["overrides"] = a.overrides
     out["precision"] = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "fp32"
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)

@@ -8,8 +8,10 @@ reported beside it). ``--timing steps`` (the figures before 2026-11-26 evening) 
 step instead, in one-epoch fits: the two models then take turns, each step finding the caches filled with the other
 model's weights and optimiser state and the loader's workers running during the bare step, neither of which happens
 in training (docs/data.md has both timings side by side). ``--timing blocks`` alternates the two every ``--block``
-steps (50: about 4 s each on digits) within the fit's epochs, so that both meet the machine's drift in the same
-proportions (with epochs, a 2-3 % difference between two epochs' minutes lands on one side); each epoch's ratio is
+steps (50: about 4 s each on digits) within the fit's epochs, the bare steps on the batches the trainer has just
+trained on (since 2026-11-28 morning; before, on the first epoch's, cycled), so that both meet the machine's drift
+and the epoch's batch shapes in the same proportions (with epochs, a 2-3 % difference between two epochs' minutes
+lands on one side, and each epoch joins and buckets its cuts anew); each epoch's ratio is
 its trainer frames/s over its bare blocks' frames/s, and ``ratio_pooled`` the ratio of the sums over the epochs after
 the first. The trainer reads the features
 as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, perturbation, noise and jitter; before
@@ -122,40 +124,55 @@ def epoch_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre) -> list:
     return [(t, n, b, n_bare) for t, n, b in zip(spans, frames, bare)]
 
 
-def block_interleaved_fit(trainer: Trainer, ref_model, ref_opt, pre, block: int) -> list:
+def block_interleaved_fit(trainer: Trainer, ref_model, ref_opt, block: int) -> list:
     """The trainer's ``fit`` over its epochs with, after every ``block`` trainer steps, ``block`` bare steps over the
-    next batches of ``pre`` (cycled), timed apart: each side's steps run one after another as in training (a block of
-    50 digits steps is about 4 s), and both sides meet the machine's drift of speed in the same proportions, which a
-    bare epoch before each trainer epoch (``epoch_interleaved_fit``) leaves to chance. Returns per epoch (trainer s,
-    trainer input frames, bare s, bare input frames); an epoch's trainer time is its wall time less its bare
-    blocks, its per-epoch costs (checkpoint, plot) included; the first one's includes the start of ``fit``."""
-    epoch_cuts, step, batches = trainer.epoch_cuts, trainer.train_step, itertools.cycle(pre)
-    rows, steps = [], [0]  # rows: [start, trainer frames, bare s, bare frames] per epoch
+    batches those steps trained on (the same shapes: an epoch's joins and buckets differ from another's), timed
+    apart: each side's steps run one after another as in training (a block of 50 digits steps is about 4 s), and both
+    sides meet the machine's drift of speed in the same proportions, which a bare epoch before each trainer epoch
+    (``epoch_interleaved_fit``) leaves to chance. An epoch's last batches, fewer than a block, get their bare steps
+    after it. Returns per epoch (trainer s, trainer input frames, bare s, bare input frames): an epoch's trainer time
+    is its wall time less its bare blocks, its per-epoch costs (checkpoint, plot) included; the first one's includes
+    the start of ``fit``."""
+    epoch_cuts, step = trainer.epoch_cuts, trainer.train_step
+    rows, recent = [], []  # rows: [start, end, trainer frames, bare s within, bare s, bare frames] per epoch
+
+    def bare_block(row) -> float:
+        t0 = time.perf_counter()
+        for b in recent:
+            bare_step(ref_model, ref_opt, b)
+            row[5] += int(b["feat_lens"].sum())
+        took = time.perf_counter() - t0
+        row[4] += took
+        recent.clear()
+        return took
+
+    def close_epoch() -> None:
+        if rows:
+            rows[-1][1] = time.perf_counter()
+            bare_block(rows[-1])  # the epoch's last batches, after its end
 
     def new_epoch(epoch, skip):
-        rows.append([time.perf_counter(), 0, 0.0, 0])
+        close_epoch()
+        rows.append([time.perf_counter(), 0.0, 0, 0.0, 0.0, 0])
         return epoch_cuts(epoch, skip)
 
     def step_then_block(batch):
         out = step(batch)
         row = rows[-1]
-        row[1] += out[2]
-        steps[0] += 1
-        if steps[0] % block == 0:
-            t0 = time.perf_counter()
-            for _ in range(block):
-                b = next(batches)
-                bare_step(ref_model, ref_opt, b)
-                row[3] += int(b["feat_lens"].sum())
-            row[2] += time.perf_counter() - t0
+        row[2] += out[2]
+        if batch["ids"]:
+            recent.append(batch)
+        if len(recent) == block:
+            row[3] += bare_block(row)
         return out
 
     trainer.epoch_cuts, trainer.train_step = new_epoch, step_then_block
     start = time.perf_counter()
     trainer.fit()
-    ends = [r[0] for r in rows[1:]] + [time.perf_counter()]
+    close_epoch()
     rows[0][0] = start
-    return [(end - r[0] - r[2], r[1], r[2], r[3]) for r, end in zip(rows, ends)]
+    assert all(r[2] == r[5] for r in rows), "each epoch's bare steps ran on its batches"
+    return [(end - st - within, n, bare, nb) for st, end, n, within, bare, nb in rows]
 
 
 def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:
@@ -273,7 +290,7 @@ def main() -> None:
             bare_step(ref_model, ref_opt, b, device, amp_dtype)
         if epochs_timing:
             if a.timing == "blocks":
-                per_epoch = block_interleaved_fit(trainer, ref_model, ref_opt, pre, max(1, a.block))
+                per_epoch = block_interleaved_fit(trainer, ref_model, ref_opt, max(1, a.block))
             else:
                 per_epoch = epoch_interleaved_fit(trainer, ref_model, ref_opt, pre)
             ratios = [(n / t) / (nb / b) for t, n, b, nb in per_epoch]

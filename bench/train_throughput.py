@@ -20,7 +20,8 @@ as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, pertur
 >= 0.95 with 2).
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
-                                     [--timing epochs|blocks|steps] [--block 50] [--set SECTION.KEY=VALUE ...]
+                                     [--timing epochs|blocks|steps] [--block 50]
+                                     [--config FILE] [--set SECTION.KEY=VALUE ...]
     python bench/train_throughput.py --device cuda ...   # on a GPU: the recipe's precision (bf16 under auto)
 
 On a GPU the two are not interleaved step by step (a wait for the device after each step would take away the
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/helpers.py: the toy CTC set-up
 
+from asrlib.cli import add_config_args  # noqa: E402
 from asrlib.config import load_config  # noqa: E402
 from asrlib.models.device import autocast, resolve_device, resolve_precision, to_device  # noqa: E402
 from asrlib.models.lstm import build_model  # noqa: E402
@@ -214,26 +216,19 @@ def main() -> None:
     )
     p.add_argument("--block", type=int, default=50, help="--timing blocks: steps a side runs before the other")
     p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one value of the recipe's config (repeatable), as steps.train's --set",
-    )
-    p.add_argument(
         "--threads",
         type=int,
         default=0,
         help="torch threads of the trainer and the bare loop (0 = the recipe's train.num_threads); 1 on a 2-core "
         "machine leaves the workers a core of their own, as a node with cores to spare does",
     )
+    add_config_args(p, required=False, help="recipe YAML config (default: RECIPE_DIR/config.yaml)")
     a = p.parse_args()
     n_batches, repeats = (20, 1) if a.quick else (a.batches, max(1, a.repeats))
     import matplotlib.pyplot  # noqa: F401  one-time imports, not per-epoch costs of the trainer
     import torch.utils.tensorboard  # noqa: F401
 
-    cfg = load_config(a.recipe_dir / "config.yaml", a.overrides)
+    cfg = load_config(a.config or a.recipe_dir / "config.yaml", a.overrides)
     if a.threads > 0:
         cfg.train.num_threads = a.threads
     torch.set_num_threads(cfg.train.num_threads)

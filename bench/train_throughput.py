@@ -136,45 +136,39 @@ def block_interleaved_fit(trainer: Trainer, ref_model, ref_opt, block: int) -> l
     is its wall time less its bare blocks, its per-epoch costs (checkpoint, plot) included; the first one's includes
     the start of ``fit``."""
     epoch_cuts, step = trainer.epoch_cuts, trainer.train_step
-    rows, recent = [], []  # rows: [start, end, trainer frames, bare s within, bare s, bare frames] per epoch
+    rows, recent = [], []  # rows: [start, trainer frames, bare s, bare frames] per epoch
 
-    def bare_block(row) -> float:
-        t0 = time.perf_counter()
+    def bare_block() -> None:
+        row, t0 = rows[-1], time.perf_counter()
         for b in recent:
             bare_step(ref_model, ref_opt, b)
-            row[5] += int(b["feat_lens"].sum())
-        took = time.perf_counter() - t0
-        row[4] += took
+            row[3] += int(b["feat_lens"].sum())
+        row[2] += time.perf_counter() - t0
         recent.clear()
-        return took
-
-    def close_epoch() -> None:
-        if rows:
-            rows[-1][1] = time.perf_counter()
-            bare_block(rows[-1])  # the epoch's last batches, after its end
 
     def new_epoch(epoch, skip):
-        close_epoch()
-        rows.append([time.perf_counter(), 0.0, 0, 0.0, 0.0, 0])
+        if rows:
+            bare_block()  # the last epoch's last batches
+        rows.append([time.perf_counter(), 0, 0.0, 0])
         return epoch_cuts(epoch, skip)
 
     def step_then_block(batch):
         out = step(batch)
-        row = rows[-1]
-        row[2] += out[2]
+        rows[-1][1] += out[2]
         if batch["ids"]:
             recent.append(batch)
         if len(recent) == block:
-            row[3] += bare_block(row)
+            bare_block()
         return out
 
     trainer.epoch_cuts, trainer.train_step = new_epoch, step_then_block
     start = time.perf_counter()
     trainer.fit()
-    close_epoch()
+    bare_block()
+    ends = [r[0] for r in rows[1:]] + [time.perf_counter()]
     rows[0][0] = start
-    assert all(r[2] == r[5] for r in rows), "each epoch's bare steps ran on its batches"
-    return [(end - st - within, n, bare, nb) for st, end, n, within, bare, nb in rows]
+    assert all(r[1] == r[3] for r in rows), "each epoch's bare steps ran on its batches"
+    return [(end - r[0] - r[2], r[1], r[2], r[3]) for r, end in zip(rows, ends)]
 
 
 def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:

@@ -19,7 +19,6 @@ workers; the draws come from an RNG seeded by (seed, epoch, batch index), like t
 
 from __future__ import annotations
 
-
 import numpy as np
 from lhotse import CutSet
 

@@ -6,7 +6,6 @@ of lhotse: the cut's energy over the noise's, drawn uniformly from ``[snr_min, s
 
 from __future__ import annotations
 
-
 from lhotse import CutSet
 from lhotse.cut import MixedCut
 

@@ -13,8 +13,11 @@ RECIPE ?= recipes/digits
 run: install
 	@start=$$(date +%s); $(RECIPE)/run.sh; echo "recipe wall time: $$(( $$(date +%s) - start )) s"
 
+# the tests in PYTEST_JOBS processes (pytest-xdist; a test file stays in one process, so its fixtures run once; 0:
+# one process): most tests use one core, and two processes take CI's 2-core run from about 19 to 12 minutes
+PYTEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -q --durations=25 -m "not slow" tests
+	$(PY) -m pytest -q --durations=25 -m "not slow" -n $(PYTEST_JOBS) --dist loadfile tests
 
 # the slow tier (run it yourself; CI runs `make test`): tests marked slow, then every benchmark's --quick run
 test-slow: install

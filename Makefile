@@ -14,7 +14,7 @@ run: install
 	@start=$$(date +%s); $(RECIPE)/run.sh; echo "recipe wall time: $$(( $$(date +%s) - start )) s"
 
 # the tests in PYTEST_JOBS processes (pytest-xdist; a test file stays in one process, so its fixtures run once; 0:
-# one process): most tests keep one core busy; on a 2-core machine two processes took the suite from 19.6 to 11-12 min
+# one process): most tests keep one core busy; on a 2-core machine two processes took the suite from 19.6 to 11-14 min
 PYTEST_JOBS ?= 2
 test: install
 	$(PY) -m pytest -q --durations=25 -m "not slow" -n $(PYTEST_JOBS) --dist loadfile tests

@@ -303,6 +303,9 @@ class DecodeConfig:
     segment_pad: float = 2.0
     segment_max_seconds: float = 20.0  # a segment with no such pause is cut at its longest non-speech run by then
     segment_threshold_db: float = 6.0  # frames within this of the local energy floor (min over +-1 s) are quiet
+    # seconds of the recording on each side of a segment that the network also runs over (its outputs there are
+    # dropped): a bidirectional model keeps its context across a cut that fell inside an utterance
+    segment_context: float = 0.0
     # eval sets searched with another grammar than lang.grammar, e.g. {test: one_word} for an isolated-word test set
     # beside connected-digit ones: stage 3 builds <lang>_<grammar> for each, stage 5 decodes the set with it
     set_grammars: Dict[str, str] = field(default_factory=dict)
@@ -529,6 +532,8 @@ def check_segment_settings(decode: DecodeConfig, where: str) -> None:
     for key in ("segment_min_silence", "segment_max_seconds"):
         if not getattr(decode, key) > 0:
             raise AsrError(f"{where}: decode.{key} must be > 0, got {getattr(decode, key)}")
+    if not decode.segment_context >= 0:
+        raise AsrError(f"{where}: decode.segment_context must be >= 0, got {decode.segment_context}")
     if not decode.segment_pad >= 0:
         raise AsrError(f"{where}: decode.segment_pad must be >= 0, got {decode.segment_pad}")
     if decode.segment_max_seconds <= 2 * decode.segment_min_silence:

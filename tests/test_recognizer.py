@@ -260,6 +260,39 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
         assert res.text == whole.text, method
 
 
+def test_segment_context_runs_the_network_over_the_neighbouring_audio(tm):
+    """``segment_context``: each segment's log-probs are those of the network run over the segment plus up to that
+    much of the recording on each side (its outputs there dropped): the same segments as without context, and for
+    the (unidirectional) tone model, whose kept outputs depend on the left context only, exactly the rows of a run
+    over [segment start - context, segment end + context) of the recording's features."""
+    rng = np.random.default_rng(3)
+    pieces = []
+    for _ in range(10):
+        words = [f"W{int(i)}" for i in rng.integers(1, 5, size=int(rng.integers(1, 4)))]
+        pieces += [synth_utterance(words, rng)[0], np.zeros(int(rng.uniform(0.8, 2.0) * SR), np.float32)]
+    audio = np.concatenate(pieces)
+    plain = Recognizer.from_dir(tm.exp, segment="blank", segment_max_seconds=6.0)
+    ctx = Recognizer.from_dir(tm.exp, segment="blank", segment_max_seconds=6.0, segment_context=0.6)
+    stack, n_ctx = ctx.backend.subsampling, int(round(0.6 / ctx.frame_seconds)) * ctx.backend.subsampling
+    feats = ctx._fbank(audio)
+
+    def segments(r):
+        return list(r._segments(r._chunks(feats)))
+
+    without, with_ctx = segments(plain), segments(ctx)
+    assert len(without) >= 5
+    assert [(f, len(lp)) for f, lp in with_ctx] == [(f, len(lp)) for f, lp in without]
+    changed = 0
+    for (first, lp), (_, lp0) in zip(with_ctx, without):
+        a = max(0, first * stack - n_ctx)
+        ref = ctx._run_network(ctx._chunks(feats[a : (first + len(lp)) * stack + n_ctx]))
+        off = (first * stack - a) // stack
+        np.testing.assert_allclose(lp, ref[off : off + len(lp)], atol=1e-5)
+        changed += first > 0 and not np.allclose(lp, lp0, atol=1e-4)
+    assert changed >= 3  # the left context reached the network
+    assert ctx.transcribe(audio, SR).text == plain.transcribe(audio, SR).text  # tone words are unambiguous
+
+
 def test_cli_writes_segments_and_subtitles(tm, tmp_path):
     from asrlib.app.cli_asr import main as asr_main
 

@@ -404,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DB",
         help="frames within this of the local energy floor are quiet",
     )
+    seg.add_argument(
+        "--segment-context",
+        type=float,
+        metavar="SECONDS",
+        help="audio on each side of a segment the network also hears (a bidirectional model's context)",
+    )
     t.add_argument(
         "--max-duration",
         type=float,

@@ -70,6 +70,7 @@ DECODE_KEYS = (
     "segment_pad",
     "segment_max_seconds",
     "segment_threshold_db",
+    "segment_context",
 )
 
 

@@ -548,7 +548,9 @@ class Recognizer:
                 flags = blank_nonspeech(self._run_network(self._chunks(buf)))[: len(buf) // stack]
             return plan_segments(flags, final, min_sil, pad, max_len)
 
+        ctx = int(round(c.segment_context / fs)) * stack  # fbank frames of context on each side
         buf, out0 = np.zeros((0, self.backend.num_mel_bins), np.float32), 0
+        before = buf  # up to ``ctx`` fbank frames of the recording just before ``buf``
         final = False
         it = iter(feats)
         while not final:
@@ -562,7 +564,15 @@ class Recognizer:
                 segs, keep = plan(buf, final)
                 for a, b in segs:  # a final segment takes the last partial stack too (the stream drops it)
                     end = len(buf) if final and b * stack >= len(buf) - stack else b * stack
-                    yield out0 + a, self._run_network(self._chunks(buf[a * stack : end]))
+                    if not ctx:
+                        yield out0 + a, self._run_network(self._chunks(buf[a * stack : end]))
+                        continue
+                    left = np.concatenate([before, buf[: a * stack]])[-ctx:]
+                    x = np.concatenate([left, buf[a * stack : end], buf[end : end + ctx]])
+                    lp = self._run_network(self._chunks(x))
+                    yield out0 + a, lp[len(left) // stack : (len(left) + end) // stack - a]
+                if ctx:
+                    before = np.concatenate([before, buf[: keep * stack]])[-ctx:]
                 buf, out0 = buf[keep * stack :], out0 + keep
                 if final:
                     break

@@ -31,6 +31,11 @@ ends after the next one begins; and a model trained on utterances with short lea
 12.58 % with 0.3 s: its online CMN's running mean is pulled down by silence). Both argue against cutting near
 either end of a pause. bench/long_form.py measures the methods; docs/long-recordings.md has the figures.
 
+The recognizer runs each segment from a zero state over the segment alone, or with ``segment_context`` seconds of
+the recording on each side whose outputs it drops (Kaldi's extra left / right context for chunked BLSTM decoding):
+a bidirectional model then keeps its context across a cut that fell between the words of one utterance (on AN4,
+with joined training, the long recordings reached the per-utterance WER; docs/long-recordings.md).
+
 ``segment: none`` decodes the recording as one stream (the state carried throughout; memory grows with its
 length): the behaviour before segmentation, kept for comparison.
 """

@@ -532,10 +532,9 @@ def check_segment_settings(decode: DecodeConfig, where: str) -> None:
     for key in ("segment_min_silence", "segment_max_seconds"):
         if not getattr(decode, key) > 0:
             raise AsrError(f"{where}: decode.{key} must be > 0, got {getattr(decode, key)}")
-    if not decode.segment_context >= 0:
-        raise AsrError(f"{where}: decode.segment_context must be >= 0, got {decode.segment_context}")
-    if not decode.segment_pad >= 0:
-        raise AsrError(f"{where}: decode.segment_pad must be >= 0, got {decode.segment_pad}")
+    for key in ("segment_pad", "segment_context"):
+        if not getattr(decode, key) >= 0:
+            raise AsrError(f"{where}: decode.{key} must be >= 0, got {getattr(decode, key)}")
     if decode.segment_max_seconds <= 2 * decode.segment_min_silence:
         raise AsrError(
             f"{where}: decode.segment_max_seconds must be more than twice segment_min_silence, got "

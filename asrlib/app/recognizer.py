@@ -551,6 +551,12 @@ class Recognizer:
         ctx = int(round(c.segment_context / fs)) * stack  # fbank frames of context on each side
         buf, out0 = np.zeros((0, self.backend.num_mel_bins), np.float32), 0
         before = buf  # up to ``ctx`` fbank frames of the recording just before ``buf``
+
+        def context_before(end: int) -> np.ndarray:
+            """The (up to) ``ctx`` fbank frames of the recording before ``buf[end]``."""
+            lo = end - ctx
+            return buf[lo:end] if lo >= 0 else np.concatenate([before[max(0, len(before) + lo) :], buf[:end]])
+
         final = False
         it = iter(feats)
         while not final:
@@ -564,15 +570,11 @@ class Recognizer:
                 segs, keep = plan(buf, final)
                 for a, b in segs:  # a final segment takes the last partial stack too (the stream drops it)
                     end = len(buf) if final and b * stack >= len(buf) - stack else b * stack
-                    if not ctx:
-                        yield out0 + a, self._run_network(self._chunks(buf[a * stack : end]))
-                        continue
-                    left = np.concatenate([before, buf[: a * stack]])[-ctx:]
+                    left = context_before(a * stack)
                     x = np.concatenate([left, buf[a * stack : end], buf[end : end + ctx]])
-                    lp = self._run_network(self._chunks(x))
+                    lp = self._run_network(self._chunks(x))  # len(x) // stack rows
                     yield out0 + a, lp[len(left) // stack : (len(left) + end) // stack - a]
-                if ctx:
-                    before = np.concatenate([before, buf[: keep * stack]])[-ctx:]
+                before = context_before(keep * stack)
                 buf, out0 = buf[keep * stack :], out0 + keep
                 if final:
                     break

@@ -7,7 +7,7 @@ median over the epochs after the first (the first, which also starts the loader'
 reported beside it). ``--timing steps`` (the figures before 2026-11-26 evening) puts a bare step after each trainer
 step instead, in one-epoch fits: the two models then take turns, each step finding the caches filled with the other
 model's weights and optimiser state and the loader's workers running during the bare step, neither of which happens
-in training (docs/data.md has both timings side by side). ``--timing blocks`` alternates the two every ``--block``
+in training (docs/data.md compares the timings). ``--timing blocks`` alternates the two every ``--block``
 steps (50: about 4 s each on digits) within the fit's epochs, the bare steps on the batches the trainer has just
 trained on (since 2026-11-28 morning; before, on the first epoch's, cycled), so that both meet the machine's drift
 and the epoch's batch shapes in the same proportions (with epochs, a 2-3 % difference between two epochs' minutes

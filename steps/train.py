@@ -84,7 +84,6 @@ def main(argv=None):
     log.info("model: %d parameters", count_parameters(model))
     algo = make_algo(cfg.train.dist, resolve_device(cfg.train.device))  # NCCL for CUDA learners
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
-    log.info("%d usable train utts (%.0f s)", trainer.num_cuts, trainer.train_seconds)
     summary = trainer.fit()
     if hasattr(algo, "summary"):  # distributed: per-learner communication volume, time and waiting
         write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())

@@ -463,7 +463,7 @@ class CutData:
                 pin_memory=pin,
                 persistent_workers=cfg.persistent_workers and n > 0,
                 generator=torch.Generator().manual_seed(0),  # leaves the global RNG (checkpointed) untouched
-                worker_init_fn=partial(_worker_init, nice=cfg.worker_nice),
+                worker_init_fn=partial(worker_init, nice=cfg.worker_nice),
             )
             self._loaders[n] = (holder, loader)
         holder, loader = self._loaders[n]
@@ -529,10 +529,11 @@ def _from_worker(batch: dict) -> dict:
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
 
-def _worker_init(worker_id: int, nice: int = 0) -> None:
-    """A forked worker drops its copies of the trainer's exp-dir lock (killed, the trainer releases it at once), dies
-    with the trainer (a SIGKILLed trainer's workers would otherwise live on as orphans) and lowers its CPU priority by
-    ``nice`` (train.loader.worker_nice), so that where cores are short the training step goes first."""
+def worker_init(worker_id: int, nice: int = 0) -> None:
+    """A forked worker (or the census's process, asrlib/train/census.py) drops its copies of the trainer's exp-dir
+    lock (killed, the trainer releases it at once), dies with the trainer (a SIGKILLed trainer's workers would
+    otherwise live on as orphans) and lowers its CPU priority by ``nice`` (train.loader.worker_nice), so that where
+    cores are short the training step goes first."""
     import os
 
     from asrlib.io.stage import close_inherited_locks, die_with_parent

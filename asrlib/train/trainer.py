@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 from tqdm import tqdm
@@ -41,6 +41,7 @@ from asrlib.train.checkpoint import (
 )
 from asrlib.train.criterion import Criterion, CtcCriterion
 from asrlib.train.augment import LoaderAugment, augments_in_loader, make_spec_augment
+from asrlib.train.census import Census
 from asrlib.train.loader import CutData, SamplerSettings, dev_cut_batches, epoch_cut_batches, write_skipped
 from asrlib.train.noise_aug import NoiseAugment
 from asrlib.train.plot import plot_losses
@@ -60,7 +61,8 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
 
 
-def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int):
+def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: Union[int, Callable[[], int]]):
+    """``total_steps``: the schedule's length, or a function giving it (asked for only once the warm-up is over)."""
     if cfg.scheduler == "constant":
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     if cfg.scheduler == "warmup_cosine":
@@ -69,7 +71,8 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: in
         def f(s: int) -> float:
             if s < warm:
                 return (s + 1) / warm
-            frac = min(1.0, (s - warm) / max(1, total_steps - warm))
+            total = total_steps() if callable(total_steps) else total_steps
+            frac = min(1.0, (s - warm) / max(1, total - warm))
             return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac))
 
         return torch.optim.lr_scheduler.LambdaLR(opt, f)
@@ -142,18 +145,13 @@ class Trainer:
         self.extra_state = extra_state or {}
         self.optimizer = make_optimizer(model.parameters(), self.tcfg)
         self.sampling = SamplerSettings.of(self.tcfg, self.algo.rank, self.algo.world_size)
-        # one pass of the sampler over the cut metadata (no features read): this learner's batches in epoch 0, which
-        # times the epochs is the schedule's length (later epochs differ by a batch or two: clamped by the schedule),
-        # and the usable cuts with their seconds
-        batches, self.num_cuts, self.train_seconds = train_ds.census(self.sampling)
-        self.epoch_steps = max(1, batches)
-        for ds, n in ((train_ds, self.num_cuts), (dev_ds, dev_ds.stats()[0] if dev_ds is not None else 0)):
-            excluded = ds.write_report() if ds is not None else 0
-            if excluded:
-                log.warning(
-                    "excluded %d of %d utterances of %s (see %s)", excluded, excluded + n, ds.name, ds.excluded_path
-                )
-        self.total_steps = self.epoch_steps * self.tcfg.epochs
+        # one pass of the sampler over the cut metadata (no features read), beside the training (train/census.py):
+        # this learner's batches in epoch 0, which times the epochs is the schedule's length (later epochs differ by
+        # a batch or two: clamped by the schedule), and the usable cuts with their seconds
+        self.census = Census(train_ds, self.sampling)
+        self.schedule_epochs = self.tcfg.epochs
+        if dev_ds is not None:
+            self._report_excluded(dev_ds, dev_ds.stats()[0])
         self.scheduler = make_scheduler(self.optimizer, self.tcfg, self.total_steps)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.metrics: List[dict] = []
@@ -172,6 +170,39 @@ class Trainer:
         self.augment_here = self.tcfg.spec_augment and not in_loader
         train_ds.set_augment(LoaderAugment(self.spec_augment, self.tcfg.seed, self.algo.rank) if in_loader else None)
 
+    # ------------------------------------------------------------------ the census
+    @property
+    def epoch_steps(self) -> int:
+        return max(1, self._counts()[0])
+
+    @property
+    def num_cuts(self) -> int:
+        return self._counts()[1]
+
+    @property
+    def train_seconds(self) -> float:
+        return self._counts()[2]
+
+    def total_steps(self) -> int:
+        return self.epoch_steps * self.schedule_epochs
+
+    def _counts(self) -> tuple:
+        """The census's counts, waited for the first time (when they come: the training set's exclusions logged)."""
+        first = self.census.counts is None
+        counts = self.census.get()
+        if first:
+            self._report_excluded(self.train_ds, counts[1])
+            log.info("%d usable train utts (%.0f s), %d batches an epoch", counts[1], counts[2], max(1, counts[0]))
+        return counts
+
+    @staticmethod
+    def _report_excluded(ds: CutData, usable: int) -> None:
+        excluded = ds.write_report()
+        if excluded:
+            log.warning(
+                "excluded %d of %d utterances of %s (see %s)", excluded, excluded + usable, ds.name, ds.excluded_path
+            )
+
     # ------------------------------------------------------------------ state
     def epoch_cuts(self, epoch: int, skip: int):
         """This learner's CutSets of ``epoch`` after the first ``skip`` (``None``: a step without data)."""
@@ -189,6 +220,7 @@ class Trainer:
             "algo": self.algo.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "metrics": self.metrics,
+            "census": list(self._counts()),
             "config": dataclasses.asdict(self.cfg),
             **self.extra_state,
         }
@@ -201,6 +233,8 @@ class Trainer:
         self.scheduler.load_state_dict(st["scheduler"])
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.metrics = st["metrics"]
+        if st.get("census") is not None:  # (checkpoints before 2026-11-28 have none: the pass goes on)
+            self.census.set(st["census"])
         self.algo.load_state_dict(st["algo"], mine)
         if self.scaler is not None and st.get("scaler"):
             self.scaler.load_state_dict(st["scaler"])
@@ -322,7 +356,8 @@ class Trainer:
             plot_losses(self.metrics, self.exp_dir / "loss.png")
         while self.epoch < self.tcfg.epochs:
             bar = tqdm(
-                total=max(self.epoch_steps, self.batch_in_epoch),  # an estimate (lazy manifest)
+                # an estimate (lazy manifest); none while the census is under way in epoch 0
+                total=max(self.epoch_steps, self.batch_in_epoch) if self.census.done() else None,
                 initial=self.batch_in_epoch,
                 desc=f"epoch {self.epoch + 1}",
                 disable=not main,
@@ -354,6 +389,7 @@ class Trainer:
                 if self.tcfg.kill_after_steps and self.step == self.tcfg.kill_after_steps and not _restart_count():
                     log.warning("kill_after_steps=%d reached: SIGKILL (testing aid; first attempt only)", self.step)
                     os.kill(os.getpid(), signal.SIGKILL)
+            self._counts()  # the census (an empty epoch 0: the error that no cut is usable)
             self._end_of_data(skipped, empty)
             bar.close()
             # this attempt's share of the epoch (all of it unless it resumed mid-epoch): throughput, device memory
@@ -391,6 +427,7 @@ class Trainer:
         if tb is not None:
             tb.close()
         summary = self.finish()
+        self.census.close()
         for ds in (self.train_ds, self.dev_ds):  # the loaders' workers, now rather than at a garbage collection
             if ds is not None:
                 ds.close_workers()

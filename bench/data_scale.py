@@ -7,8 +7,10 @@ is written. For each corpus and worker count (0 and 2), a child process opens th
 trainer's data path (asrlib/train/loader.py: lhotse's DynamicBucketingSampler, a DataLoader whose workers read the
 audio and compute fbank on the fly, pad the batch): time to the first batch (fastest of 3 starts: the sampler
 reads a fixed number of cuts first, its bucket-bins estimate and its buffer), batches/s over the next batches, and
-peak RSS of the training process (the workers' peak apart). Feature bytes per hour: float32 vs Kaldi compressed
-archives (features.compress) of the same fbank.
+peak RSS of the training process (the workers' peak apart), and the trainer's census (asrlib/train/census.py: the
+pass over the metadata that gives the learning-rate schedule its length, ``trainer_census_s``, which runs beside the
+training; ``trainer_census_start_s``: what starting it costs before the first step). Feature bytes per hour: float32
+vs Kaldi compressed archives (features.compress) of the same fbank.
 
     python bench/data_scale.py [--quick] [--hours 10 30 100] [--batches 40] [--out bench/results/data_scale.json]
 
@@ -113,10 +115,21 @@ def child(manifest: str, workers: int, batches: int) -> None:
     del it
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # the Trainer's census (asrlib/train/census.py): the pass over the metadata that gives the schedule's length, in
+    # a forked process; what the trainer spends on it before its first step is the fork (census_start_s)
+    from asrlib.train.census import Census
+
+    t2 = time.perf_counter()
+    census = Census(data, SamplerSettings(max_duration=60.0, seed=0))
+    t_start = time.perf_counter() - t2
+    census.get()
+    t_census = time.perf_counter() - t2
     print(
         json.dumps(
             {
                 "first_batch_s": round(t_first, 2),
+                "trainer_census_s": round(t_census, 2),
+                "trainer_census_start_s": round(t_start, 4),
                 "first_batch_cuts": len(first["ids"]),
                 "batches_per_s": round(n / dt, 2),
                 "audio_s_per_s": round(frames / 100 / dt, 1),
@@ -190,6 +203,9 @@ def main() -> None:
     w = a.workers[-1]
     out["rss_ratio"] = round(hi[f"workers{w}"]["rss_mb"] / lo[f"workers{w}"]["rss_mb"], 3)
     out["first_batch_ratio"] = round(hi[f"workers{w}"]["first_batch_s"] / lo[f"workers{w}"]["first_batch_s"], 3)
+    out["trainer_census_ratio"] = round(
+        hi[f"workers{w}"]["trainer_census_s"] / lo[f"workers{w}"]["trainer_census_s"], 3
+    )
     out["features"] = feature_bytes(sources)
     out["date"] = time.strftime("%Y-%m-%d")
     if a.out:

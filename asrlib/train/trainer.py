@@ -380,6 +380,8 @@ class Trainer:
                 run_total, run_frames, in_frames = run_total + total, run_frames + frames, in_frames + nin
                 bar.update(1)
                 if self.step % self.tcfg.log_every == 0:
+                    if self.census.counts is None and self.census.done():  # arrived: its log line, report, total
+                        bar.total = max(self.epoch_steps, self.batch_in_epoch)
                     if run_frames:  # (0 only when every batch was padding at an uneven shard end)
                         self._log_train(tb, run_total / run_frames, in_frames / (time.time() - t0))
                         bar.set_postfix(loss=f"{self.metrics[-1]['loss']:.3f}")

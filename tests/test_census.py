@@ -66,3 +66,19 @@ def test_a_resumed_run_takes_the_census_from_its_checkpoint(tmp_path, monkeypatc
     assert resumed.census.counts == ref.census.counts
     for k, v in ref.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+def test_a_set_with_no_usable_cut_still_stops_training_with_the_census_error(tmp_path, monkeypatch):
+    import pytest
+
+    from asrlib.errors import AsrError
+
+    setup = make_toy_ctc_setup(tmp_path / "toy")
+    usable = CutData.usable
+    # no training cut is usable (the census's process inherits the patch); the dev set's are
+    monkeypatch.setattr(CutData, "usable", lambda self, cut: "fbank/train" not in self.name and usable(self, cut))
+    monkeypatch.setattr(CutData, "feature_dim", lambda self: 20)  # (the toy set-up's, for building the model)
+    t = toy_trainer(setup, toy_config_yaml(tmp_path / "c.yaml"), tmp_path / "exp", torch.device("cpu"))
+    with pytest.raises(AsrError, match="no usable utterance in .*cuts"):
+        t.fit()
+    assert t.step == 0 and t.census.proc is None

@@ -17,7 +17,8 @@ the first. The trainer reads the features
 as steps.train does (asrlib/train/recipe_sets.py: the recipe's cut joins, perturbation, noise and jitter; before
 2026-11-26 night without them): lhotse's sampler over the lazy cut manifest, DataLoader workers reading the
 (compressed) archives (asrlib/train/loader.py); the ratio is reported for each --workers count (issue 24's goal:
->= 0.95 with 2).
+>= 0.95 with 2), with (``--timing epochs`` / ``blocks``) how long the trainer waits in ``next()`` for each batch
+(``wait_ms_median``, ``wait_ms_p90``, ``wait_share``: their sum over the trainer's time), the epochs after the first.
 
     python bench/train_throughput.py [--quick] [--recipe-dir recipes/digits] [--repeats 3] [--workers 0 2] [--threads N]
                                      [--timing epochs|blocks|steps] [--block 50]
@@ -171,6 +172,27 @@ def block_interleaved_fit(trainer: Trainer, ref_model, ref_opt, block: int) -> l
     return [(end - r[0] - r[2], r[1], r[2], r[3]) for r, end in zip(rows, ends)]
 
 
+def timed_batches(ds) -> list:
+    """Wrap ``ds.batches`` (what the trainer iterates each epoch) to time each ``next()``: how long the trainer waits
+    for the loader (the hand-over included). Returns the list that gets one list of waits (s) per call."""
+    waits, batches = [], ds.batches
+
+    def wrapped(*args, **kwargs):
+        it, mine = batches(*args, **kwargs), []
+        waits.append(mine)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                b = next(it)
+            except StopIteration:
+                return
+            mine.append(time.perf_counter() - t0)
+            yield b
+
+    ds.batches = wrapped
+    return waits
+
+
 def separate_epoch(trainer: Trainer, ref_model, ref_opt, on_device, dtype) -> tuple:
     """On an accelerator: the trainer's epoch (``fit``) timed whole, then the bare loop over the same batches, already
     on the device, timed whole (each ends when the device has finished). Returns (trainer s, bare s)."""
@@ -278,6 +300,7 @@ def main() -> None:
         for b in on_device:  # warm-up over every shape
             bare_step(ref_model, ref_opt, b, device, amp_dtype)
         if epochs_timing:
+            waits = timed_batches(ds)
             if a.timing == "blocks":
                 per_epoch = block_interleaved_fit(trainer, ref_model, ref_opt, max(1, a.block))
             else:
@@ -303,6 +326,12 @@ def main() -> None:
                 "ratio_per_epoch": [round(r, 3) for r in ratios],
                 "audio_seconds_per_s": round(n_tr / tt / 100, 1),
             }
+            # the trainer's waits for the loader in the epochs after the first (with --timing blocks the workers also
+            # run during the bare blocks, so the batches after a block are ready early: --timing epochs for these)
+            w = sorted(x for ep in (waits[1:] or waits) for x in ep)
+            out[name]["wait_ms_median"] = round(1e3 * statistics.median(w), 2)
+            out[name]["wait_ms_p90"] = round(1e3 * w[int(0.9 * (len(w) - 1))], 2)
+            out[name]["wait_share"] = round(sum(w) / tt, 4)  # of the trainer's time
             if a.timing == "blocks":
                 out[name]["block"] = a.block
             continue

@@ -43,7 +43,7 @@ class Census:
     merges its exclusions into ``ds.excluded``; :meth:`set` gives the counts (a checkpoint's) and stops the pass."""
 
     def __init__(self, ds, settings) -> None:
-        self.ds, self.settings = ds, settings
+        self.ds = ds
         self.counts: Optional[Counts] = None
         self.proc = None
         # fork is Linux's to rely on (the loader's workers are forked too); a daemonic process (a learner of the

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional
 
 import torch
 from tqdm import tqdm
@@ -61,8 +61,8 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     raise ValueError(f"train.optimizer must be adam or sgd, not {cfg.optimizer!r}")
 
 
-def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: Union[int, Callable[[], int]]):
-    """``total_steps``: the schedule's length, or a function giving it (asked for only once the warm-up is over)."""
+def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: Callable[[], int]):
+    """``total_steps``: a function giving the schedule's length (asked for only once the warm-up is over)."""
     if cfg.scheduler == "constant":
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     if cfg.scheduler == "warmup_cosine":
@@ -71,8 +71,7 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: Un
         def f(s: int) -> float:
             if s < warm:
                 return (s + 1) / warm
-            total = total_steps() if callable(total_steps) else total_steps
-            frac = min(1.0, (s - warm) / max(1, total - warm))
+            frac = min(1.0, (s - warm) / max(1, total_steps() - warm))
             return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac))
 
         return torch.optim.lr_scheduler.LambdaLR(opt, f)

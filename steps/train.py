@@ -94,7 +94,13 @@ def main(argv=None):
         model,
         train_ds.normalise.cmvn.mean,
         train_ds.normalise.cmvn.inv_std,
-        info={"lang_dir": str(a.lang_dir), **cmvn_info(cfg.features), **init_info, **summary},
+        info={
+            "lang_dir": str(a.lang_dir),
+            "lang_dir_abs": str(Path(a.lang_dir).resolve()),
+            **cmvn_info(cfg.features),
+            **init_info,
+            **summary,
+        },
     )
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)

@@ -440,6 +440,23 @@ def test_experiment_dir_finds_relative_lang_dir(tm, tmp_path, monkeypatch):
         Recognizer.from_dir(recipe / "exp" / "m")
 
 
+def test_experiment_dir_outside_the_recipe_finds_the_resolved_lang_dir(tm, tmp_path, monkeypatch):
+    """A run with a relative --data and an --exp elsewhere (`run.sh --data data --exp /scratch/e`): the lang dir
+    that steps.train resolved is used, and the relative one when the resolved one is gone."""
+    from asrlib.models.saved import load_model, save_model
+
+    recipe, exp = tmp_path / "recipe", tmp_path / "scratch" / "e"
+    shutil.copytree(tm.lang, recipe / "data" / "lang")
+    m = load_model(tm.exp / "final.pt")
+    info = {"lang_dir": "data/lang", "lang_dir_abs": str(recipe / "data" / "lang")}
+    save_model(exp / "final.pt", m.model, m.cmvn_mean, m.cmvn_inv_std, info=info)
+    monkeypatch.chdir(tmp_path)
+    assert Recognizer.from_dir(exp).model_dir.lang_dir == recipe / "data" / "lang"
+    shutil.copytree(tm.lang, tmp_path / "data" / "lang")
+    shutil.rmtree(recipe / "data")
+    assert Recognizer.from_dir(exp).model_dir.lang_dir.resolve() == (tmp_path / "data" / "lang").resolve()
+
+
 def test_experiment_dir_decodes_with_its_decode_stage_settings(tm, tmp_path):
     """An experiment dir uses the settings of its newest TLG decode stage after training (the recipe's tuned
     acoustic scale / blank penalty), so `asr transcribe EXP` gives the decode stage's words; greedy stages and

@@ -14,8 +14,9 @@ Three layouts are accepted by :func:`open_model_dir`:
   LSTM state carried), decoded with the bundle's settings (those sherpa-onnx uses);
 
 * a **training experiment dir** (e.g. ``recipes/digits/exp/lstm_ctc``) holding ``final.pt``; its lang dir is
-  ``lang/`` beside ``final.pt`` if present, else the ``lang_dir`` recorded in ``final.pt`` at training time (an
-  absolute path, or a relative one found from the current directory or from a parent of the experiment dir). Its
+  ``lang/`` beside ``final.pt`` if present, else the ``lang_dir`` recorded in ``final.pt`` at training time (the
+  path steps.train resolved, else the one it was given: an absolute path, or a relative one found from the current
+  directory or from a parent of the experiment dir). Its
   decode settings are those of its newest TLG decode stage run after training (``decode_*/.decode.done``: the
   recipe's tuned beam, acoustic scale and blank penalty), else :class:`DecodeConfig`'s defaults.
 
@@ -461,10 +462,13 @@ def _experiment_dir(exp_dir: Path, model_path: Path) -> ModelDir:
                 f"{exp_dir} has no lang/ dir and {model_path} does not record its lang dir; "
                 f"package it with `asr package {exp_dir} LANG_DIR OUT_DIR`"
             )
-        rec = Path(recorded)
-        found = (
-            rec if rec.is_absolute() and rec.is_dir() else (None if rec.is_absolute() else _find_relative(rec, exp_dir))
-        )
+        rec, absolute = Path(recorded), info.get("lang_dir_abs")  # as given to steps.train, and resolved there
+        if absolute and Path(absolute).is_dir() and not _missing_lang_files(Path(absolute)):
+            found: Optional[Path] = Path(absolute)
+        elif rec.is_absolute():
+            found = rec if rec.is_dir() else None
+        else:
+            found = _find_relative(rec, exp_dir)
         if found is None:
             raise AsrError(
                 f"{exp_dir} has no lang/ dir and the lang dir recorded in {model_path} ('{recorded}') "

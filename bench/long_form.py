@@ -19,6 +19,8 @@ two recordings, ``blank`` (under a minute).
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
 (`python -m steps.recognize_mobile`, sherpa-onnx's search settings, chunks of the bundle's ``chunk_ms``): per
 utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
+Its RTF is each file's time from opening to words (``--repeats`` runs of every pass, interleaved; the median, and
+``rtf_vs_per_utt``), and ``network_frames`` the fbank frames the network ran over per frame of audio.
 """
 
 from __future__ import annotations
@@ -90,8 +92,14 @@ def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) ->
     if p.returncode != 0:
         raise SystemExit(f"recognize_mobile failed ({p.returncode}):\n{p.stderr[-3000:]}")
     m = re.search(r"RTF ([\d.]+), peak RSS (\d+) MB", p.stderr)
+    f = re.search(r"the network ran (\d+) fbank frames for (\d+) of audio", p.stderr)
     hyp = {k: " ".join(v) for k, *v in (line.split() for line in out.read_text().splitlines() if line.strip())}
-    return {"results": hyp, "rtf": float(m.group(1)), "rss_mib": float(m.group(2))}
+    return {
+        "results": hyp,
+        "rtf": float(m.group(1)),
+        "rss_mib": float(m.group(2)),
+        "network_frames": round(int(f.group(1)) / int(f.group(2)), 3),
+    }
 
 
 def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
@@ -132,11 +140,18 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")
     p.add_argument("--streaming", action="store_true", help="also the mobile bundle's streaming recogniser")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="streaming: the per-utterance pass and the long recordings' runs, interleaved, this many times (the "
+        "median RTF is reported)",
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     a = p.parse_args()
     if a.quick:
-        a.lengths, a.segment, a.max_recordings = [60], ["blank"], 2
+        a.lengths, a.segment, a.max_recordings, a.repeats = [60], ["blank"], 2, 1
     if not (a.model / "final.pt").is_file() and not (a.model / "model.json").is_file():
         raise SystemExit(f"{a.model}: no trained model (run `make run` first)")
     wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
@@ -205,33 +220,52 @@ def main() -> None:
                 )
         if a.streaming:
             bundle = a.model / "mobile" / "bundle"
-            one = run_streaming(bundle, ["--wav-scp", str(scp)], tmp / "s_utt.txt", False)
-            hyp = one["results"]
+            runs: Dict = {}  # (name, length) -> its runs, the per-utterance pass and the long ones interleaved
+            jobs = [("per_utt", None, ["--wav-scp", str(scp)], False)] + [
+                (name, length, files, endpoint)
+                for name, endpoint in (("streaming", False), ("streaming_endpoint", True))
+                for length, (_, files) in plans.items()
+            ]
+            for _ in range(a.repeats):
+                for name, length, inputs, endpoint in jobs:
+                    runs.setdefault((name, length), []).append(run_streaming(bundle, inputs, tmp / "s.txt", endpoint))
+
+            def timing(rs: List[Dict]) -> Dict:  # the median RTF of the repeats (the words are the same each time)
+                rtfs = [r["rtf"] for r in rs]
+                return {
+                    "rtf": sorted(rtfs)[len(rtfs) // 2],
+                    "rtf_runs": rtfs,
+                    "rss_mib": max(r["rss_mib"] for r in rs),
+                    "network_frames": rs[0]["network_frames"],
+                }
+
+            one = runs[("per_utt", None)]
+            hyp = one[0]["results"]
             figures["per_utt"]["streaming"] = {
                 "wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
-                "rtf": one["rtf"],
-                "rss_mib": one["rss_mib"],
+                **timing(one),
             }
-            for name, endpoint in (("streaming", False), ("streaming_endpoint", True)):
-                for length, (groups, files) in plans.items():
-                    run = run_streaming(bundle, files, tmp / "s_long.txt", endpoint)
-                    keys = [Path(f).stem for f in files]
-                    ref = {k: " ".join(refs[u] for u in g) for k, g in zip(keys, groups)}
-                    pieces = {k: " ".join(hyp[u] for u in g if hyp.get(u)) for k, g in zip(keys, groups)}
-                    res = score(ref, {k: run["results"].get(k, "") for k in keys})
-                    row = {
-                        "recordings": len(groups),
-                        "words": res.num_words,
-                        "wer": round(res.wer, 2),
-                        "wer_pieces": round(score(ref, pieces).wer, 2),
-                        "rtf": run["rtf"],
-                        "rss_mib": run["rss_mib"],
-                    }
-                    figures.setdefault(name, {})[str(int(length))] = row
-                    print(
-                        f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f})",
-                        file=sys.stderr,
-                    )
+            for name, length, files, _ in jobs[1:]:
+                groups, rs = plans[length][0], runs[(name, length)]
+                keys = [Path(f).stem for f in files]
+                ref = {k: " ".join(refs[u] for u in g) for k, g in zip(keys, groups)}
+                pieces = {k: " ".join(hyp[u] for u in g if hyp.get(u)) for k, g in zip(keys, groups)}
+                res = score(ref, {k: rs[0]["results"].get(k, "") for k in keys})
+                row = {
+                    "recordings": len(groups),
+                    "words": res.num_words,
+                    "wer": round(res.wer, 2),
+                    "wer_pieces": round(score(ref, pieces).wer, 2),
+                    **timing(rs),
+                }
+                row["rtf_vs_per_utt"] = round(row["rtf"] / figures["per_utt"]["streaming"]["rtf"], 3)
+                figures.setdefault(name, {})[str(int(length))] = row
+                print(
+                    f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f}), "
+                    f"RTF {row['rtf']:.4f} ({row['rtf_vs_per_utt']:.2f}x per utterance's), network frames "
+                    f"{row['network_frames']:.2f}x the audio's",
+                    file=sys.stderr,
+                )
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(figures, indent=2) + "\n")

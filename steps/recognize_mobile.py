@@ -8,8 +8,11 @@ the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`).
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). A summary line (utterances, audio seconds, processing seconds, RTF, peak memory) goes to
-stderr. A broken bundle, audio at another sample rate or with several channels stops with one ``ERROR`` line
-(exit status 2).
+stderr; processing time is each file's from its opening to its words, the bundle's loading left out (streaming: the
+stream's creation and the file's reading included; sherpa: the recognition of the decoded samples). Streaming also
+prints how many fbank frames the network ran against the audio's (more than 1x with ``--endpoint``: the detector
+over pauses and the reruns from their middle). A broken bundle, audio at another sample rate or with several
+channels stops with one ``ERROR`` line (exit status 2).
 """
 
 from __future__ import annotations
@@ -88,13 +91,18 @@ def main(argv=None):
         chunk = int(rate * chunk_ms / 1000)  # 0: the whole file at once
 
         def run(key, path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
+            t0 = time.perf_counter()  # the whole file's time: its stream's creation and its reading included
             bar = file_progress(key, path)  # a file of a minute or more: a progress bar in seconds of audio
             blocks = read_wav_blocks(path, rate, chunk) if chunk > 0 else [read_wav(path, rate)]
             stream = rec.recognize_blocks(blocks, rate, bar.update if bar is not None else None)
             if bar is not None:
                 bar.close()
-            spent = stream.timings  # each block's processing time, and the finish's
-            return stream.finish(), sum(t.samples for t in spent), sum(t.seconds for t in spent)
+            words, spent = stream.finish(), time.perf_counter() - t0
+            frames[0] += stream.frames_used
+            frames[1] += stream.network_frames
+            return words, sum(t.samples for t in stream.timings), spent
+
+    frames = [0, 0]  # streaming: fbank frames of the audio, and those the network ran (the detector's, reruns')
 
     lines, audio_s, proc_s = [], 0.0, 0.0
     for key, path in items:
@@ -113,6 +121,12 @@ def main(argv=None):
         f"RTF {proc_s / max(audio_s, 1e-9):.4f}, peak RSS {peak_mb:.0f} MB ({a.engine}, {a.num_threads} thread)",
         file=sys.stderr,
     )
+    if frames[0]:
+        print(
+            f"recognize_mobile: the network ran {frames[1]} fbank frames for {frames[0]} of audio "
+            f"({frames[1] / frames[0]:.3f}x)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -4,12 +4,19 @@ its pauses, each from a zero state, the same for any chunk size."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from asrlib.export.streaming import EndpointRules, StreamingRecognizer, compute_fbank, recognize_whole
+from asrlib.export.streaming import (
+    ENDPOINT_RUN_SECONDS,
+    EndpointRules,
+    StreamingRecognizer,
+    compute_fbank,
+    recognize_whole,
+)
 from asrlib.features.fbank import Segment, compute_one, FbankOptions
 from asrlib.errors import AsrError
 from mobile_bundle import tone_bundle
@@ -153,6 +160,14 @@ def test_endpointing_cuts_a_long_input_at_its_pauses(bundle):
     assert len(small.recent) <= (round(rules.pad / rec.frame_seconds) + 4) * rec.stack
     plain, plain_words = _feed(StreamingRecognizer(out / "bundle"), x, None)
     assert plain.segments == [] and plain_words  # no endpointing: one stream, words as before
+    # the network's work: each frame once in one stream; with endpointing also the rerun from each pause's middle
+    # (or `pad` before the first speech) to the end of the frames run when the detector saw speech: bounded by
+    # ENDPOINT_RUN_SECONDS of frames at a time, not by the rest of the input, even when it comes at once
+    assert plain.network_frames == plain.frames_used
+    for other, _ in runs.values():
+        assert other.frames_used == plain.frames_used
+        extra = other.network_frames - plain.frames_used
+        assert 0 < extra <= 100 * len(pieces) * (rules.pad + ENDPOINT_RUN_SECONDS)
     short = StreamingRecognizer(out / "bundle", endpoint=EndpointRules(0.6, 2.0, max_segment=1.0))
     cut, _ = _feed(short, x, 4000)
     assert len(cut.segments) > len(pieces) and all(g.end - g.start <= 1.0 + 1e-6 for g in cut.segments)
@@ -248,7 +263,10 @@ def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
     assert (tmp_path / "one.txt").read_text().split()[1:] == one
     capsys.readouterr()
     assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
-    assert "long: " not in capsys.readouterr().err  # a short file: no progress bar
+    err = capsys.readouterr().err
+    assert "long: " not in err  # a short file: no progress bar
+    ran = re.search(r"the network ran (\d+) fbank frames for (\d+) of audio", err)  # the rerun pauses' cost
+    assert ran and int(ran[2]) == s.frames_used and int(ran[1]) == s.network_frames > s.frames_used
     sf.write(str(tmp_path / "long.wav"), np.tile(x, -(-60 * SR // len(x))), SR)
     assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
     assert "long: " in capsys.readouterr().err  # a file of a minute or more shows its progress (seconds of audio)

@@ -51,6 +51,8 @@ from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_a
 from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.errors import AsrError, PathLike
 
+ENDPOINT_RUN_SECONDS = 1.0  # with endpointing, the most audio the network runs over in one call (see Stream._advance)
+
 
 def fbank_options(sample_rate: int, num_mel_bins: int):
     """kaldi-native-fbank options equal to the feature stage (lhotse FbankConfig defaults) and sherpa-onnx."""
@@ -199,6 +201,7 @@ class Stream:
         b, ep = rec.bundle, rec.endpoint
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
         self.frames_used = 0  # fbank frames given to the network (the front end forgets them)
+        self.network_frames = 0  # fbank frames the network has run over, the detector's and reruns' included
         self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
@@ -236,12 +239,26 @@ class Stream:
         n = (ready - self.frames_used) // stack * stack
         if n <= 0:
             return
-        pending = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
+        frames = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
         self.fbank.pop(n)  # memory stays bounded on long inputs
-        self.frames_used += n
+        if self.rec.endpoint is None:
+            self._run(frames)
+            return
+        # endpointing: at most ENDPOINT_RUN_SECONDS at a time, since a pause's rerun goes to the end of the frames
+        # run (a whole file given at once would otherwise run again from each pause to its end); chunks up to that
+        # long run as they come. Same words and segments either way.
+        step = max(stack, int(ENDPOINT_RUN_SECONDS * 100) // stack * stack)
+        for i in range(0, n, step):
+            self._run(frames[i : i + step])
+
+    def _run(self, pending: np.ndarray) -> None:
+        """Run the network (and search, endpointing) over ``pending``, the stream's next fbank frames."""
+        stack = self.rec.stack
+        self.frames_used += len(pending)
         if self.rec.endpoint is not None:
-            self.recent = np.concatenate([self.recent, pending])[-(self.pad + 1) * stack - n :]
+            self.recent = np.concatenate([self.recent, pending])[-(self.pad + 1) * stack - len(pending) :]
         while len(pending):  # the stream's last frames, in the current mode
+            self.network_frames += len(pending)
             first = self.frames_used // stack - len(pending) // stack  # output frame of the stream of pending[0]
             if self.waiting:
                 scores, self.detector = self.rec.model.run(pending, self.detector)

@@ -20,7 +20,11 @@ two recordings, ``blank`` (under a minute).
 (`python -m steps.recognize_mobile`, sherpa-onnx's search settings, chunks of the bundle's ``chunk_ms``): per
 utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
 Its RTF is each file's time from opening to words (``--repeats`` runs of every pass, interleaved; the median, and
-``rtf_vs_per_utt``), and ``network_frames`` the fbank frames the network ran over per frame of audio.
+``rtf_vs_per_utt``), ``cpu_rtf`` the same from the process's CPU time over its files, and ``network_frames`` the
+fbank frames the network ran over per frame of audio. The machine's speed drifts between such runs; the firm figure
+is ``streaming_endpoint_paired``: the endpointed stream's time on each recording of the shortest length against its
+utterances' own streams', the two run side by side in the bench's process, ``--repeats`` times (median ratio; and
+the recording as one stream without endpointing, the control).
 """
 
 from __future__ import annotations
@@ -93,13 +97,51 @@ def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) ->
         raise SystemExit(f"recognize_mobile failed ({p.returncode}):\n{p.stderr[-3000:]}")
     m = re.search(r"RTF ([\d.]+), peak RSS (\d+) MB", p.stderr)
     f = re.search(r"the network ran (\d+) fbank frames for (\d+) of audio", p.stderr)
+    c = re.search(r"CPU RTF ([\d.]+)", p.stderr)
     hyp = {k: " ".join(v) for k, *v in (line.split() for line in out.read_text().splitlines() if line.strip())}
     return {
         "results": hyp,
         "rtf": float(m.group(1)),
+        "cpu_rtf": float(c.group(1)),
         "rss_mib": float(m.group(2)),
         "network_frames": round(int(f.group(1)) / int(f.group(2)), 3),
     }
+
+
+def paired_streaming_cost(bundle: Path, groups: List[List[str]], files: List[str], wavs: Dict[str, str], repeats: int):
+    """The endpointed stream's time on each long recording against its utterances' own streams', measured side by
+    side in this process (1 thread, the bundle's chunks), so that the machine's speed, which drifts by tens of
+    percent over minutes here, is the same for both: one ratio per recording and repeat (the order rotates), and the
+    same for the recording as one stream without endpointing (the control: the same frames as its utterances');
+    returns their medians and quartiles."""
+    from asrlib.export.bundle import check_bundle, read_wav_blocks
+    from asrlib.export.streaming import EndpointRules, StreamingRecognizer
+
+    plain = StreamingRecognizer(bundle, num_threads=1)
+    ep = StreamingRecognizer(bundle, num_threads=1, endpoint=EndpointRules.of_bundle(check_bundle(bundle)))
+    rate = plain.bundle.sample_rate
+    chunk = rate * plain.bundle.info.get("streaming", {}).get("chunk_ms", 320) // 1000
+
+    def spent(rec, paths) -> float:
+        t0 = time.perf_counter()
+        for path in paths:
+            rec.recognize_blocks(read_wav_blocks(path, rate, chunk), rate).finish()
+        return time.perf_counter() - t0
+
+    ratios: Dict[str, List[float]] = {"endpoint": [], "one_stream": []}
+    for r in range(repeats):
+        for i, (g, f) in enumerate(zip(groups, files)):
+            jobs = [("utts", plain, [wavs[u] for u in g]), ("endpoint", ep, [f]), ("one_stream", plain, [f])]
+            k = (r + i) % len(jobs)  # each goes first as often as the others
+            t = {name: spent(rec, paths) for name, rec, paths in jobs[k:] + jobs[:k]}
+            for name in ratios:
+                ratios[name].append(t[name] / t["utts"])
+    out = {"pairs": len(ratios["endpoint"])}
+    for name, rs in ratios.items():
+        q = sorted(rs)
+        quartiles = [round(q[len(q) // 4], 3), round(q[3 * len(q) // 4], 3)]
+        out[name] = {"median": round(q[len(q) // 2], 3), "quartiles": quartiles}
+    return out
 
 
 def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
@@ -230,11 +272,13 @@ def main() -> None:
                 for name, length, inputs, endpoint in jobs:
                     runs.setdefault((name, length), []).append(run_streaming(bundle, inputs, tmp / "s.txt", endpoint))
 
-            def timing(rs: List[Dict]) -> Dict:  # the median RTF of the repeats (the words are the same each time)
-                rtfs = [r["rtf"] for r in rs]
+            def timing(rs: List[Dict]) -> Dict:  # the median RTFs of the repeats (the words are the same each time)
+                rtfs, cpu = [r["rtf"] for r in rs], [r["cpu_rtf"] for r in rs]
                 return {
                     "rtf": sorted(rtfs)[len(rtfs) // 2],
                     "rtf_runs": rtfs,
+                    "cpu_rtf": sorted(cpu)[len(cpu) // 2],
+                    "cpu_rtf_runs": cpu,
                     "rss_mib": max(r["rss_mib"] for r in rs),
                     "network_frames": rs[0]["network_frames"],
                 }
@@ -245,6 +289,15 @@ def main() -> None:
                 "wer": round(score({u: refs[u] for u in needed}, hyp).wer, 2),
                 **timing(one),
             }
+            groups, files = plans[min(plans)]  # the shortest recordings: many pairs
+            paired = paired_streaming_cost(bundle, groups, files, wavs, a.repeats)
+            figures["streaming_endpoint_paired"] = {"length": int(min(plans)), **paired}
+            print(
+                f"paired with per utterance ({int(min(plans))} s recordings, {paired['pairs']} pairs): time "
+                f"endpointed {paired['endpoint']['median']:.3f}x (quartiles {paired['endpoint']['quartiles']}), one "
+                f"stream {paired['one_stream']['median']:.3f}x",
+                file=sys.stderr,
+            )
             for name, length, files, _ in jobs[1:]:
                 groups, rs = plans[length][0], runs[(name, length)]
                 keys = [Path(f).stem for f in files]
@@ -258,11 +311,13 @@ def main() -> None:
                     "wer_pieces": round(score(ref, pieces).wer, 2),
                     **timing(rs),
                 }
-                row["rtf_vs_per_utt"] = round(row["rtf"] / figures["per_utt"]["streaming"]["rtf"], 3)
+                for k in ("rtf", "cpu_rtf"):
+                    row[f"{k}_vs_per_utt"] = round(row[k] / figures["per_utt"]["streaming"][k], 3)
                 figures.setdefault(name, {})[str(int(length))] = row
                 print(
                     f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f}), "
-                    f"RTF {row['rtf']:.4f} ({row['rtf_vs_per_utt']:.2f}x per utterance's), network frames "
+                    f"RTF {row['rtf']:.4f} ({row['rtf_vs_per_utt']:.2f}x per utterance's; CPU "
+                    f"{row['cpu_rtf_vs_per_utt']:.2f}x), network frames "
                     f"{row['network_frames']:.2f}x the audio's",
                     file=sys.stderr,
                 )

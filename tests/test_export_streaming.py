@@ -267,6 +267,7 @@ def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
     assert "long: " not in err  # a short file: no progress bar
     ran = re.search(r"the network ran (\d+) fbank frames for (\d+) of audio", err)  # the rerun pauses' cost
     assert ran and int(ran[2]) == s.frames_used and int(ran[1]) == s.network_frames > s.frames_used
+    assert re.search(r"CPU [\d.]+ s, CPU RTF [\d.]+", err)
     sf.write(str(tmp_path / "long.wav"), np.tile(x, -(-60 * SR // len(x))), SR)
     assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
     assert "long: " in capsys.readouterr().err  # a file of a minute or more shows its progress (seconds of audio)

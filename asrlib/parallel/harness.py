@@ -2,7 +2,8 @@
 
 :func:`run_learners` starts ``world`` spawned processes that join one process group through a file store, runs
 ``fn(rank, world, *args)`` in each and returns their results; a learner that hangs (deadlock) or fails is reported
-with its traceback instead of hanging the caller. :func:`train_toy` trains on a toy set-up written by
+with its traceback instead of hanging the caller (a failed one stops the run at once), and a rendezvous that fails
+before any learner has joined is tried again. :func:`train_toy` trains on a toy set-up written by
 ``make_toy_ctc_setup`` (tests/helpers.py) with the real Trainer and a distributed algorithm, and can check after
 every step that the learners that should hold identical parameters do.
 
@@ -31,8 +32,23 @@ from asrlib.io.torchfile import save_torch
 from asrlib.cli import option_values
 
 
+def join_gloo(rank: int, world: int, init_file: str, attempt: int) -> None:
+    """The learners' rendezvous: one Gloo process group through a file store (``attempt``: 0, 1, ... for
+    :func:`run_learners`'s retries)."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+
+
 def _entry(
-    fn: Callable, rank: int, world: int, init_file: str, out_dir: str, args: tuple, env: Dict[str, str], threads: int
+    fn: Callable,
+    rank: int,
+    world: int,
+    init_file: str,
+    out_dir: str,
+    args: tuple,
+    env: Dict[str, str],
+    threads: int,
+    join: Callable,
+    attempt: int,
 ) -> None:
     os.environ.update(env)
     os.environ.update(
@@ -41,7 +57,8 @@ def _entry(
     torch.set_num_threads(threads)
     out = Path(out_dir)
     try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        join(rank, world, init_file, attempt)
+        (out / f"joined.{rank}").touch()  # past the rendezvous: from here on a failure is the learner's own
         result = fn(rank, world, *args)
         save_torch(out / f"result.{rank}.pt", result)
         dist.barrier()
@@ -51,6 +68,11 @@ def _entry(
         raise SystemExit(1)
 
 
+RENDEZVOUS_TRIES = 3  # Gloo's rendezvous on one machine fails now and then ("connectFullMesh failed ... Connection
+# closed by peer", once in many CI runs): a run in which no learner got past it is started again, with a new store
+FAILED_PEERS_GRACE_S = 10.0  # after a learner has failed, how long the others get to end before they are killed
+
+
 def run_learners(
     fn: Callable,
     world: int,
@@ -58,22 +80,48 @@ def run_learners(
     timeout: float = 120.0,
     env: Optional[Dict[str, str]] = None,
     threads: int = 1,
+    join: Callable = join_gloo,
 ) -> List[Any]:
-    """Run ``fn(rank, world, *args)`` in ``world`` processes in one Gloo process group; return the results."""
+    """Run ``fn(rank, world, *args)`` in ``world`` processes in one Gloo process group; return the results.
+
+    A learner that fails stops the run: the others (waiting for it in a collective, typically) are killed
+    :data:`FAILED_PEERS_GRACE_S` later, not at ``timeout``, and its traceback is raised. A run that failed before
+    any learner got past the rendezvous (``join``) is started again, up to :data:`RENDEZVOUS_TRIES` times."""
+    for attempt in range(RENDEZVOUS_TRIES):
+        try:
+            return _run_once(fn, world, args, timeout, env, threads, join, attempt)
+        except _RendezvousFailed as e:
+            if attempt + 1 == RENDEZVOUS_TRIES:
+                raise RuntimeError(f"learners could not join their process group ({RENDEZVOUS_TRIES} tries):\n{e}")
+    raise AssertionError("unreachable")
+
+
+class _RendezvousFailed(RuntimeError):
+    pass
+
+
+def _run_once(fn, world, args, timeout, env, threads, join, attempt) -> List[Any]:
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="learners.") as tmp:
         init_file = os.path.join(tmp, "store")
         procs = [
             ctx.Process(
-                target=_entry, args=(fn, r, world, init_file, tmp, tuple(args), dict(env or {}), threads), daemon=True
+                target=_entry,
+                args=(fn, r, world, init_file, tmp, tuple(args), dict(env or {}), threads, join, attempt),
+                daemon=True,
             )
             for r in range(world)
         ]
         for p in procs:
             p.start()
-        deadline = time.time() + timeout
-        for p in procs:
-            p.join(max(0.0, deadline - time.time()))
+        deadline, failed_at = time.time() + timeout, None
+        while any(p.is_alive() for p in procs) and time.time() < deadline:
+            if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
+                failed_at = time.time()
+            if failed_at is not None and time.time() > failed_at + FAILED_PEERS_GRACE_S:
+                break
+            time.sleep(0.05)
+        bad = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
         for p in procs:
             if p.is_alive():
@@ -84,12 +132,13 @@ def run_learners(
         }
         if errors:
             r, tb = sorted(errors.items())[0]
+            if not any(Path(tmp, f"joined.{k}").exists() for k in range(world)):
+                raise _RendezvousFailed(f"learner {r} failed:\n{tb}")
             raise RuntimeError(f"learner {r} failed:\n{tb}")
-        if hung:
-            raise TimeoutError(f"learners {hung} still running after {timeout:.0f} s (deadlock?)")
-        bad = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0}
         if bad:
             raise RuntimeError(f"learners exited abnormally: {bad}")
+        if hung:
+            raise TimeoutError(f"learners {hung} still running after {timeout:.0f} s (deadlock?)")
         return [torch.load(Path(tmp, f"result.{r}.pt"), weights_only=True) for r in range(world)]
 
 

@@ -1,0 +1,52 @@
+"""The local learners' harness (asrlib/parallel/harness.py), which the distributed tests stand on: a learner that
+fails stops the run at once with its traceback (its peers, stuck in a collective, are killed), and a rendezvous that
+fails before any learner has joined is started again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from asrlib.parallel.harness import FAILED_PEERS_GRACE_S, join_gloo, run_learners
+
+
+def _rank0_fails(rank, world):
+    import torch.distributed as dist
+
+    if rank == 0:
+        raise ValueError("rank 0 gives up")
+    dist.barrier()  # waits for rank 0 for ever
+    return rank
+
+
+def test_a_failed_learner_stops_the_run_without_waiting_for_the_timeout():
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="rank 0 gives up"):
+        run_learners(_rank0_fails, 2, timeout=300)
+    assert time.time() - t0 < FAILED_PEERS_GRACE_S + 60  # not the 300 s timeout
+
+
+def _flaky_join(rank, world, init_file, attempt):
+    if rank == 0 and attempt == 0:  # as Gloo's "connectFullMesh failed ... Connection closed by peer"
+        raise RuntimeError("stand-in: connectFullMesh failed")
+    join_gloo(rank, world, init_file, attempt)
+
+
+def _rank(rank, world):
+    return rank
+
+
+def test_a_failed_rendezvous_is_tried_again():
+    assert run_learners(_rank, 2, timeout=300, join=_flaky_join) == [0, 1]
+
+
+def _joins_then_fails(rank, world, init_file, attempt):
+    join_gloo(rank, world, init_file, attempt)
+    if attempt > 0:
+        raise AssertionError("started again after a learner had joined")
+
+
+def test_a_learner_failing_after_the_rendezvous_is_not_started_again():
+    with pytest.raises(RuntimeError, match="rank 0 gives up"):
+        run_learners(_rank0_fails, 2, timeout=300, join=_joins_then_fails)

@@ -247,7 +247,7 @@ class Stream:
         # endpointing: at most ENDPOINT_RUN_SECONDS at a time, since a pause's rerun goes to the end of the frames
         # run (a whole file given at once would otherwise run again from each pause to its end); chunks up to that
         # long run as they come. Same words and segments either way.
-        step = max(stack, int(ENDPOINT_RUN_SECONDS * 100) // stack * stack)
+        step = max(1, self._frames(ENDPOINT_RUN_SECONDS)) * stack
         for i in range(0, n, step):
             self._run(frames[i : i + step])
 

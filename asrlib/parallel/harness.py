@@ -91,9 +91,8 @@ def run_learners(
         try:
             return _run_once(fn, world, args, timeout, env, threads, join, attempt)
         except _RendezvousFailed as e:
-            if attempt + 1 == RENDEZVOUS_TRIES:
-                raise RuntimeError(f"learners could not join their process group ({RENDEZVOUS_TRIES} tries):\n{e}")
-    raise AssertionError("unreachable")
+            failure = e
+    raise RuntimeError(f"learners could not join their process group ({RENDEZVOUS_TRIES} tries):\n{failure}")
 
 
 class _RendezvousFailed(RuntimeError):

@@ -221,6 +221,28 @@ def test_endpointing_starts_the_next_segment_inside_the_pause(bundle):
         assert times == sorted(times) and all(g.start < t0 for g, t0 in zip(s.segments, onsets)), s.segments
 
 
+def test_endpointing_runs_a_short_leading_silence_once(bundle):
+    """Before the input's first speech the detector runs from a zero state from the input's start, which is where
+    the first segment starts when its speech comes within `pad`: the detector's run is that segment, nothing runs
+    again (the same words and segment as before, when it ran again from the start). A longer leading silence is
+    cut to `pad` before the speech, which runs again."""
+    _, out = bundle
+    rng = np.random.default_rng(7)
+    quiet = lambda sec: rng.normal(0, 0.003, int(sec * SR)).astype(np.float32)  # noqa: E731
+    word = np.sin(2 * np.pi * 440 * np.arange(int(0.3 * SR)) / SR).astype(np.float32) * 0.3
+    loud = (compute_fbank(word, SR, 24).max() + compute_fbank(quiet(0.3), SR, 24).max()) / 2
+    rec = StreamingRecognizer(out / "bundle", endpoint=EndpointRules(min_silence=0.6, pad=2.0, max_segment=20.0))
+    rec.model = LateSpikeNetwork(token=1, vocab=5, stack=rec.stack, loud=loud)
+    utt = np.concatenate([word, quiet(0.1), word])
+    for chunk in (SR * 320 // 1000, None):
+        s, words = _feed(rec, np.concatenate([quiet(1.0), utt, quiet(1.0)]), chunk)
+        assert words == ["W1", "W1"] and s.segments[0].start == 0.0
+        assert s.network_frames == s.frames_used, chunk  # each frame once
+        s, words = _feed(rec, np.concatenate([quiet(3.0), utt, quiet(1.0)]), chunk)
+        assert words == ["W1", "W1"] and 1.0 < s.segments[0].start < 3.0, s.segments  # `pad` before the token
+        assert s.network_frames - s.frames_used >= 100 * 2.0, chunk  # `pad` before the first token, again
+
+
 def test_endpoint_rules_of_a_bundle(bundle):
     from asrlib.export.bundle import Bundle
 

@@ -30,12 +30,14 @@ state, in the middle of the pause (at most ``pad`` before ``b``; before the inpu
 word's token after the word, so the blank run that follows an utterance lasts until the next one's first word is
 over, and a segment started where the endpoint fired (``min_silence`` into that run) often began inside that word
 and lost it (on the digits test set's 60 s recordings: 5.82 % WER against 3.46 % from the middle of the pause;
-docs/long-recordings.md). A segment that hears no speech for ``pad + min_silence`` (a false start) is dropped and
-the wait goes on. :meth:`Stream.finish` returns the words of every segment in order; :attr:`Stream.segments` has
-each one's words and times (a segment ends ``min_silence / 2`` after its pause began). A bundle's ``decode``
-settings (``segment_min_silence``, ``segment_pad``, ``segment_max_seconds``; :meth:`EndpointRules.of_bundle`) give
-the rules that the offline recogniser uses on it. Memory is bounded: the front end forgets the frames it has given
-to the network.
+docs/long-recordings.md). The input's leading silence runs once: the detector starts from a zero state at the
+input's start, so when its first non-blank frame comes within ``pad`` of the start it *is* the first segment, its
+output taken as it is. A segment that hears no speech for ``pad + min_silence`` (a false start) is dropped and the
+wait goes on. :meth:`Stream.finish` returns the words of every segment in order; :attr:`Stream.segments` has each
+one's words and times (a segment ends ``min_silence / 2`` after its pause began). A bundle's ``decode`` settings
+(``segment_min_silence``, ``segment_pad``, ``segment_max_seconds``; :meth:`EndpointRules.of_bundle`) give the rules
+that the offline recogniser uses on it. Memory is bounded: the front end forgets the frames it has given to the
+network.
 """
 
 from __future__ import annotations
@@ -215,6 +217,11 @@ class Stream:
         self.waiting = ep is not None
         self.detector = self.state
         self.detector_frames = 0  # output frames the detector has run since its state was last zeroed
+        # While the detector runs from a zero state from stream frame ``detector_origin`` (the input's start) and
+        # has not run over more than ``pad``, it can become the first segment: its output since then is kept.
+        # None: it carries the last segment's state.
+        self.detector_origin: Optional[int] = 0 if ep is not None else None
+        self.detector_scores: List[np.ndarray] = []
         self.pause_start = 0  # output frame of the stream where the pause being waited out began
         self.after_segment = False  # that pause follows a segment (else it is the input's leading silence)
         self.pad = int(round(ep.pad / rec.frame_seconds)) if ep else 0  # in output frames
@@ -263,22 +270,31 @@ class Stream:
             if self.waiting:
                 scores, self.detector = self.rec.model.run(pending, self.detector)
                 pending = self._watch(scores, first)
-                continue
-            scores, self.state = self.rec.model.run(pending, self.state)
-            rule, cut = self._endpoint(scores) if self.rec.endpoint is not None else (None, None)
-            self._decode(scores[:cut])
-            if rule is None:
-                pending = pending[:0]
-            elif rule == "length":  # the frames after the cut: again, from a zero state
-                self._end_segment(first + cut)
-                pending = pending[cut * stack :]
-            else:  # a pause: wait for the next speech, watching the rest of these frames' output
-                if rule == "pause":
-                    self.pause_start, self.after_segment = first + cut - self.trailing_silence, True
-                detector = self.state  # has run over all of these frames
-                self._end_segment(min(first + cut, self.pause_start + self._frames(self.rec.endpoint.min_silence) // 2))
-                self.waiting, self.detector, self.detector_frames = True, detector, len(scores)
-                pending = self._watch(scores[cut:], first + cut)
+            else:
+                scores, self.state = self.rec.model.run(pending, self.state)
+                pending = self._take(scores, pending, first)
+
+    def _take(self, scores: np.ndarray, pending: np.ndarray, first: int) -> np.ndarray:
+        """The current segment's next output ``scores``, of the fbank frames ``pending`` from stream frame
+        ``first``: search and endpointing. Returns the fbank frames still to run (in the mode that follows)."""
+        rule, cut = self._endpoint(scores) if self.rec.endpoint is not None else (None, None)
+        self._decode(scores[:cut])
+        if rule is None:
+            return pending[:0]
+        if rule == "length":  # the frames after the cut: again, from a zero state
+            self._end_segment(first + cut)
+            return pending[cut * self.rec.stack :]
+        # a pause: wait for the next speech
+        if rule == "pause":
+            self.pause_start, self.after_segment = first + cut - self.trailing_silence, True
+        detector = self.state  # has run over all of these frames
+        self._end_segment(min(first + cut, self.pause_start + self._frames(self.rec.endpoint.min_silence) // 2))
+        self.waiting, self.detector, self.detector_frames = True, detector, len(scores)
+        return self._watch(scores[cut:], first + cut)
+
+    def _oldest(self) -> int:
+        """The output frame of the stream that ``recent`` begins at."""
+        return self.frames_used // self.rec.stack - len(self.recent) // self.rec.stack
 
     def _frames(self, seconds: float) -> int:
         return int(round(seconds / self.rec.frame_seconds))
@@ -319,21 +335,33 @@ class Stream:
 
     def _watch(self, scores: np.ndarray, first: int) -> np.ndarray:
         """Waiting: ``scores`` are the detector's output from stream frame ``first`` on. At its first non-blank
-        frame ``b`` the next segment starts, in the middle of the pause (at most ``pad`` before ``b``; the
-        input's leading silence: ``pad`` before ``b``), from a zero state; returns the fbank frames to run in
-        it (from the start to the last frame received). Else returns no frames."""
+        frame ``b`` the next segment starts: the detector itself, with its output since ``detector_origin``,
+        when it runs from a zero state from there (the input's start) and ``b`` is at most ``pad`` after it;
+        else, from a zero state, in the middle of the pause (at most ``pad`` before ``b``; the input's leading
+        silence: ``pad`` before ``b``). Returns the fbank frames to run in the segment (from its start to the
+        last frame received, which the detector ran over), or none (still waiting, or the detector's output
+        taken)."""
         speech = np.flatnonzero(np.argmax(scores, axis=1) != 0)
+        if self.detector_origin is not None:
+            self.detector_scores.append(scores)
         if not len(speech):
             self.detector_frames += len(scores)
+            if self.detector_origin is not None and first + len(scores) - self.detector_origin > self.pad:
+                self.detector_origin, self.detector_scores = None, []  # too much silence before a segment
             if self.detector_frames * self.rec.frame_seconds > self.rec.endpoint.max_segment:
                 self.detector, self.detector_frames = self.rec.model.zero_state(), 0  # bounded state age
+                self.detector_origin, self.detector_scores = None, []
             return self.recent[:0]
-        a, b = self.pause_start, first + int(speech[0])
+        a, b, oldest, stack = self.pause_start, first + int(speech[0]), self._oldest(), self.rec.stack
+        origin, self.detector_origin, self.waiting = self.detector_origin, None, False
+        got, self.detector_scores = self.detector_scores, []
+        if origin is not None and oldest <= origin and b - origin <= self.pad:
+            self.segment_start, self.state = origin, self.detector
+            return self._take(np.concatenate(got), self.recent[(origin - oldest) * stack :], origin)
         start = (a + b) // 2 if self.after_segment and b - a <= 2 * self.pad else max(a, b - self.pad)
-        oldest = self.frames_used // self.rec.stack - len(self.recent) // self.rec.stack
         start = max(start, oldest)
-        self.waiting, self.segment_start, self.state = False, start, self.rec.model.zero_state()
-        return self.recent[(start - oldest) * self.rec.stack :]
+        self.segment_start, self.state = start, self.rec.model.zero_state()
+        return self.recent[(start - oldest) * stack :]
 
     def _end_segment(self, end: int) -> None:
         """Close the current segment (kept if it has words; ``end``: the output frame given as its end) and reset

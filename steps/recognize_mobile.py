@@ -1,13 +1,17 @@
 """Recognise audio files with a mobile bundle: asrlib's streaming recogniser or sherpa-onnx (the on-device engine).
 
     python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa] \
-        [--chunk-ms MS] [--endpoint] [--num-threads 1] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
+        [--chunk-ms MS] [--endpoint] [--num-threads 1] [--format text|jsonl|srt|vtt] \
+        (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
 
 ``--endpoint`` (streaming): a long recording is cut into segments at its pauses, each decoded from a zero state, by
 the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`).
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
-without the extension). A summary line (utterances, audio seconds, processing seconds, RTF, peak memory) goes to
+without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times
+and confidences, and the segments: with ``--endpoint`` those cut at pauses, else the file as one), ``srt`` or
+``vtt`` (subtitles; one ``-o DIR/KEY.srt`` per file when there are several). Word times need the bundle's
+``lexicon.txt``. A summary line (utterances, audio seconds, processing seconds, RTF, peak memory) goes to
 stderr; processing time is each file's from its opening to its words, the bundle's loading left out (streaming: the
 stream's creation and the file's reading included; sherpa: the recognition of the decoded samples), then the
 process's CPU time over all files (reading included; on a busy machine it moves less than the wall time). Streaming also
@@ -24,9 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+from asrlib.app.cli_asr import FORMATS, output_file, subtitles_dir_for, write_result
 from asrlib.cli import run_main
 from asrlib.errors import AsrError
-from asrlib.io.atomic import atomic_open
 from asrlib.io.tables import read_table
 
 
@@ -56,6 +60,7 @@ def main(argv=None):
         "--endpoint", action="store_true", help="streaming: segments cut at pauses by the bundle's endpoint rules"
     )
     p.add_argument("--num-threads", type=int, default=1)
+    p.add_argument("--format", choices=FORMATS, default="text", help="streaming: also jsonl, srt or vtt")
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
     p.add_argument("-o", "--output", type=Path)
     p.add_argument("wavs", nargs="*")
@@ -68,6 +73,9 @@ def main(argv=None):
         items = [(Path(w).stem, w) for w in a.wavs]
     if not items:
         raise AsrError("no audio given (pass files or --wav-scp)")
+    if a.format != "text" and a.engine != "streaming":
+        raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")
+    subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
     from asrlib.export.bundle import SherpaRecognizer, read_wav, read_wav_blocks
 
     if a.engine == "sherpa":
@@ -77,10 +85,13 @@ def main(argv=None):
         def run(key, path):
             x = read_wav(path, rate)
             t0 = time.perf_counter()
-            return rec.recognize(x, rate), len(x), time.perf_counter() - t0
+            words = rec.recognize(x, rate)
+            return {"text": " ".join(words)}, len(x), time.perf_counter() - t0
     else:
         from asrlib.app.cli_asr import file_progress
+        from asrlib.app.recognizer import result_of_stream
         from asrlib.export.bundle import check_bundle
+        from asrlib.lang.lexicon import read_lexicon_ids
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
         rules = EndpointRules.of_bundle(check_bundle(a.bundle, verify=False)) if a.endpoint else None
@@ -90,6 +101,8 @@ def main(argv=None):
         if chunk_ms is None:
             chunk_ms = rec.bundle.info.get("streaming", {}).get("chunk_ms", 320)
         chunk = int(rate * chunk_ms / 1000)  # 0: the whole file at once
+        lexicon = rec.bundle.dir / "lexicon.txt"
+        prons = read_lexicon_ids(rec.bundle.dir) if a.format != "text" and lexicon.is_file() else {}
 
         def run(key, path):  # the file read chunk by chunk as it is fed: memory does not grow with its length
             t0 = time.perf_counter()  # the whole file's time: its stream's creation and its reading included
@@ -101,22 +114,24 @@ def main(argv=None):
             words, spent = stream.finish(), time.perf_counter() - t0
             frames[0] += stream.frames_used
             frames[1] += stream.network_frames
-            return words, sum(t.samples for t in stream.timings), spent
+            samples = sum(t.samples for t in stream.timings)
+            if a.format == "text":
+                return {"text": " ".join(words)}, samples, spent
+            res = result_of_stream(stream.all_segments(), prons, rec.frame_seconds, samples / rate)
+            return res.to_dict(), samples, spent
 
     frames = [0, 0]  # streaming: fbank frames of the audio, and those the network ran (the detector's, reruns')
 
-    lines, audio_s, proc_s, cpu0 = [], 0.0, 0.0, time.process_time()
+    results, audio_s, proc_s, cpu0 = [], 0.0, 0.0, time.process_time()
     for key, path in items:
-        words, samples, seconds = run(key, path)
+        res, samples, seconds = run(key, path)
         proc_s += seconds
         audio_s += samples / rate
-        lines.append(f"{key} {' '.join(words)}".rstrip() + "\n")
+        results.append((key, path, res))
     cpu_s = time.process_time() - cpu0  # all files, their reading included: less moved by a busy machine
-    if a.output:
-        with atomic_open(a.output) as f:
-            f.writelines(lines)
-    else:
-        sys.stdout.writelines(lines)
+    with output_file(a.output, subtitles_dir) as out:
+        for key, path, res in results:
+            write_result(out, a.format, key, str(path), res, subtitles_dir)
     peak_mb = peak_rss_mb()
     print(
         f"recognize_mobile: {len(items)} utterances, {audio_s:.1f} s audio, {proc_s:.2f} s processing, "

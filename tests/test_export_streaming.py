@@ -145,7 +145,7 @@ def test_endpointing_cuts_a_long_input_at_its_pauses(bundle):
     runs = {chunk: _feed(rec, x, chunk) for chunk in (160 * 7, 16000 // 10 * 3, None)}
     s, words = runs[None]
     for other, other_words in runs.values():
-        assert other_words == words and [vars(g) for g in other.segments] == [vars(g) for g in s.segments]
+        assert other_words == words and other.segments == s.segments  # words and times
     assert len(s.segments) == len(pieces)
     for seg, (utt, u), t0 in zip(s.segments, pieces, starts):
         # its utterance's speech (whose audio ends with up to 0.2 s of quiet; a segment ends min_silence / 2 after
@@ -254,6 +254,48 @@ def test_endpoint_rules_of_a_bundle(bundle):
     assert EndpointRules.of_bundle(with_decode(segment="none")) is None
     with pytest.raises(AsrError, match="endpoint rules"):
         EndpointRules(min_silence=0.0)
+
+
+def test_recognize_mobile_formats(bundle, tmp_path):
+    """`steps.recognize_mobile --format jsonl|srt|vtt` (streaming): the words of the text output with times and
+    confidences inside their segments, as `asr transcribe` writes them; with `--endpoint` a segment per utterance,
+    without it the file as one; subtitles (one file per input with -o DIR); sherpa-onnx's engine: text only."""
+    import json
+
+    import soundfile as sf
+
+    from steps import recognize_mobile
+
+    tm, out = bundle
+    pieces = [u for _, u in utterance_audio(tm, "test")[:3]]
+    x = np.concatenate([p for u in pieces for p in (u, np.zeros(SR, np.float32))])
+    sf.write(str(tmp_path / "long.wav"), x, SR)
+    sf.write(str(tmp_path / "short.wav"), pieces[0], SR)
+    base = ["--bundle", str(out / "bundle"), str(tmp_path / "long.wav")]
+    for endpoint, n_segments in ((["--endpoint"], len(pieces)), ([], 1)):
+        assert recognize_mobile.main([*base, *endpoint, "-o", str(tmp_path / "t.txt")]) == 0
+        assert recognize_mobile.main([*base, *endpoint, "--format", "jsonl", "-o", str(tmp_path / "r.jsonl")]) == 0
+        res = json.loads((tmp_path / "r.jsonl").read_text())
+        text = (tmp_path / "t.txt").read_text().split()[1:]
+        assert res["key"] == "long" and res["text"].split() == text and [w["word"] for w in res["words"]] == text
+        assert res["duration"] == pytest.approx(len(x) / SR, abs=1e-3) and len(res["segments"]) == n_segments
+        words = iter(res["words"])
+        for seg in res["segments"]:
+            for w in (next(words) for _ in seg["text"].split()):
+                assert seg["start"] <= w["start"] <= w["end"] <= seg["end"] and 0 < w["confidence"] <= 1, (seg, w)
+        starts = [w["start"] for w in res["words"]]
+        assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert recognize_mobile.main([*base, "--endpoint", "--format", "srt", "-o", str(tmp_path / "l.srt")]) == 0
+    srt = (tmp_path / "l.srt").read_text()
+    assert srt.startswith("1\n00:00:") and srt.count(" --> ") >= len(pieces)
+    two = [*base, str(tmp_path / "short.wav"), "--endpoint", "--format", "vtt", "-o", str(tmp_path / "subs")]
+    assert recognize_mobile.main(two) == 0
+    assert sorted(p.name for p in (tmp_path / "subs").iterdir()) == ["long.vtt", "short.vtt"]
+    assert (tmp_path / "subs" / "short.vtt").read_text().startswith("WEBVTT\n\n00:00:")
+    with pytest.raises(AsrError, match="-o DIR"):
+        recognize_mobile.main([*base, str(tmp_path / "short.wav"), "--format", "srt"])
+    with pytest.raises(AsrError, match="engine streaming"):
+        recognize_mobile.main([*base, "--engine", "sherpa", "--format", "jsonl"])
 
 
 def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from asrlib.config import SEGMENT_METHODS
 from asrlib.errors import AsrError
@@ -166,17 +166,7 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
         raise AsrError("--nj and --num-threads must be >= 1")
     items = collect_inputs(a.inputs)
     nj = min(a.nj, len(items))
-    subtitles_dir = None
-    if a.format in SUBTITLE_FORMATS and len(items) > 1:
-        if a.output is None:
-            raise AsrError(
-                f"--format {a.format} with {len(items)} inputs writes one file per input: give "
-                f"-o DIR (each input's KEY.{a.format} is written there)"
-            )
-        if a.output.exists() and not a.output.is_dir():
-            raise AsrError(f"-o {a.output}: with --format {a.format} and several inputs, -o is a directory")
-        subtitles_dir = a.output
-        subtitles_dir.mkdir(parents=True, exist_ok=True)
+    subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
     t0 = time.perf_counter()
     if nj == 1:
         import torch
@@ -199,7 +189,7 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
         results = pool.imap(_transcribe_item, items, chunksize=1)
     failed, audio_seconds = [], 0.0
     try:
-        with atomic_open(a.output) if a.output and not subtitles_dir else _Stdout() as out:
+        with output_file(a.output, subtitles_dir) as out:
             for (key, path, _), res, err in tqdm(
                 results,
                 total=len(items),
@@ -216,15 +206,7 @@ def cmd_transcribe(a: argparse.Namespace) -> int:
                         out.write(json.dumps({"key": key, "path": path, "error": err}) + "\n")
                     continue
                 audio_seconds += res["duration"]
-                if a.format == "jsonl":
-                    out.write(json.dumps({"key": key, "path": path, **res}, ensure_ascii=False) + "\n")
-                elif subtitles_dir is not None:
-                    with atomic_open(subtitles_dir / f"{key}.{a.format}") as sub:
-                        sub.write(subtitles(res, a.format))
-                elif a.format in SUBTITLE_FORMATS:
-                    out.write(subtitles(res, a.format))
-                else:
-                    out.write(f"{key} {res['text']}".rstrip() + "\n")
+                write_result(out, a.format, key, path, res, subtitles_dir)
                 out.flush()
     finally:
         if pool is not None:
@@ -254,6 +236,40 @@ class _Stdout:
 
     def __exit__(self, *exc) -> None:
         sys.stdout.flush()
+
+
+def subtitles_dir_for(fmt: str, output: Optional[Path], n_inputs: int) -> Optional[Path]:
+    """With ``--format srt|vtt`` and several inputs, ``-o`` names a directory (made here) that gets each input's
+    ``KEY.<fmt>``: that directory; else None. AsrError when it is missing or a file."""
+    if fmt not in SUBTITLE_FORMATS or n_inputs < 2:
+        return None
+    if output is None:
+        raise AsrError(
+            f"--format {fmt} with {n_inputs} inputs writes one file per input: give -o DIR (each input's "
+            f"KEY.{fmt} is written there)"
+        )
+    if output.exists() and not output.is_dir():
+        raise AsrError(f"-o {output}: with --format {fmt} and several inputs, -o is a directory")
+    output.mkdir(parents=True, exist_ok=True)
+    return output
+
+
+def output_file(output: Optional[Path], subtitles_dir: Optional[Path]):
+    """Where the results go: ``-o`` written atomically, or stdout (also when each goes to ``subtitles_dir``)."""
+    return atomic_open(output) if output and not subtitles_dir else _Stdout()
+
+
+def write_result(out, fmt: str, key: str, path: str, res: Dict, subtitles_dir: Optional[Path]) -> None:
+    """One input's result (a :meth:`asrlib.app.recognizer.Result.to_dict`) in ``fmt`` (:data:`FORMATS`)."""
+    if fmt == "jsonl":
+        out.write(json.dumps({"key": key, "path": path, **res}, ensure_ascii=False) + "\n")
+    elif subtitles_dir is not None:
+        with atomic_open(subtitles_dir / f"{key}.{fmt}") as sub:
+            sub.write(subtitles(res, fmt))
+    elif fmt in SUBTITLE_FORMATS:
+        out.write(subtitles(res, fmt))
+    else:
+        out.write(f"{key} {res['text']}".rstrip() + "\n")
 
 
 def cmd_info(a: argparse.Namespace) -> int:

@@ -384,6 +384,51 @@ def align_words(
     return _match_edit(words, prons, toks)
 
 
+def timed_words(
+    words: Sequence[str],
+    prons: Dict[str, List[List[int]]],
+    runs: Sequence[Tuple[int, int, int]],
+    posteriors: Sequence[float],
+    frame_seconds: float,
+    duration: float,
+    start: int,
+) -> List[Word]:
+    """``words`` (a best path's) with times and confidences: ``runs`` are that path's token runs (:func:`token_runs`)
+    in the recording's output frames, ``posteriors`` the best posterior of each run's token over its frames, and
+    ``start`` the output frame the path begins at (a word with no run of its own gets the end of the one before,
+    or ``start``); times are capped at ``duration`` seconds."""
+    spans = align_words(words, prons, runs)
+    fs = frame_seconds
+    out: List[Word] = []
+    prev_end = round(start * fs, 6)
+    for w, span in zip(words, spans):
+        if span is None:
+            t = min(prev_end, duration)
+            out.append(Word(w, t, t, 0.0))
+            continue
+        a, b = span
+        begin = round(min(runs[a][1] * fs, duration), 6)
+        end = round(min((runs[b - 1][2] + 1) * fs, duration), 6)
+        out.append(Word(w, begin, end, float(np.mean(posteriors[a:b]))))
+        prev_end = end
+    return out
+
+
+def result_of_stream(
+    segments: Sequence, prons: Dict[str, List[List[int]]], frame_seconds: float, duration: float
+) -> Result:
+    """The :class:`Result` of a streaming recogniser's input from its segments (:class:`asrlib.export.streaming.
+    StreamSegment`: words, times and best path), word times and confidences as :class:`Recognizer` gives them."""
+    out: List[Segment] = []
+    for seg in segments:
+        runs = [(t, f0 + seg.first, f1 + seg.first) for t, f0, f1 in token_runs(seg.tokens)]
+        posteriors = [float(seg.posteriors[f0 - seg.first : f1 - seg.first + 1].max()) for _, f0, f1 in runs]
+        words = timed_words(seg.words, prons, runs, posteriors, frame_seconds, duration, seg.first)
+        out.append(Segment(min(seg.start, duration), min(seg.end, duration), " ".join(seg.words), words))
+    words = [w for seg in out for w in seg.words]
+    return Result(" ".join(w.word for w in words), words, duration, out)
+
+
 # ------------------------------------------------------------------------------------------------ recognizer
 class Recognizer:
     """Audio → words with times and confidences, for one model (see the module docstring).
@@ -699,21 +744,6 @@ class Recognizer:
         first: int = 0,
     ) -> List[Word]:
         """Words with times; ``runs`` index frames of ``lp``, whose frame 0 is the recording's frame ``first``."""
-        spans = align_words(words, self.prons, runs)
-        fs = self.frame_seconds
+        posteriors = [float(np.exp(lp[f0 : f1 + 1, tok].max())) for tok, f0, f1 in runs]
         runs = [(t, f0 + first, f1 + first) for t, f0, f1 in runs]
-        lp_rows = lambda f0, f1: lp[f0 - first : f1 - first + 1]  # noqa: E731
-        out: List[Word] = []
-        prev_end = round((seg_start + first) * fs, 6)
-        for w, span in zip(words, spans):
-            if span is None:
-                t = min(prev_end, duration)
-                out.append(Word(w, t, t, 0.0))
-                continue
-            a, b = span
-            post = [float(np.exp(lp_rows(f0, f1)[:, tok].max())) for tok, f0, f1 in runs[a:b]]
-            start = round(min(runs[a][1] * fs, duration), 6)
-            end = round(min((runs[b - 1][2] + 1) * fs, duration), 6)
-            out.append(Word(w, start, end, float(np.mean(post))))
-            prev_end = end
-        return out
+        return timed_words(words, self.prons, runs, posteriors, self.frame_seconds, duration, seg_start + first)

@@ -43,7 +43,7 @@ network.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Tuple
 
@@ -131,11 +131,16 @@ class EndpointRules:
 
 @dataclass
 class StreamSegment:
-    """A finished segment of a stream: its words and the seconds of input it covers."""
+    """A finished segment of a stream: its words and the seconds of input it covers; for word times, its best path:
+    the token of each output frame decoded (0: blank) from the stream's output frame ``first`` on, and that token's
+    posterior (not compared by ``==``)."""
 
     start: float
     end: float
     words: List[str]
+    first: int = 0
+    tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+    posteriors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), repr=False, compare=False)
 
 
 class StreamingRecognizer:
@@ -366,25 +371,43 @@ class Stream:
     def _end_segment(self, end: int) -> None:
         """Close the current segment (kept if it has words; ``end``: the output frame given as its end) and reset
         the search and the network state for the next."""
-        words = self._best_words(use_final=True)
-        if words:
-            fs = self.rec.frame_seconds
-            self.segments.append(StreamSegment(round(self.segment_start * fs, 3), round(end * fs, 3), words))
+        seg = self._segment_of(end)
+        if seg is not None:
+            self.segments.append(seg)
         self.segment_start, self.frames_decoded, self.logprobs = end, 0, []
         self.trailing_silence, self.heard_speech = 0, False
         self.state = self.rec.model.zero_state()
         self.decoder.init_decoding()
 
-    def _best_words(self, use_final: bool) -> List[str]:
+    def _segment_of(self, end: int) -> Optional[StreamSegment]:
+        """The segment decoded so far (from ``segment_start``; ``end``: the output frame given as its end) with its
+        best path, or None when it has no words."""
+        words, labels = self._best_path(use_final=True)
+        if not words:
+            return None
+        lp = self.all_logprobs()
+        # TLG input label = token id + 1, one per frame (else: the frames' best tokens, for approximate times)
+        tokens = np.asarray(labels, np.int64) - 1 if len(labels) == len(lp) else np.argmax(lp, axis=1)
+        post = np.exp(lp[np.arange(len(lp)), tokens]).astype(np.float32)
+        fs = self.rec.frame_seconds
+        return StreamSegment(
+            round(self.segment_start * fs, 3), round(end * fs, 3), words, self.segment_start, tokens, post
+        )
+
+    def _best_path(self, use_final: bool) -> Tuple[List[str], List[int]]:
+        """The current segment's best words and its input labels, one per frame decoded ([] and [] if none)."""
         from asrlib.kaldi_imports import kaldifst
 
         if self.frames_decoded == 0:
-            return []
+            return [], []
         ok, lattice = self.decoder.get_best_path(use_final_probs=use_final)
         if not ok:
-            return []
-        ok, _, olabels, _ = kaldifst.get_linear_symbol_sequence(lattice)
-        return [self.rec.id2word[w] for w in olabels] if ok else []
+            return [], []
+        ok, ilabels, olabels, _ = kaldifst.get_linear_symbol_sequence(lattice)
+        return ([self.rec.id2word[w] for w in olabels], list(ilabels)) if ok else ([], [])
+
+    def _best_words(self, use_final: bool) -> List[str]:
+        return self._best_path(use_final)[0]
 
     def partial(self) -> List[str]:
         """The best words so far: the finished segments' and the current one's (not using final-state weights)."""
@@ -404,6 +427,14 @@ class Stream:
         if self.rec.endpoint is not None:
             return [w for seg in self.segments for w in seg.words]
         return self._best_words(use_final=True)
+
+    def all_segments(self) -> List[StreamSegment]:
+        """After :meth:`finish`: :attr:`segments`; without endpointing, the whole input as one segment (if it has
+        words)."""
+        if self.rec.endpoint is not None or not self.finished:
+            return list(self.segments)
+        seg = self._segment_of(self.frames_decoded)
+        return [seg] if seg is not None else []
 
     def all_logprobs(self) -> np.ndarray:
         """The log-probs of the frames decoded (with endpointing: of the current segment's)."""

@@ -34,6 +34,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def paired_streaming_cost(bundle: Path, groups: List[List[str]], files: List[str
     for name, rs in ratios.items():
         q = sorted(rs)
         quartiles = [round(q[len(q) // 4], 3), round(q[3 * len(q) // 4], 3)]
-        out[name] = {"median": round(q[len(q) // 2], 3), "quartiles": quartiles}
+        out[name] = {"median": round(statistics.median_high(q), 3), "quartiles": quartiles}
     return out
 
 
@@ -275,9 +276,9 @@ def main() -> None:
             def timing(rs: List[Dict]) -> Dict:  # the median RTFs of the repeats (the words are the same each time)
                 rtfs, cpu = [r["rtf"] for r in rs], [r["cpu_rtf"] for r in rs]
                 return {
-                    "rtf": sorted(rtfs)[len(rtfs) // 2],
+                    "rtf": statistics.median_high(rtfs),
                     "rtf_runs": rtfs,
-                    "cpu_rtf": sorted(cpu)[len(cpu) // 2],
+                    "cpu_rtf": statistics.median_high(cpu),
                     "cpu_rtf_runs": cpu,
                     "rss_mib": max(r["rss_mib"] for r in rs),
                     "network_frames": rs[0]["network_frames"],

@@ -222,10 +222,9 @@ class Stream:
         self.waiting = ep is not None
         self.detector = self.state
         self.detector_frames = 0  # output frames the detector has run since its state was last zeroed
-        # While the detector runs from a zero state from stream frame ``detector_origin`` (the input's start) and
-        # has not run over more than ``pad``, it can become the first segment: its output since then is kept.
-        # None: it carries the last segment's state.
-        self.detector_origin: Optional[int] = 0 if ep is not None else None
+        # While the detector runs from a zero state from the input's start and has not run over more than ``pad``,
+        # it can become the first segment: its output so far is kept.
+        self.from_start = ep is not None
         self.detector_scores: List[np.ndarray] = []
         self.pause_start = 0  # output frame of the stream where the pause being waited out began
         self.after_segment = False  # that pause follows a segment (else it is the input's leading silence)
@@ -340,29 +339,28 @@ class Stream:
 
     def _watch(self, scores: np.ndarray, first: int) -> np.ndarray:
         """Waiting: ``scores`` are the detector's output from stream frame ``first`` on. At its first non-blank
-        frame ``b`` the next segment starts: the detector itself, with its output since ``detector_origin``,
-        when it runs from a zero state from there (the input's start) and ``b`` is at most ``pad`` after it;
-        else, from a zero state, in the middle of the pause (at most ``pad`` before ``b``; the input's leading
-        silence: ``pad`` before ``b``). Returns the fbank frames to run in the segment (from its start to the
-        last frame received, which the detector ran over), or none (still waiting, or the detector's output
-        taken)."""
+        frame ``b`` the next segment starts: the detector itself, with its output so far, when it runs from a
+        zero state from the input's start and ``b`` is at most ``pad`` after that; else, from a zero state, in
+        the middle of the pause (at most ``pad`` before ``b``; the input's leading silence: ``pad`` before
+        ``b``). Returns the fbank frames to run in the segment (from its start to the last frame received, which
+        the detector ran over), or none (still waiting, or the detector's output taken)."""
         speech = np.flatnonzero(np.argmax(scores, axis=1) != 0)
-        if self.detector_origin is not None:
+        if self.from_start:
             self.detector_scores.append(scores)
         if not len(speech):
             self.detector_frames += len(scores)
-            if self.detector_origin is not None and first + len(scores) - self.detector_origin > self.pad:
-                self.detector_origin, self.detector_scores = None, []  # too much silence before a segment
+            if self.from_start and first + len(scores) > self.pad:
+                self.from_start, self.detector_scores = False, []  # too much silence before the first segment
             if self.detector_frames * self.rec.frame_seconds > self.rec.endpoint.max_segment:
                 self.detector, self.detector_frames = self.rec.model.zero_state(), 0  # bounded state age
-                self.detector_origin, self.detector_scores = None, []
+                self.from_start, self.detector_scores = False, []
             return self.recent[:0]
         a, b, oldest, stack = self.pause_start, first + int(speech[0]), self._oldest(), self.rec.stack
-        origin, self.detector_origin, self.waiting = self.detector_origin, None, False
+        from_start, self.from_start, self.waiting = self.from_start, False, False
         got, self.detector_scores = self.detector_scores, []
-        if origin is not None and oldest <= origin and b - origin <= self.pad:
-            self.segment_start, self.state = origin, self.detector
-            return self._take(np.concatenate(got), self.recent[(origin - oldest) * stack :], origin)
+        if from_start and oldest == 0 and b <= self.pad:
+            self.segment_start, self.state = 0, self.detector
+            return self._take(np.concatenate(got), self.recent, 0)
         start = (a + b) // 2 if self.after_segment and b - a <= 2 * self.pad else max(a, b - self.pad)
         start = max(start, oldest)
         self.segment_start, self.state = start, self.rec.model.zero_state()

@@ -1,0 +1,127 @@
+"""Long recordings at a glance: long-form WER minus per-utterance WER against the recording's length, one line per
+trained model, with issue 31's bound (+0.3), from the committed results of `bench/long_form.py`.
+
+    PYTHONPATH=. .venv/bin/python bench/plot_long_form.py [--out bench/results/long_form_gaps.png] [--quick]
+
+Panels: the digits recipe through `asr transcribe` (the seven seeds trained with the recipe's settings,
+``long_form_digits_jitter003.json``) and through the mobile bundle's streaming recogniser with endpointing (the five
+seeds of 2026-11-26, ``long_form_digits_streaming_seeds.json``), each with this checkout's `make run` model in black
+(``long_form_digits_makerun.json``). Per utterance = the same recogniser on each test utterance alone
+(``per_utt``; for digits' offline recogniser equal to the decode stage's TLG on all but one seed, 3.55 against
+3.63). Nothing is measured here: ``--quick`` is accepted for the bench convention and changes nothing. Prints one
+JSON line: per panel, the cells within the bound and the largest gap at each length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+GOAL = 0.3  # issue 31: long-form WER <= per-utterance WER + 0.3
+LENGTHS = ("60", "600", "3600")
+
+# (title, [(results file, run-name pattern, method, per-utterance key)], the make-run run: (file, method, key))
+PANELS = (
+    (
+        "digits, asr transcribe: 7 seeds of the recipe's training",
+        [("long_form_digits_jitter003.json", r"^runs/seed(\d+)$", "blank", "blank")],
+        ("long_form_digits_makerun.json", "blank", "blank"),
+    ),
+    (
+        "digits, streaming recogniser with endpointing: 5 seeds of 2026-11-26",
+        [("long_form_digits_streaming_seeds.json", r"^seeds/(\d+)$", "streaming_endpoint", "streaming")],
+        ("long_form_digits_makerun.json", "streaming_endpoint", "streaming"),
+    ),
+)
+
+
+def runs_in(tree, path: Tuple[str, ...] = ()) -> Iterator[Tuple[str, Dict]]:
+    """Every run of bench/long_form.py in a results file (a dict with ``per_utt``), with its key path."""
+    if isinstance(tree, dict):
+        if "per_utt" in tree:
+            yield "/".join(path), tree
+            return
+        for k, v in tree.items():
+            yield from runs_in(v, path + (k,))
+
+
+def gaps(run: Dict, method: str, ref: str) -> List[float]:
+    """Long minus per utterance, %WER, at each of LENGTHS."""
+    base = run["per_utt"][ref]["wer"]
+    return [round(run[method][n]["wer"] - base, 2) for n in LENGTHS]
+
+
+def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[float]]:
+    series = {}
+    for name, pattern, method, ref in files:
+        for key, run in runs_in(json.loads((RESULTS / name).read_text())):
+            m = re.search(pattern, key)
+            if m and method in run:
+                series[f"seed {m.group(1)}"] = gaps(run, method, ref)
+    name, method, ref = makerun
+    ((_, run),) = runs_in(json.loads((RESULTS / name).read_text()))
+    return series, gaps(run, method, ref)
+
+
+def plot(panels, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from asrlib.io.atomic import atomic_path
+
+    x = [int(n) for n in LENGTHS]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True)
+    labels = list(dict.fromkeys(label for _, series, _ in panels for label in series))  # a model's colour everywhere
+    for ax, (title, series, makerun) in zip(axes, panels):
+        for label, ys in series.items():
+            colour = plt.get_cmap("tab10")(labels.index(label) % 10)
+            ax.plot(x, ys, "o-", color=colour, alpha=0.6, lw=1, ms=4, label=label)
+        ax.plot(x, makerun, "s-", color="black", lw=2, label="make run model")
+        ax.axhline(GOAL, color="red", ls="--", lw=1, label=f"goal: +{GOAL}")
+        ax.axhline(0, color="0.6", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xticks(x, ["60 s", "10 min", "1 h"])
+        ax.minorticks_off()
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(-1.6, 1.0)
+        ax.legend(fontsize=7, ncol=3, loc="lower center")
+    axes[0].set_ylabel("long-form minus per-utterance %WER (test)")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=RESULTS / "long_form_gaps.png")
+    p.add_argument("--quick", action="store_true", help="the same (nothing is measured here)")
+    a = p.parse_args()
+    sys.path.insert(0, str(ROOT))
+    panels, summary = [], {}
+    for title, files, makerun in PANELS:
+        series, mr = panel_series(files, makerun)
+        panels.append((title, series, mr))
+        cells = [g for ys in series.values() for g in ys]
+        summary[title] = {
+            "models": len(series),
+            "within_goal": f"{sum(g <= GOAL + 1e-9 for g in cells)} of {len(cells)}",
+            "worst": dict(zip(LENGTHS, (max(ys[i] for ys in series.values()) for i in range(len(LENGTHS))))),
+            "make_run": dict(zip(LENGTHS, mr)),
+        }
+    plot(panels, a.out)
+    shown = a.out.resolve().relative_to(ROOT) if a.out.resolve().is_relative_to(ROOT) else a.out
+    print(json.dumps({"plot": str(shown), "goal": GOAL, "panels": summary}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,13 @@
 """Recognise audio files with a mobile bundle: asrlib's streaming recogniser or sherpa-onnx (the on-device engine).
 
     python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa] \
-        [--chunk-ms MS] [--endpoint] [--num-threads 1] [--format text|jsonl|srt|vtt] \
-        (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
+        [--chunk-ms MS] [--endpoint [--segment-min-silence S] [--segment-pad S] [--segment-max-seconds S]] \
+        [--num-threads 1] [--format text|jsonl|srt|vtt] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
 
 ``--endpoint`` (streaming): a long recording is cut into segments at its pauses, each decoded from a zero state, by
-the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`).
+the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`: its ``decode`` settings, as
+``asr transcribe`` uses a model dir's), or by the ``--segment-*`` values given (the same options as ``asr
+transcribe``'s), also for a bundle whose ``decode.segment`` is ``none``.
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times
@@ -28,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asrlib.app.cli_asr import FORMATS, output_file, subtitles_dir_for, write_result
+from asrlib.app.cli_asr import FORMATS, PAUSE_KEYS, add_pause_args, output_file, subtitles_dir_for, write_result
 from asrlib.cli import run_main
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table
@@ -59,6 +61,7 @@ def main(argv=None):
     p.add_argument(
         "--endpoint", action="store_true", help="streaming: segments cut at pauses by the bundle's endpoint rules"
     )
+    add_pause_args(p.add_argument_group("endpoint rules", "with --endpoint, in place of the bundle's decode settings"))
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--format", choices=FORMATS, default="text", help="streaming: also jsonl, srt or vtt")
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
@@ -73,6 +76,10 @@ def main(argv=None):
         items = [(Path(w).stem, w) for w in a.wavs]
     if not items:
         raise AsrError("no audio given (pass files or --wav-scp)")
+    overrides = {k: getattr(a, k) for k in PAUSE_KEYS}
+    given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
+    if given and not (a.endpoint and a.engine == "streaming"):
+        raise AsrError(f"{', '.join(given)} set the streaming engine's endpoint rules: add --endpoint")
     if a.format != "text" and a.engine != "streaming":
         raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")
     subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
@@ -94,7 +101,8 @@ def main(argv=None):
         from asrlib.lang.lexicon import read_lexicon_ids
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
-        rules = EndpointRules.of_bundle(check_bundle(a.bundle, verify=False)) if a.endpoint else None
+        bundle = check_bundle(a.bundle, verify=False)
+        rules = EndpointRules.of_bundle(bundle, even_if_off=True, **overrides) if a.endpoint else None
         rec = StreamingRecognizer(a.bundle, num_threads=a.num_threads, endpoint=rules)
         rate = rec.bundle.sample_rate
         chunk_ms = a.chunk_ms

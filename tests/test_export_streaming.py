@@ -254,6 +254,11 @@ def test_endpoint_rules_of_a_bundle(bundle):
     assert EndpointRules.of_bundle(with_decode(segment="none")) is None
     with pytest.raises(AsrError, match="endpoint rules"):
         EndpointRules(min_silence=0.0)
+    # the command line's settings in place of the bundle's; asked for, endpointing also where the bundle has it off
+    rules = EndpointRules.of_bundle(with_decode(segment="none"), even_if_off=True, segment_min_silence=1.2)
+    assert (rules.min_silence, rules.pad, rules.max_segment) == (1.2, b.info["decode"].get("segment_pad", 2.0), 20.0)
+    rules = EndpointRules.of_bundle(with_decode(segment_pad=0.2), segment_min_silence=1.0, segment_max_seconds=None)
+    assert (rules.min_silence, rules.pad) == (1.0, 0.5)  # pad never below half the pause, as before
 
 
 def test_recognize_mobile_formats(bundle, tmp_path):
@@ -294,6 +299,15 @@ def test_recognize_mobile_formats(bundle, tmp_path):
     assert (tmp_path / "subs" / "short.vtt").read_text().startswith("WEBVTT\n\n00:00:")
     with pytest.raises(AsrError, match="-o DIR"):
         recognize_mobile.main([*base, str(tmp_path / "short.wav"), "--format", "srt"])
+    # the endpoint rules from the command line: pauses of 1 s and the utterances' own silences no longer end one
+    longer = [*base, "--endpoint", "--segment-min-silence", "3", "--format", "jsonl", "-o", str(tmp_path / "m.jsonl")]
+    assert recognize_mobile.main(longer) == 0
+    merged = json.loads((tmp_path / "m.jsonl").read_text())
+    assert len(merged["segments"]) == 1 and merged["text"] == res["text"], merged["segments"]
+    with pytest.raises(AsrError, match="add --endpoint"):
+        recognize_mobile.main([*base, "--segment-pad", "1.0"])
+    with pytest.raises(AsrError, match="endpoint rules need"):
+        recognize_mobile.main([*base, "--endpoint", "--segment-min-silence", "0"])
     with pytest.raises(AsrError, match="engine streaming"):
         recognize_mobile.main([*base, "--engine", "sherpa", "--format", "jsonl"])
 

@@ -97,6 +97,22 @@ def collect_inputs(inputs: List[str]) -> List[Item]:
 _worker_rec = None
 
 
+def add_pause_args(group) -> None:
+    """The options that say where a long recording's segments end (the model dir's / bundle's ``decode`` settings
+    when not given): ``asr transcribe`` and ``steps.recognize_mobile --endpoint`` share them."""
+    group.add_argument("--segment-min-silence", type=float, metavar="SECONDS", help="a pause this long ends a segment")
+    group.add_argument("--segment-pad", type=float, metavar="SECONDS", help="silence kept on each side of a cut")
+    group.add_argument(
+        "--segment-max-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="longest segment (cut at its longest non-speech run)",
+    )
+
+
+PAUSE_KEYS = ("segment_min_silence", "segment_pad", "segment_max_seconds")  # add_pause_args' destinations
+
+
 def _make_recognizer(a: argparse.Namespace):
     from asrlib.app.recognizer import Recognizer
 
@@ -406,14 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=SEGMENT_METHODS,
         help="energy: pauses by log mel energy; blank: by the network's CTC blank; none: one stream",
     )
-    seg.add_argument("--segment-min-silence", type=float, metavar="SECONDS", help="a pause this long ends a segment")
-    seg.add_argument("--segment-pad", type=float, metavar="SECONDS", help="silence kept on each side of a cut")
-    seg.add_argument(
-        "--segment-max-seconds",
-        type=float,
-        metavar="SECONDS",
-        help="longest segment (cut at its longest non-speech run)",
-    )
+    add_pause_args(seg)
     seg.add_argument(
         "--segment-threshold-db",
         type=float,

@@ -113,14 +113,25 @@ class EndpointRules:
             )
 
     @classmethod
-    def of_bundle(cls, bundle: Bundle) -> Optional["EndpointRules"]:
+    def of_bundle(
+        cls, bundle: Bundle, even_if_off: bool = False, **overrides: Optional[float]
+    ) -> Optional["EndpointRules"]:
         """The rules of a bundle's ``decode`` settings (those of the offline recogniser, DecodeConfig's defaults
-        where the bundle has none); None when its ``segment`` is ``none``."""
+        where the bundle has none), each of ``overrides`` (``segment_min_silence``, ``segment_pad``,
+        ``segment_max_seconds``; None: the bundle's) in place of the bundle's; None when its ``segment`` is
+        ``none``, unless ``even_if_off`` (the user asked for endpointing)."""
         from asrlib.config import DecodeConfig
 
         d, dflt = bundle.info.get("decode", {}), DecodeConfig()
-        get = lambda k: float(d.get(k, getattr(dflt, k)))  # noqa: E731
-        if d.get("segment", dflt.segment) == "none":
+        unknown = set(overrides) - {"segment_min_silence", "segment_pad", "segment_max_seconds"}
+        if unknown:
+            raise TypeError(f"unknown endpoint settings {sorted(unknown)}")
+
+        def get(k: str) -> float:
+            v = overrides.get(k)
+            return float(d.get(k, getattr(dflt, k)) if v is None else v)
+
+        if d.get("segment", dflt.segment) == "none" and not even_if_off:
             return None
         return cls(
             get("segment_min_silence"),

@@ -8,6 +8,8 @@
 the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`: its ``decode`` settings, as
 ``asr transcribe`` uses a model dir's), or by the ``--segment-*`` values given (the same options as ``asr
 transcribe``'s), also for a bundle whose ``decode.segment`` is ``none``.
+sherpa-onnx's engine (its offline recogniser) takes each file as one utterance: a file of a minute or more gets a
+note saying so, and ``--endpoint`` with it is an error.
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times
@@ -30,7 +32,15 @@ import sys
 import time
 from pathlib import Path
 
-from asrlib.app.cli_asr import FORMATS, PAUSE_KEYS, add_pause_args, output_file, subtitles_dir_for, write_result
+from asrlib.app.cli_asr import (
+    FORMATS,
+    LONG_FILE_SECONDS,
+    PAUSE_KEYS,
+    add_pause_args,
+    output_file,
+    subtitles_dir_for,
+    write_result,
+)
 from asrlib.cli import run_main
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table
@@ -78,7 +88,11 @@ def main(argv=None):
         raise AsrError("no audio given (pass files or --wav-scp)")
     overrides = {k: getattr(a, k) for k in PAUSE_KEYS}
     given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
-    if given and not (a.endpoint and a.engine == "streaming"):
+    if a.endpoint and a.engine != "streaming":
+        raise AsrError(
+            "--endpoint needs --engine streaming (sherpa-onnx's offline recogniser takes a file as one utterance)"
+        )
+    if given and not a.endpoint:
         raise AsrError(f"{', '.join(given)} set the streaming engine's endpoint rules: add --endpoint")
     if a.format != "text" and a.engine != "streaming":
         raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")
@@ -91,6 +105,12 @@ def main(argv=None):
 
         def run(key, path):
             x = read_wav(path, rate)
+            if len(x) >= LONG_FILE_SECONDS * rate:  # one state carried over all of it: long-form WER suffers
+                print(
+                    f"recognize_mobile: {key}: {len(x) / rate:.0f} s decoded as one utterance by sherpa-onnx's offline "
+                    "recogniser; for long recordings use --engine streaming --endpoint",
+                    file=sys.stderr,
+                )
             t0 = time.perf_counter()
             words = rec.recognize(x, rate)
             return {"text": " ".join(words)}, len(x), time.perf_counter() - t0

@@ -310,6 +310,8 @@ def test_recognize_mobile_formats(bundle, tmp_path):
         recognize_mobile.main([*base, "--endpoint", "--segment-min-silence", "0"])
     with pytest.raises(AsrError, match="engine streaming"):
         recognize_mobile.main([*base, "--engine", "sherpa", "--format", "jsonl"])
+    with pytest.raises(AsrError, match="--endpoint needs --engine streaming"):
+        recognize_mobile.main([*base, "--engine", "sherpa", "--endpoint"])
 
 
 def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
@@ -349,6 +351,12 @@ def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):
     sf.write(str(tmp_path / "long.wav"), np.tile(x, -(-60 * SR // len(x))), SR)
     assert recognize_mobile.main([*args, str(tmp_path / "ep.txt"), "--endpoint"]) == 0
     assert "long: " in capsys.readouterr().err  # a file of a minute or more shows its progress (seconds of audio)
+    # sherpa-onnx's offline recogniser takes it as one utterance, and says so
+    assert (
+        recognize_mobile.main(["--bundle", str(out / "bundle"), "--engine", "sherpa", str(tmp_path / "long.wav")]) == 0
+    )
+    err = capsys.readouterr().err
+    assert re.search(r"long: 6\d s decoded as one utterance", err) and "use --engine streaming --endpoint" in err
 
 
 DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits"

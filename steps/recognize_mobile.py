@@ -35,13 +35,13 @@ from pathlib import Path
 from asrlib.app.cli_asr import (
     FORMATS,
     LONG_FILE_SECONDS,
-    PAUSE_KEYS,
     add_pause_args,
     output_file,
     subtitles_dir_for,
     write_result,
 )
 from asrlib.cli import run_main
+from asrlib.config import SEGMENT_PAUSE_KEYS
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table
 
@@ -86,7 +86,7 @@ def main(argv=None):
         items = [(Path(w).stem, w) for w in a.wavs]
     if not items:
         raise AsrError("no audio given (pass files or --wav-scp)")
-    overrides = {k: getattr(a, k) for k in PAUSE_KEYS}
+    overrides = {k: getattr(a, k) for k in SEGMENT_PAUSE_KEYS}
     given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
     if a.endpoint and a.engine != "streaming":
         raise AsrError(

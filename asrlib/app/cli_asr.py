@@ -99,7 +99,8 @@ _worker_rec = None
 
 def add_pause_args(group) -> None:
     """The options that say where a long recording's segments end (the model dir's / bundle's ``decode`` settings
-    when not given): ``asr transcribe`` and ``steps.recognize_mobile --endpoint`` share them."""
+    when not given): ``asr transcribe`` and ``steps.recognize_mobile --endpoint`` share them. Their destinations
+    are :data:`asrlib.config.SEGMENT_PAUSE_KEYS`."""
     group.add_argument("--segment-min-silence", type=float, metavar="SECONDS", help="a pause this long ends a segment")
     group.add_argument("--segment-pad", type=float, metavar="SECONDS", help="silence kept on each side of a cut")
     group.add_argument(
@@ -108,9 +109,6 @@ def add_pause_args(group) -> None:
         metavar="SECONDS",
         help="longest segment (cut at its longest non-speech run)",
     )
-
-
-PAUSE_KEYS = ("segment_min_silence", "segment_pad", "segment_max_seconds")  # add_pause_args' destinations
 
 
 def _make_recognizer(a: argparse.Namespace):

@@ -120,10 +120,10 @@ class EndpointRules:
         where the bundle has none), each of ``overrides`` (``segment_min_silence``, ``segment_pad``,
         ``segment_max_seconds``; None: the bundle's) in place of the bundle's; None when its ``segment`` is
         ``none``, unless ``even_if_off`` (the user asked for endpointing)."""
-        from asrlib.config import DecodeConfig
+        from asrlib.config import SEGMENT_PAUSE_KEYS, DecodeConfig
 
         d, dflt = bundle.info.get("decode", {}), DecodeConfig()
-        unknown = set(overrides) - {"segment_min_silence", "segment_pad", "segment_max_seconds"}
+        unknown = set(overrides) - set(SEGMENT_PAUSE_KEYS)
         if unknown:
             raise TypeError(f"unknown endpoint settings {sorted(unknown)}")
 

@@ -10,6 +10,8 @@ the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`: its
 transcribe``'s), also for a bundle whose ``decode.segment`` is ``none``.
 sherpa-onnx's engine (its offline recogniser) takes each file as one utterance: a file of a minute or more gets a
 note saying so, and ``--endpoint`` with it is an error.
+``--acoustic-scale`` / ``--blank-penalty`` (streaming): the search of the recipe's decode stage instead of sherpa-onnx's
+(1.0 / 0.0); e.g. the recipes' 2.0 / 1.0 (docs/mobile-export.md).
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times
@@ -72,6 +74,18 @@ def main(argv=None):
         "--endpoint", action="store_true", help="streaming: segments cut at pauses by the bundle's endpoint rules"
     )
     add_pause_args(p.add_argument_group("endpoint rules", "with --endpoint, in place of the bundle's decode settings"))
+    p.add_argument(
+        "--acoustic-scale",
+        type=float,
+        default=1.0,
+        help="streaming: the search's acoustic scale (1.0, with no blank penalty: sherpa-onnx's search, the default)",
+    )
+    p.add_argument(
+        "--blank-penalty",
+        type=float,
+        default=0.0,
+        help="streaming: subtracted from the blank's log-prob before the search",
+    )
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--format", choices=FORMATS, default="text", help="streaming: also jsonl, srt or vtt")
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
@@ -94,6 +108,10 @@ def main(argv=None):
         )
     if given and not a.endpoint:
         raise AsrError(f"{', '.join(given)} set the streaming engine's endpoint rules: add --endpoint")
+    if (a.acoustic_scale, a.blank_penalty) != (1.0, 0.0) and a.engine != "streaming":
+        raise AsrError(
+            "--acoustic-scale and --blank-penalty need --engine streaming (sherpa-onnx's search has neither)"
+        )
     if a.format != "text" and a.engine != "streaming":
         raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")
     subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
@@ -123,7 +141,13 @@ def main(argv=None):
 
         bundle = check_bundle(a.bundle, verify=False)
         rules = EndpointRules.of_bundle(bundle, even_if_off=True, **overrides) if a.endpoint else None
-        rec = StreamingRecognizer(a.bundle, num_threads=a.num_threads, endpoint=rules)
+        rec = StreamingRecognizer(
+            a.bundle,
+            num_threads=a.num_threads,
+            endpoint=rules,
+            acoustic_scale=a.acoustic_scale,
+            blank_penalty=a.blank_penalty,
+        )
         rate = rec.bundle.sample_rate
         chunk_ms = a.chunk_ms
         if chunk_ms is None:

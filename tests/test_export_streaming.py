@@ -312,6 +312,15 @@ def test_recognize_mobile_formats(bundle, tmp_path):
         recognize_mobile.main([*base, "--engine", "sherpa", "--format", "jsonl"])
     with pytest.raises(AsrError, match="--endpoint needs --engine streaming"):
         recognize_mobile.main([*base, "--engine", "sherpa", "--endpoint"])
+    # the search's acoustic scale and blank penalty (the recipe's decode settings instead of sherpa-onnx's): passed on
+    tuned = StreamingRecognizer(out / "bundle", acoustic_scale=0.5, blank_penalty=-10.0).recognize(
+        x, SR, SR * 320 // 1000
+    )
+    assert tuned != StreamingRecognizer(out / "bundle").recognize(x, SR, SR * 320 // 1000)  # the settings matter here
+    args = [*base, "--acoustic-scale", "0.5", "--blank-penalty=-10", "-o", str(tmp_path / "s.txt")]
+    assert recognize_mobile.main(args) == 0 and (tmp_path / "s.txt").read_text().split()[1:] == tuned
+    with pytest.raises(AsrError, match="need --engine streaming"):
+        recognize_mobile.main([*base, "--engine", "sherpa", "--blank-penalty", "1"])
 
 
 def test_recognize_mobile_endpoint_option(bundle, tmp_path, capsys):

@@ -287,8 +287,8 @@ class CeConfig:
 class DecodeConfig:
     beam: float = 12.0  # TLG search beam (log-probability units)
     max_active: int = 3000  # most active states per frame of the TLG search
-    acoustic_scale: float = 1.0  # log-probabilities are multiplied by this before the search
-    blank_penalty: float = 0.0  # subtracted from the blank's log-probability before the search (fewer deletions)
+    acoustic_scale: float = 1.0  # log-probabilities are multiplied by this before the search (also the bundle's)
+    blank_penalty: float = 0.0  # subtracted from the blank's log-prob before the search (fewer deletions; bundle's too)
     # an utterance whose search ends in no final state of TLG (possible only with a grammar whose start is not
     # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
     retry_beam: float = 40.0

@@ -17,7 +17,7 @@ over the test set's wav.scp (same command). Ends with one JSON line of all figur
 two recordings, ``blank`` (under a minute).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
-(`python -m steps.recognize_mobile`, sherpa-onnx's search settings, chunks of the bundle's ``chunk_ms``): per
+(`python -m steps.recognize_mobile`, sherpa-onnx's search on the bundle, chunks of the bundle's ``chunk_ms``): per
 utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
 Its RTF is each file's time from opening to words (``--repeats`` runs of every pass, interleaved; the median, and
 ``rtf_vs_per_utt``), ``cpu_rtf`` the same from the process's CPU time over its files, and ``network_frames`` the

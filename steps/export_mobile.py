@@ -18,6 +18,10 @@ Outputs in ``--out-dir``:
 * ``export.json``: parameter counts, sparsity, ranks, sizes, ONNX-vs-PyTorch differences, the int8 op report,
   the dev %WER of both int8 models (``dev_wer_int8``) and the bundle's choice;
 * ``bundle/``: the deployable bundle (:mod:`asrlib.export.bundle`);
+
+The networks' output carries the recipe's search (``decode.acoustic_scale``, ``decode.blank_penalty``; their
+metadata and ``bundle.json``'s ``decode`` say so): sherpa-onnx, whose CTC graph search has neither setting, then
+searches as the decode stage does (:meth:`asrlib.export.onnx_model.ScanAcousticModel.fold_search`).
 * ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
 """
 
@@ -137,7 +141,8 @@ FILE_TAG = {"pruned": "pruned", "int8": "baseline"}  # export.bundle_model -> it
 
 
 def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
-    """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings."""
+    """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings over the
+    model's output as it is (the recipe's acoustic scale and blank penalty folded in)."""
     from asrlib.export.bundle import sherpa_search
     from asrlib.io.tables import read_table
     from asrlib.kaldi_io import MatrixReader
@@ -148,7 +153,7 @@ def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
     refs = {u: t for u, t in read_table(text) if u in feats}
     if not refs:
         raise AsrError(f"{text} and {feats_scp} share no utterance: cannot measure the dev WER of {model}")
-    return score(refs, {u: " ".join(dec.decode(am.log_probs(feats[u]))) for u in refs}).wer
+    return score(refs, {u: " ".join(dec.decode(am.scores(feats[u]))) for u in refs}).wer  # as sherpa-onnx sees it
 
 
 def choose_bundle_model(ex, out: Path, feats_scp: Path, text: Path, lang_dir: Path):
@@ -200,13 +205,15 @@ def main(argv=None):
     done = out / ".export.done"
     st = a.model.stat()
     sr = a.sample_rate or cfg.data.sample_rate
+    search = [cfg.decode.acoustic_scale, cfg.decode.blank_penalty]  # folded into the networks' output
     fp = {
         "export": dataclasses.asdict(cfg.export),
         "model_bytes": st.st_size,
         "model_mtime_ns": st.st_mtime_ns,
         "sample_rate": sr,
         "lang_dir": str(a.lang_dir),
-    }  # the bundle carries that dir's TLG
+        "search": search,
+    }  # the bundle carries that dir's TLG, the models the search
     if is_done(done, fingerprint=fp):
         print(f"export_mobile: {out} complete; skipping")
         return 0
@@ -243,7 +250,7 @@ def main(argv=None):
     for name, saved in (("baseline", baseline), ("pruned", pruned)):
         core = ScanAcousticModel.from_model(
             saved.model, saved.cmvn_mean, saved.cmvn_inv_std, online_prior=saved.online_prior
-        )
+        ).fold_search(*search)
         for streaming in (False, True):
             tag = f"{name}.streaming" if streaming else name
             path = export_onnx(core, out / f"{tag}.fp32.onnx", streaming=streaming, sample_rate=sr)
@@ -290,7 +297,11 @@ def main(argv=None):
         feat_dim=pruned.model.feat_dim,
         subsampling=pruned.model.stack,
         sample_rate=sr,
-        decode={k: v for k, v in dataclasses.asdict(cfg.decode).items() if k.startswith("segment")},
+        decode={
+            k: v
+            for k, v in dataclasses.asdict(cfg.decode).items()
+            if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
+        },
         extra={"model": choice, "compression": compression, "streaming": {"chunk_ms": cfg.export.chunk_ms}},
     )
     report["bundle"] = {

@@ -10,8 +10,9 @@ the bundle's endpoint rules (:class:`asrlib.export.streaming.EndpointRules`: its
 transcribe``'s), also for a bundle whose ``decode.segment`` is ``none``.
 sherpa-onnx's engine (its offline recogniser) takes each file as one utterance: a file of a minute or more gets a
 note saying so, and ``--endpoint`` with it is an error.
-``--acoustic-scale`` / ``--blank-penalty`` (streaming): the search of the recipe's decode stage instead of sherpa-onnx's
-(1.0 / 0.0); e.g. the recipes' 2.0 / 1.0 (docs/mobile-export.md).
+The search is the bundle's ``decode`` settings (the recipe's acoustic scale and blank penalty, which its networks'
+output carries so that sherpa-onnx searches with them too); ``--acoustic-scale`` / ``--blank-penalty`` (streaming)
+replace them (docs/mobile-export.md).
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times
@@ -77,14 +78,12 @@ def main(argv=None):
     p.add_argument(
         "--acoustic-scale",
         type=float,
-        default=1.0,
-        help="streaming: the search's acoustic scale (1.0, with no blank penalty: sherpa-onnx's search, the default)",
+        help="streaming: the search's acoustic scale (default: the bundle's, what sherpa-onnx searches with)",
     )
     p.add_argument(
         "--blank-penalty",
         type=float,
-        default=0.0,
-        help="streaming: subtracted from the blank's log-prob before the search",
+        help="streaming: subtracted from the blank's log-prob before the search (default: the bundle's)",
     )
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--format", choices=FORMATS, default="text", help="streaming: also jsonl, srt or vtt")
@@ -108,9 +107,10 @@ def main(argv=None):
         )
     if given and not a.endpoint:
         raise AsrError(f"{', '.join(given)} set the streaming engine's endpoint rules: add --endpoint")
-    if (a.acoustic_scale, a.blank_penalty) != (1.0, 0.0) and a.engine != "streaming":
+    if (a.acoustic_scale, a.blank_penalty) != (None, None) and a.engine != "streaming":
         raise AsrError(
-            "--acoustic-scale and --blank-penalty need --engine streaming (sherpa-onnx's search has neither)"
+            "--acoustic-scale and --blank-penalty need --engine streaming (sherpa-onnx searches with what the "
+            "bundle's networks carry: its decode settings)"
         )
     if a.format != "text" and a.engine != "streaming":
         raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")

@@ -14,15 +14,19 @@ import yaml
 from tone_model import ToneModel, tone_model
 
 
-def tone_bundle(tmp_path_factory, cmvn: str = "global") -> tuple[ToneModel, Path]:
-    """(tone model trained with ``features.cmvn`` = ``cmvn``, export dir); the bundle is ``<export dir>/bundle``."""
+def tone_bundle(tmp_path_factory, cmvn: str = "global", search=None) -> tuple[ToneModel, Path]:
+    """(tone model trained with ``features.cmvn`` = ``cmvn``, export dir); the bundle is ``<export dir>/bundle``.
+    ``search``: (acoustic scale, blank penalty) of the config's decode section, which the export folds in."""
     tm = tone_model(tmp_path_factory, cmvn)
-    out = tmp_path_factory.getbasetemp() / ("tone_mobile" if cmvn == "global" else f"tone_mobile_{cmvn}")
+    name = "tone_mobile" if cmvn == "global" else f"tone_mobile_{cmvn}"
+    out = tmp_path_factory.getbasetemp() / (name if search is None else f"{name}_search")
     if not (out / ".export.done").is_file():
         from steps import export_mobile
 
         cfg = yaml.safe_load((tm.root / "config.yaml").read_text())
         cfg["export"] = {"rank_ratio": 0.25, "sparsity": 0.3, "finetune_epochs": 1, "finetune_lr": 0.002, "fp16": False}
+        if search is not None:
+            cfg.setdefault("decode", {}).update(acoustic_scale=search[0], blank_penalty=search[1])
         (out / "cfg").mkdir(parents=True, exist_ok=True)
         (out / "cfg" / "config.yaml").write_text(yaml.safe_dump(cfg))
         with contextlib.redirect_stdout(io.StringIO()):

@@ -253,3 +253,36 @@ def test_clear_errors(plain, tmp_path):
         ScanAcousticModel.from_model(lstmp, np.zeros(FEAT), np.ones(FEAT), recurrence="hybrid")
     with pytest.raises(AsrError, match="recurrence must be one of"):
         ScanAcousticModel.from_model(lstmp, np.zeros(FEAT), np.ones(FEAT), recurrence="gru")
+
+
+def test_folded_search_is_in_the_output_and_taken_out_for_log_probs(tmp_path):
+    """fold_search(scale, penalty): the exported output (what sherpa-onnx searches) is (log-softmax - penalty at the
+    blank) x scale, offline and streaming, fp32 and int8; the metadata says so, and the runtime's log_probs (and
+    verify_onnx) take it out again; the unfolded model is not folded."""
+    from asrlib.export.runtime import StreamingOnnxModel, folded_search
+
+    m, mean, inv = _model(False, num_layers=2, seed=4)
+    core = ScanAcousticModel.from_model(m, mean, inv).fold_search(2.0, 1.5)
+    off, st = export_onnx(core, tmp_path / "f.onnx"), export_onnx(core, tmp_path / "f.str.onnx", streaming=True)
+    plain = export_onnx(ScanAcousticModel.from_model(m, mean, inv), tmp_path / "p.onnx")
+    assert verify_onnx(off, m, mean, inv, lengths=(40, 99)) <= 1e-4
+    assert verify_onnx(st, m, mean, inv, lengths=(33, 150)) <= 1e-4
+    x = (mean + np.random.default_rng(9).normal(0, 1, (99, FEAT)) / inv).astype(np.float32)
+    ref = torch_reference(m, mean, inv, x[None], np.array([99]))[0]
+    shift = np.zeros(ref.shape[1], np.float32)
+    shift[0] = 1.5
+    am = OnnxAcousticModel(off)
+    assert folded_search(am.meta) == (2.0, 1.5) and folded_search(OnnxAcousticModel(plain).meta) == (1.0, 0.0)
+    assert np.abs(am.scores(x) - (ref - shift) * 2.0).max() <= 2e-4  # what sherpa-onnx gets
+    assert np.abs(am.log_probs(x) - ref).max() <= 1e-4
+    assert np.abs(OnnxAcousticModel(plain).scores(x) - ref).max() <= 1e-4
+    quantize_int8(off, tmp_path / "f.int8.onnx")
+    quantize_int8(st, tmp_path / "f.str.int8.onnx")
+    q8 = OnnxAcousticModel(tmp_path / "f.int8.onnx")
+    assert folded_search(q8.meta) == (2.0, 1.5)  # the metadata survives quantization
+    assert np.abs(np.exp(q8.log_probs(x)).sum(axis=1) - 1).max() <= 1e-4  # probabilities again
+    sm = StreamingOnnxModel(tmp_path / "f.str.int8.onnx", FEAT)
+    lp, _ = sm.run(x, sm.zero_state())
+    assert sm.search == (2.0, 1.5) and np.abs(lp - q8.log_probs(x)).max() <= 1e-5
+    with pytest.raises(AsrError, match="must be > 0"):
+        ScanAcousticModel.from_model(m, mean, inv).fold_search(0.0, 1.0)

@@ -53,6 +53,30 @@ def test_sherpa_onnx_gives_our_hypotheses_on_the_digits_bundle():
     assert diffs == []
 
 
+def test_the_recipes_search_is_folded_into_the_bundle(tmp_path_factory):
+    """A recipe's decode.acoustic_scale / blank_penalty (2 / 1 here) go into the bundle: bundle.json and the networks'
+    metadata say so, the output carries them, so sherpa-onnx, which searches the output as it is, gives the words of
+    our search at 2 / 1 over the log-probs, which asrlib's runtime gives back (rows summing to 1); the streaming
+    recogniser searches so by default."""
+    from asrlib.decode.search import TlgDecoder
+    from asrlib.export.onnx_model import OnnxAcousticModel
+    from asrlib.export.streaming import StreamingRecognizer, compute_fbank
+
+    tm, out = tone_bundle(tmp_path_factory, search=(2.0, 1.0))
+    b = check_bundle(out / "bundle")
+    assert (b.info["decode"]["acoustic_scale"], b.info["decode"]["blank_penalty"]) == (2.0, 1.0)
+    assert "x 2" in (out / "bundle" / "README.md").read_text()
+    am = OnnxAcousticModel(b.path("model.int8.onnx"))
+    assert am.search == (2.0, 1.0)
+    search = TlgDecoder(out / "bundle", beam=16.0, max_active=3000, acoustic_scale=2.0, blank_penalty=1.0)
+    sh, stream = SherpaRecognizer(out / "bundle"), StreamingRecognizer(out / "bundle")
+    assert (stream.acoustic_scale, stream.blank_penalty) == (2.0, 1.0)
+    for _, x in utterance_audio(tm, "test"):
+        logp = am.log_probs(compute_fbank(x, SR, b.feat_dim))
+        assert np.abs(np.exp(logp).sum(axis=1) - 1).max() < 1e-3
+        assert sh.recognize(x, SR) == search.decode(logp) == recognize_whole(out / "bundle", x, SR)[0]
+
+
 def _copy(out: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "bundle"
     shutil.copytree(out / "bundle", dst)

@@ -27,7 +27,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -48,7 +48,8 @@ OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of
 
 def sherpa_search(lang_dir: PathLike):
     """The TLG search that sherpa-onnx's CTC FST decoder runs on a bundle: its fixed beam and max-active, acoustic
-    scale 1, no blank penalty (a :class:`asrlib.decode.search.TlgDecoder`)."""
+    scale 1, no blank penalty (a :class:`asrlib.decode.search.TlgDecoder`), over the networks' output as it is
+    (which carries the recipe's scale and penalty: :meth:`asrlib.export.onnx_model.ScanAcousticModel.fold_search`)."""
     from asrlib.decode.search import TlgDecoder
 
     return TlgDecoder(lang_dir, beam=SHERPA_BEAM, max_active=SHERPA_MAX_ACTIVE)
@@ -109,7 +110,9 @@ def write_bundle(
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
     online_cmn = ONLINE_CMN_STATE[0] in _input_names(out / "model.streaming.int8.onnx")  # features.cmvn: online
-    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn))
+    dec = decode or {}
+    search = (float(dec.get("acoustic_scale", 1.0)), float(dec.get("blank_penalty", 0.0)))
+    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search))
     files = {
         name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
         for name in (*REQUIRED, *OPTIONAL, "README.md")
@@ -305,7 +308,13 @@ class SherpaRecognizer:
         return [self._words(s.result) for s in streams]
 
 
-def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int, online_cmn: bool = False) -> str:
+def bundle_readme(
+    feat_dim: int,
+    subsampling: int,
+    sample_rate: int,
+    online_cmn: bool = False,
+    search: Tuple[float, float] = (1.0, 0.0),
+) -> str:
     cmvn = (
         "No CMVN at runtime: it is part of the model (the training set's mean and variance,\nthen the "
         "running mean of the utterance so far: online CMN)."
@@ -321,6 +330,15 @@ def bundle_readme(feat_dim: int, subsampling: int, sample_rate: int, online_cmn:
         else " (zeros at the start); it returns `log_probs`, `h_out`, `c_out`"
     )
     zeros = ", `cmn_sum`, `cmn_count`" if online_cmn else ""
+    scale, penalty = search
+    output = (
+        "`log_probs` holds the CTC log-probabilities (log-softmax) of each output frame."
+        if (scale, penalty) == (1.0, 0.0)
+        else f"`log_probs` carries the recipe's search: (log-softmax - {penalty:g} at the blank) x {scale:g}\n"
+        "(`bundle.json`'s `decode` `blank_penalty`, `acoustic_scale`), so that sherpa-onnx's CTC graph search, which\n"
+        "has neither setting, searches as the recipe's decode stage does. For probabilities, divide it by "
+        f"{scale:g} and\nadd {penalty:g} to the blank's (token 0) column."
+    )
     return f"""# asrlib mobile bundle (LSTM-CTC, int8)
 
 Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carried LSTM state), `tokens.txt`,
@@ -331,6 +349,9 @@ Files: `model.int8.onnx` (offline), `model.streaming.int8.onnx` (streaming, carr
 `dither=0`, `snip_edges=false`, `low_freq=20`, `high_freq=-400`, povey window, 25 ms / 10 ms (sherpa-onnx's
 defaults). {cmvn} The network stacks {subsampling} frames, so it emits one
 CTC frame per {10 * subsampling} ms.
+
+## Output
+{output}
 
 ## Run with sherpa-onnx (Python; the C++/Android/iOS APIs take the same fields)
 ```python
@@ -371,7 +392,8 @@ The model was trained on utterances of seconds: cut a long input into segments a
 zero state (`h`, `c`{zeros}). asrlib does it with the settings in `bundle.json`'s `decode`:
 `StreamingRecognizer("path/to/bundle", endpoint=EndpointRules.of_bundle(check_bundle("path/to/bundle")))`
 (`asrlib.export.streaming`, `asrlib.export.bundle`); `stream.segments` then holds each segment's words and times.
-To do the same in an app's own loop: a pause is a run of frames whose best token is the blank (id 0) of at least
+To do the same in an app's own loop: a pause is a run of frames whose most probable token (of the log-probabilities,
+see Output) is the blank (id 0) of at least
 `segment_min_silence` seconds after some speech. Do not restart where that run reaches `segment_min_silence`: the
 model emits a word's token after the word, so by then the next word may have begun. Keep the last `segment_pad`
 seconds of fbank frames, let the model run on with its old state until it emits a non-blank token, then start the

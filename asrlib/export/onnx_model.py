@@ -14,7 +14,9 @@ The exported network (:class:`ScanAcousticModel`), from raw 80-dim fbank to CTC 
 * frame stacking ×``stack`` (also the subsampling), trailing frames that do not fill a stack dropped, as in
   training;
 * the LSTM layers, in one of three forms (``recurrence``, below);
-* the output layer and log-softmax.
+* the output layer and log-softmax; with :meth:`ScanAcousticModel.fold_search`, then the recipe's search: minus
+  the blank penalty at the blank, times the acoustic scale (sherpa-onnx's CTC graph search has neither setting;
+  the metadata says so, and :mod:`asrlib.export.runtime` takes it out again for log-probs).
 
 **Frame-local int8.** ONNX Runtime's dynamic quantization scales activations per *tensor*, so a product over all
 frames at once would give every frame a scale that depends on the whole utterance (or on the chunk, when
@@ -86,8 +88,10 @@ from asrlib.export.runtime import (
     ONLINE_CMN_STATE,
     OnnxAcousticModel,  # noqa: F401 - re-exported: steps.export_mobile and bench/mobile.py import it from here
     check_features,  # noqa: F401
-    model_metadata,  # noqa: F401 - re-exported
+    folded_search,
+    model_metadata,
     ort_session,
+    unfold,
 )
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_path
@@ -193,6 +197,7 @@ class ScanAcousticModel(nn.Module):
         self.frame_local = frame_local
         self.online_prior = None if online_prior is None else float(online_prior)  # features.cmvn: online
         self._exporting = False  # True while export_onnx traces: LSTM nodes are emitted instead of torch ops
+        self.search_scale, self.search_penalty = 1.0, 0.0  # fold_search: the search the output carries
         if not layers:
             raise AsrError("the model has no LSTM layers")
         self.num_layers, self.stack = len(layers), int(stack)
@@ -459,13 +464,29 @@ class ScanAcousticModel(nn.Module):
         logits = ys if local else F.linear(ys, self.w_out, self.b_out)
         return logits.log_softmax(dim=-1), hs, cs
 
+    def fold_search(self, acoustic_scale: float, blank_penalty: float) -> "ScanAcousticModel":
+        """Make the output carry a search's settings: ``(log_softmax - blank_penalty at the blank) *
+        acoustic_scale``, so that a runtime that searches the output as it is (sherpa-onnx) searches as the recipe's
+        decode stage does. (1.0, 0.0): plain log-probs."""
+        if not acoustic_scale > 0:
+            raise AsrError(f"the acoustic scale to fold into the model must be > 0, got {acoustic_scale}")
+        self.search_scale, self.search_penalty = float(acoustic_scale), float(blank_penalty)
+        return self
+
+    def _fold(self, logp: torch.Tensor) -> torch.Tensor:
+        if (self.search_scale, self.search_penalty) == (1.0, 0.0):
+            return logp
+        shift = torch.zeros(self.vocab_size, dtype=logp.dtype)
+        shift[0] = self.search_penalty
+        return (logp - shift) * self.search_scale
+
     def forward(self, x: torch.Tensor, x_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Offline: x (N, T, F), x_lens (N,) → log_probs (N, T // stack, V), log_probs_len (N,)."""
         n = x.shape[0]
         h0 = [x.new_zeros(n, self.P) for _ in range(self.num_layers)]
         c0 = [x.new_zeros(n, self.H) for _ in range(self.num_layers)]
         logp, _, _ = self._run(self._normalise(x)[0], h0, c0)
-        return logp, torch.div(x_lens, self.stack, rounding_mode="floor")
+        return self._fold(logp), torch.div(x_lens, self.stack, rounding_mode="floor")
 
     def step(
         self,
@@ -479,7 +500,7 @@ class ScanAcousticModel(nn.Module):
         → log_probs, h_out, c_out [, cmn_sum_out, cmn_count_out]."""
         z, *cmn_state = self._normalise(x, cmn_sum, cmn_count)  # cmn_state: [] without online CMN
         logp, hs, cs = self._run(z, [s.clone() for s in h.unbind(0)], [c_.clone() for c_ in c.unbind(0)])
-        return (logp, torch.stack(hs, 0), torch.stack(cs, 0), *cmn_state)
+        return (self._fold(logp), torch.stack(hs, 0), torch.stack(cs, 0), *cmn_state)
 
     def zero_state(self, batch: int = 1) -> Tuple[np.ndarray, ...]:
         """The streaming signature's state inputs at an utterance's start (h, c [, cmn_sum, cmn_count])."""
@@ -510,6 +531,14 @@ class ScanAcousticModel(nn.Module):
             "frame_local": str(int(self.frame_local)),
             "recurrence": self.recurrence,
             "fbank": FBANK_SETTINGS,
+            **(
+                {}
+                if (self.search_scale, self.search_penalty) == (1.0, 0.0)
+                else {
+                    "search_acoustic_scale": repr(self.search_scale),
+                    "search_blank_penalty": repr(self.search_penalty),
+                }
+            ),
         }
 
 
@@ -655,6 +684,7 @@ def verify_onnx(
     if len(set(lengths)) < 2:
         raise ValueError("verify on at least two different lengths")
     sess = ort_session(path)
+    search = folded_search(model_metadata(sess))  # compared as log-probs
     names = [i.name for i in sess.get_inputs()]
     rng = np.random.default_rng(seed)
     std = 1.0 / np.asarray(cmvn_inv_std, np.float32)
@@ -674,6 +704,7 @@ def verify_onnx(
                 shape = [2 if isinstance(d, str) else d for d in i.shape]
                 feeds[i.name] = np.zeros(shape, np.float32)
             got = sess.run(None, feeds)[0]
+        got = unfold(got, search)
         if got.shape[1] != ref.shape[1]:
             raise AsrError(f"{path}: {got.shape[1]} output frames for {t} input frames, PyTorch gives {ref.shape[1]}")
         for b in range(2):

@@ -32,6 +32,24 @@ def model_metadata(session) -> Dict[str, str]:
     return dict(session.get_modelmeta().custom_metadata_map)
 
 
+def folded_search(meta: Dict[str, str]) -> Tuple[float, float]:
+    """The search an exported model's output carries (its metadata ``search_acoustic_scale``,
+    ``search_blank_penalty``): the output is ``(log_softmax - blank_penalty at the blank) * acoustic_scale``, what
+    sherpa-onnx's CTC graph search, which has neither setting, then searches with the recipe's. (1.0, 0.0): plain
+    log-probs (a model exported before the fold, or a recipe with neither setting)."""
+    return float(meta.get("search_acoustic_scale", 1.0)), float(meta.get("search_blank_penalty", 0.0))
+
+
+def unfold(scores: np.ndarray, search: Tuple[float, float]) -> np.ndarray:
+    """The log-probs of an output that carries ``search`` (:func:`folded_search`)."""
+    scale, penalty = search
+    if (scale, penalty) == (1.0, 0.0):
+        return scores
+    logp = np.asarray(scores, np.float32) / np.float32(scale)
+    logp[..., 0] += np.float32(penalty)
+    return logp
+
+
 def check_features(feats: np.ndarray, feat_dim: int, where: str) -> np.ndarray:
     """(T, F) or (N, T, F) float features with F == ``feat_dim``, else AsrError."""
     feats = np.asarray(feats)
@@ -56,13 +74,19 @@ class OnnxAcousticModel:
             raise AsrError(f"{self.path}: inputs are {inputs}, expected ['x', 'x_lens'] (an offline model)")
         self.feat_dim = int(self.session.get_inputs()[0].shape[2])
         self.stack = int(self.meta.get("subsampling", "3"))
+        self.search = folded_search(self.meta)
 
-    def log_probs(self, feats: np.ndarray) -> np.ndarray:
+    def scores(self, feats: np.ndarray) -> np.ndarray:
+        """The model's output as it is: what sherpa-onnx searches (log-probs with the folded search applied)."""
         feats = check_features(feats, self.feat_dim, str(self.path))
         x = feats[None] if feats.ndim == 2 else feats
         lens = np.full((x.shape[0],), x.shape[1], dtype=np.int64)
-        logp, _ = self.session.run(None, {"x": x, "x_lens": lens})
-        return logp[0] if feats.ndim == 2 else logp
+        out, _ = self.session.run(None, {"x": x, "x_lens": lens})
+        return out[0] if feats.ndim == 2 else out
+
+    def log_probs(self, feats: np.ndarray) -> np.ndarray:
+        """CTC log-probs (T // stack, V) of raw fbank (T, F) (or a batch (N, T, F))."""
+        return unfold(self.scores(feats), self.search)
 
 
 ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")  # the streaming signature's extra state with features.cmvn: online
@@ -92,6 +116,7 @@ class StreamingOnnxModel:
         self.feat_dim = int(feat_dim)
         self.num_layers, self.state_dim, self.hidden = int(ins[1].shape[0]), int(ins[1].shape[2]), int(ins[2].shape[2])
         self.vocab_size = int(self.session.get_outputs()[0].shape[2])
+        self.search = folded_search(model_metadata(self.session))
 
     def zero_state(self) -> Tuple[np.ndarray, ...]:
         state = (
@@ -103,7 +128,8 @@ class StreamingOnnxModel:
         return state
 
     def run(self, feats: np.ndarray, state: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
-        """(log-probs [T // stack, V], the next state) for raw fbank ``feats`` [T, F] of one utterance."""
+        """(log-probs [T // stack, V], the next state) for raw fbank ``feats`` [T, F] of one utterance (the folded
+        search taken out of the output: :func:`unfold`)."""
         feeds = dict(zip(self.names, (np.ascontiguousarray(feats[None], np.float32),) + tuple(state)))
-        logp, *state = self.session.run(None, feeds)
-        return logp[0], tuple(state)
+        out, *state = self.session.run(None, feeds)
+        return unfold(out[0], self.search), tuple(state)

@@ -156,7 +156,9 @@ class StreamSegment:
 
 class StreamingRecognizer:
     """Loads a bundle once; :meth:`new_stream` starts an utterance. ``model`` = "int8" or a path to another
-    streaming ONNX model with the same signature (e.g. fp32, for comparisons)."""
+    streaming ONNX model with the same signature (e.g. fp32, for comparisons). ``acoustic_scale``,
+    ``blank_penalty``: the search's; None: the bundle's ``decode`` settings (the recipe's, which its networks'
+    output carries for sherpa-onnx: the same search as sherpa-onnx's on the bundle)."""
 
     def __init__(
         self,
@@ -165,8 +167,8 @@ class StreamingRecognizer:
         num_threads: int = 1,
         beam: float = SHERPA_BEAM,
         max_active: int = SHERPA_MAX_ACTIVE,
-        acoustic_scale: float = 1.0,
-        blank_penalty: float = 0.0,
+        acoustic_scale: Optional[float] = None,
+        blank_penalty: Optional[float] = None,
         endpoint: Optional[EndpointRules] = None,
     ):
         from asrlib.kaldi_imports import kaldi_decoder
@@ -180,7 +182,11 @@ class StreamingRecognizer:
         self.id2word = self.bundle.id2word()
         self.graph = read_fst(self.bundle.path("TLG.fst"))
         self.decoder_opts = kaldi_decoder.FasterDecoderOptions(beam=float(beam), max_active=int(max_active))
-        self.acoustic_scale, self.blank_penalty = float(acoustic_scale), float(blank_penalty)
+        # the search: the bundle's (the recipe's decode settings, folded into its networks' output, so what
+        # sherpa-onnx does on it) unless given; the network's output is unfolded to log-probs (StreamingOnnxModel)
+        dec = self.bundle.info.get("decode", {})
+        self.acoustic_scale = float(dec.get("acoustic_scale", 1.0) if acoustic_scale is None else acoustic_scale)
+        self.blank_penalty = float(dec.get("blank_penalty", 0.0) if blank_penalty is None else blank_penalty)
         self.endpoint = endpoint
         self.frame_seconds = self.stack * 0.01  # output frame: subsampling fbank frames of 10 ms
 
@@ -459,7 +465,7 @@ def recognize_whole(
     max_active: int = SHERPA_MAX_ACTIVE,
 ) -> Tuple[List[str], np.ndarray]:
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
-    ``model``) → TLG search. Returns (words, log-probs)."""
+    ``model``) → TLG search over its output as it is, as sherpa-onnx searches it. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder
     from asrlib.export.runtime import OnnxAcousticModel
 
@@ -467,9 +473,8 @@ def recognize_whole(
     x = check_audio(samples, sample_rate, b.sample_rate)
     feats = compute_fbank(x, b.sample_rate, b.feat_dim)
     am = OnnxAcousticModel(model or b.path("model.int8.onnx"))
-    logp = am.log_probs(feats)
     dec = TlgDecoder(_lang_view(b), beam=beam, max_active=max_active)
-    return dec.decode(logp), logp
+    return dec.decode(am.scores(feats)), am.log_probs(feats)  # searched as sherpa-onnx does: the output as it is
 
 
 def _lang_view(b: Bundle) -> Path:

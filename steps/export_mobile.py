@@ -18,11 +18,11 @@ Outputs in ``--out-dir``:
 * ``export.json``: parameter counts, sparsity, ranks, sizes, ONNX-vs-PyTorch differences, the int8 op report,
   the dev %WER of both int8 models (``dev_wer_int8``) and the bundle's choice;
 * ``bundle/``: the deployable bundle (:mod:`asrlib.export.bundle`);
+* ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
 
 The networks' output carries the recipe's search (``decode.acoustic_scale``, ``decode.blank_penalty``; their
 metadata and ``bundle.json``'s ``decode`` say so): sherpa-onnx, whose CTC graph search has neither setting, then
 searches as the decode stage does (:meth:`asrlib.export.onnx_model.ScanAcousticModel.fold_search`).
-* ``.export.done``, written last (the step is skipped when it matches the settings and the model file).
 """
 
 from __future__ import annotations

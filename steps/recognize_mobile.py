@@ -139,8 +139,9 @@ def main(argv=None):
         from asrlib.lang.lexicon import read_lexicon_ids
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
-        bundle = check_bundle(a.bundle, verify=False)
-        rules = EndpointRules.of_bundle(bundle, even_if_off=True, **overrides) if a.endpoint else None
+        rules = None
+        if a.endpoint:
+            rules = EndpointRules.of_bundle(check_bundle(a.bundle, verify=False), even_if_off=True, **overrides)
         rec = StreamingRecognizer(
             a.bundle,
             num_threads=a.num_threads,

@@ -467,14 +467,15 @@ def recognize_whole(
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
     ``model``) → TLG search over its output as it is, as sherpa-onnx searches it. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder
-    from asrlib.export.runtime import OnnxAcousticModel
+    from asrlib.export.runtime import OnnxAcousticModel, unfold
 
     b = check_bundle(bundle_dir)
     x = check_audio(samples, sample_rate, b.sample_rate)
     feats = compute_fbank(x, b.sample_rate, b.feat_dim)
     am = OnnxAcousticModel(model or b.path("model.int8.onnx"))
     dec = TlgDecoder(_lang_view(b), beam=beam, max_active=max_active)
-    return dec.decode(am.scores(feats)), am.log_probs(feats)  # searched as sherpa-onnx does: the output as it is
+    out = am.scores(feats)  # searched as sherpa-onnx does: the output as it is
+    return dec.decode(out), unfold(out, am.search)
 
 
 def _lang_view(b: Bundle) -> Path:

@@ -17,7 +17,8 @@ over the test set's wav.scp (same command). Ends with one JSON line of all figur
 two recordings, ``blank`` (under a minute).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
-(`python -m steps.recognize_mobile`, sherpa-onnx's search on the bundle, chunks of the bundle's ``chunk_ms``): per
+(`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, chunks of the bundle's
+``chunk_ms``): per
 utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
 Its RTF is each file's time from opening to words (``--repeats`` runs of every pass, interleaved; the median, and
 ``rtf_vs_per_utt``), ``cpu_rtf`` the same from the process's CPU time over its files, and ``network_frames`` the
@@ -89,9 +90,12 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
     }
 
 
-def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) -> Dict:
-    """`steps.recognize_mobile` (streaming engine) in its own process: its hypotheses, printed RTF and peak RSS."""
+def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool, search: List[float]) -> Dict:
+    """`steps.recognize_mobile` (streaming engine) in its own process: its hypotheses, printed RTF and peak RSS.
+    ``search``: [acoustic scale, blank penalty], or empty for the bundle's."""
     cmd = [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(bundle), *inputs, "-o", str(out)]
+    if search:
+        cmd += ["--acoustic-scale", str(search[0]), "--blank-penalty", str(search[1])]
     env = {**env_with_root(ROOT), "OMP_NUM_THREADS": "1"}
     p = subprocess.run(cmd + (["--endpoint"] if endpoint else []), capture_output=True, text=True, env=env, cwd=ROOT)
     if p.returncode != 0:
@@ -109,7 +113,9 @@ def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool) ->
     }
 
 
-def paired_streaming_cost(bundle: Path, groups: List[List[str]], files: List[str], wavs: Dict[str, str], repeats: int):
+def paired_streaming_cost(
+    bundle: Path, groups: List[List[str]], files: List[str], wavs: Dict[str, str], repeats: int, search: List[float]
+):
     """The endpointed stream's time on each long recording against its utterances' own streams', measured side by
     side in this process (1 thread, the bundle's chunks), so that the machine's speed, which drifts by tens of
     percent over minutes here, is the same for both: one ratio per recording and repeat (the order rotates), and the
@@ -118,8 +124,9 @@ def paired_streaming_cost(bundle: Path, groups: List[List[str]], files: List[str
     from asrlib.export.bundle import check_bundle, read_wav_blocks
     from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
-    plain = StreamingRecognizer(bundle, num_threads=1)
-    ep = StreamingRecognizer(bundle, num_threads=1, endpoint=EndpointRules.of_bundle(check_bundle(bundle)))
+    how = dict(zip(("acoustic_scale", "blank_penalty"), search))
+    plain = StreamingRecognizer(bundle, num_threads=1, **how)
+    ep = StreamingRecognizer(bundle, num_threads=1, endpoint=EndpointRules.of_bundle(check_bundle(bundle)), **how)
     rate = plain.bundle.sample_rate
     chunk = rate * plain.bundle.info.get("streaming", {}).get("chunk_ms", 320) // 1000
 
@@ -184,6 +191,15 @@ def main() -> None:
     p.add_argument("--asr-args", default="", help="more `asr transcribe` options, e.g. '--segment-min-silence 0.5'")
     p.add_argument("--streaming", action="store_true", help="also the mobile bundle's streaming recogniser")
     p.add_argument(
+        "--search",
+        type=float,
+        nargs=2,
+        default=[],
+        metavar=("SCALE", "PENALTY"),
+        help="streaming: search at this acoustic scale and blank penalty instead of the bundle's decode settings "
+        "(e.g. a bundle exported before the recipe's search was folded into it, at the recipe's)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=3,
@@ -205,6 +221,7 @@ def main() -> None:
         "data": str(a.data),
         "utterances": len(utts),
         "asr_args": a.asr_args,
+        "search": a.search or "the bundle's",
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     with tempfile.TemporaryDirectory(prefix="long_form.") as tmp:
@@ -271,7 +288,9 @@ def main() -> None:
             ]
             for _ in range(a.repeats):
                 for name, length, inputs, endpoint in jobs:
-                    runs.setdefault((name, length), []).append(run_streaming(bundle, inputs, tmp / "s.txt", endpoint))
+                    runs.setdefault((name, length), []).append(
+                        run_streaming(bundle, inputs, tmp / "s.txt", endpoint, a.search)
+                    )
 
             def timing(rs: List[Dict]) -> Dict:  # the median RTFs of the repeats (the words are the same each time)
                 rtfs, cpu = [r["rtf"] for r in rs], [r["cpu_rtf"] for r in rs]
@@ -291,7 +310,7 @@ def main() -> None:
                 **timing(one),
             }
             groups, files = plans[min(plans)]  # the shortest recordings: many pairs
-            paired = paired_streaming_cost(bundle, groups, files, wavs, a.repeats)
+            paired = paired_streaming_cost(bundle, groups, files, wavs, a.repeats, a.search)
             figures["streaming_endpoint_paired"] = {"length": int(min(plans)), **paired}
             print(
                 f"paired with per utterance ({int(min(plans))} s recordings, {paired['pairs']} pairs): time "

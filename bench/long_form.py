@@ -17,8 +17,8 @@ over the test set's wav.scp (same command). Ends with one JSON line of all figur
 two recordings, ``blank`` (under a minute).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
-(`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, chunks of the bundle's
-``chunk_ms``): per
+(`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, the bundle's network or
+``--stream-model``, chunks of the bundle's ``chunk_ms``): per
 utterance, the long recordings as one stream, and with ``--endpoint`` (segments cut by the bundle's endpoint rules).
 Its RTF is each file's time from opening to words (``--repeats`` runs of every pass, interleaved; the median, and
 ``rtf_vs_per_utt``), ``cpu_rtf`` the same from the process's CPU time over its files, and ``network_frames`` the
@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import soundfile as sf
 
@@ -90,10 +90,15 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
     }
 
 
-def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool, search: List[float]) -> Dict:
+def run_streaming(
+    bundle: Path, inputs: List[str], out: Path, endpoint: bool, search: List[float], model: Optional[Path]
+) -> Dict:
     """`steps.recognize_mobile` (streaming engine) in its own process: its hypotheses, printed RTF and peak RSS.
-    ``search``: [acoustic scale, blank penalty], or empty for the bundle's."""
+    ``search``: [acoustic scale, blank penalty], or empty for the bundle's; ``model``: another streaming ONNX model
+    in place of the bundle's network, or None."""
     cmd = [sys.executable, "-m", "steps.recognize_mobile", "--bundle", str(bundle), *inputs, "-o", str(out)]
+    if model is not None:
+        cmd += ["--model", str(model)]
     if search:
         cmd += ["--acoustic-scale", str(search[0]), "--blank-penalty", str(search[1])]
     env = {**env_with_root(ROOT), "OMP_NUM_THREADS": "1"}
@@ -114,7 +119,13 @@ def run_streaming(bundle: Path, inputs: List[str], out: Path, endpoint: bool, se
 
 
 def paired_streaming_cost(
-    bundle: Path, groups: List[List[str]], files: List[str], wavs: Dict[str, str], repeats: int, search: List[float]
+    bundle: Path,
+    groups: List[List[str]],
+    files: List[str],
+    wavs: Dict[str, str],
+    repeats: int,
+    search: List[float],
+    model: Optional[Path],
 ):
     """The endpointed stream's time on each long recording against its utterances' own streams', measured side by
     side in this process (1 thread, the bundle's chunks), so that the machine's speed, which drifts by tens of
@@ -124,7 +135,7 @@ def paired_streaming_cost(
     from asrlib.export.bundle import check_bundle, read_wav_blocks
     from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
-    how = dict(zip(("acoustic_scale", "blank_penalty"), search))
+    how = {**dict(zip(("acoustic_scale", "blank_penalty"), search)), "model": str(model) if model else "int8"}
     plain = StreamingRecognizer(bundle, num_threads=1, **how)
     ep = StreamingRecognizer(bundle, num_threads=1, endpoint=EndpointRules.of_bundle(check_bundle(bundle)), **how)
     rate = plain.bundle.sample_rate
@@ -200,6 +211,12 @@ def main() -> None:
         "(e.g. a bundle exported before the recipe's search was folded into it, at the recipe's)",
     )
     p.add_argument(
+        "--stream-model",
+        type=Path,
+        help="streaming: this streaming ONNX model in place of the bundle's network (e.g. MODEL/mobile/"
+        "pruned.streaming.int8.onnx against a bundle that carries the uncompressed one)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=3,
@@ -222,6 +239,7 @@ def main() -> None:
         "utterances": len(utts),
         "asr_args": a.asr_args,
         "search": a.search or "the bundle's",
+        "stream_model": str(a.stream_model) if a.stream_model else "the bundle's",
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     with tempfile.TemporaryDirectory(prefix="long_form.") as tmp:
@@ -289,7 +307,7 @@ def main() -> None:
             for _ in range(a.repeats):
                 for name, length, inputs, endpoint in jobs:
                     runs.setdefault((name, length), []).append(
-                        run_streaming(bundle, inputs, tmp / "s.txt", endpoint, a.search)
+                        run_streaming(bundle, inputs, tmp / "s.txt", endpoint, a.search, a.stream_model)
                     )
 
             def timing(rs: List[Dict]) -> Dict:  # the median RTFs of the repeats (the words are the same each time)
@@ -310,7 +328,7 @@ def main() -> None:
                 **timing(one),
             }
             groups, files = plans[min(plans)]  # the shortest recordings: many pairs
-            paired = paired_streaming_cost(bundle, groups, files, wavs, a.repeats, a.search)
+            paired = paired_streaming_cost(bundle, groups, files, wavs, a.repeats, a.search, a.stream_model)
             figures["streaming_endpoint_paired"] = {"length": int(min(plans)), **paired}
             print(
                 f"paired with per utterance ({int(min(plans))} s recordings, {paired['pairs']} pairs): time "

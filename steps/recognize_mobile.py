@@ -85,6 +85,12 @@ def main(argv=None):
         type=float,
         help="streaming: subtracted from the blank's log-prob before the search (default: the bundle's)",
     )
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="streaming: another streaming ONNX model with the bundle's signature in place of the bundle's network "
+        "(e.g. the export dir's baseline.streaming.int8.onnx or pruned.streaming.int8.onnx), for comparisons",
+    )
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--format", choices=FORMATS, default="text", help="streaming: also jsonl, srt or vtt")
     p.add_argument("--wav-scp", type=Path, help="Kaldi wav.scp (KEY PATH lines)")
@@ -112,6 +118,10 @@ def main(argv=None):
             "--acoustic-scale and --blank-penalty need --engine streaming (sherpa-onnx searches with what the "
             "bundle's networks carry: its decode settings)"
         )
+    if a.model is not None and a.engine != "streaming":
+        raise AsrError("--model needs --engine streaming (sherpa-onnx runs the bundle's own networks)")
+    if a.model is not None and not a.model.is_file():
+        raise AsrError(f"--model {a.model}: no such file")
     if a.format != "text" and a.engine != "streaming":
         raise AsrError(f"--format {a.format} needs --engine streaming (sherpa-onnx's gives text only)")
     subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
@@ -144,6 +154,7 @@ def main(argv=None):
             rules = EndpointRules.of_bundle(check_bundle(a.bundle, verify=False), even_if_off=True, **overrides)
         rec = StreamingRecognizer(
             a.bundle,
+            model=str(a.model) if a.model is not None else "int8",
             num_threads=a.num_threads,
             endpoint=rules,
             acoustic_scale=a.acoustic_scale,

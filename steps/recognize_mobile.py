@@ -12,7 +12,8 @@ sherpa-onnx's engine (its offline recogniser) takes each file as one utterance: 
 note saying so, and ``--endpoint`` with it is an error.
 The search is the bundle's ``decode`` settings (the recipe's acoustic scale and blank penalty, which its networks'
 output carries so that sherpa-onnx searches with them too); ``--acoustic-scale`` / ``--blank-penalty`` (streaming)
-replace them (docs/mobile-export.md).
+replace them (docs/mobile-export.md). ``--model PATH`` (streaming) runs another streaming ONNX model with the
+bundle's signature in place of the bundle's network, e.g. the export dir's uncompressed or pruned one.
 
 Output: Kaldi ``text`` lines ``KEY WORD...`` (stdout, or ``-o`` written atomically; a file's key is its name
 without the extension). Streaming also writes what ``asr transcribe`` does: ``--format jsonl`` (words with times

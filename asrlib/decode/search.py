@@ -23,6 +23,7 @@ from typing import Iterable, List, Sequence
 
 import numpy as np
 
+from asrlib.decode.search_scores import apply_search
 from asrlib.errors import AsrError, PathLike
 from asrlib.kaldi_imports import kaldi_decoder, kaldifst  # kaldi_hmm_gmm first (import order)
 from asrlib.lang.graphs import add_disambig, make_lexicon_fst, read_fst
@@ -151,11 +152,7 @@ class TlgDecoder:
         if logprobs.shape[0] == 0:
             return []
         t0 = time.perf_counter()
-        scores = np.array(logprobs, dtype=np.float32)  # a copy: the caller's array is never modified
-        if self.blank_penalty:
-            scores[:, 0] -= self.blank_penalty
-        if self.acoustic_scale != 1.0:
-            scores *= self.acoustic_scale
+        scores = apply_search(logprobs, self.acoustic_scale, self.blank_penalty)  # a copy
         decoder = self.decoder
         decoder.decode(kaldi_decoder.DecodableCtc(scores))
         if not decoder.reached_final() and self.retry_decoder is not None:

@@ -91,8 +91,8 @@ from asrlib.export.runtime import (
     folded_search,
     model_metadata,
     ort_session,
-    unfold,
 )
+from asrlib.decode.search_scores import undo_search
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_path
 
@@ -704,7 +704,7 @@ def verify_onnx(
                 shape = [2 if isinstance(d, str) else d for d in i.shape]
                 feeds[i.name] = np.zeros(shape, np.float32)
             got = sess.run(None, feeds)[0]
-        got = unfold(got, search)
+        got = undo_search(got, *search)
         if got.shape[1] != ref.shape[1]:
             raise AsrError(f"{path}: {got.shape[1]} output frames for {t} input frames, PyTorch gives {ref.shape[1]}")
         for b in range(2):

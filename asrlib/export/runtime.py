@@ -7,6 +7,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from asrlib.decode.search_scores import undo_search
 from asrlib.errors import AsrError, PathLike
 
 
@@ -36,18 +37,9 @@ def folded_search(meta: Dict[str, str]) -> Tuple[float, float]:
     """The search an exported model's output carries (its metadata ``search_acoustic_scale``,
     ``search_blank_penalty``): the output is ``(log_softmax - blank_penalty at the blank) * acoustic_scale``, what
     sherpa-onnx's CTC graph search, which has neither setting, then searches with the recipe's. (1.0, 0.0): plain
-    log-probs (a model exported before the fold, or a recipe with neither setting)."""
+    log-probs (a model exported before the fold, or a recipe with neither setting). Unfolded to log-probs by
+    :func:`asrlib.decode.search_scores.undo_search`."""
     return float(meta.get("search_acoustic_scale", 1.0)), float(meta.get("search_blank_penalty", 0.0))
-
-
-def unfold(scores: np.ndarray, search: Tuple[float, float]) -> np.ndarray:
-    """The log-probs of an output that carries ``search`` (:func:`folded_search`)."""
-    scale, penalty = search
-    if (scale, penalty) == (1.0, 0.0):
-        return scores
-    logp = np.asarray(scores, np.float32) / np.float32(scale)
-    logp[..., 0] += np.float32(penalty)
-    return logp
 
 
 def check_features(feats: np.ndarray, feat_dim: int, where: str) -> np.ndarray:
@@ -86,7 +78,7 @@ class OnnxAcousticModel:
 
     def log_probs(self, feats: np.ndarray) -> np.ndarray:
         """CTC log-probs (T // stack, V) of raw fbank (T, F) (or a batch (N, T, F))."""
-        return unfold(self.scores(feats), self.search)
+        return undo_search(self.scores(feats), *self.search)
 
 
 ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")  # the streaming signature's extra state with features.cmvn: online
@@ -129,7 +121,7 @@ class StreamingOnnxModel:
 
     def run(self, feats: np.ndarray, state: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
         """(log-probs [T // stack, V], the next state) for raw fbank ``feats`` [T, F] of one utterance (the folded
-        search taken out of the output: :func:`unfold`)."""
+        search taken out of the output: :func:`asrlib.decode.search_scores.undo_search`)."""
         feeds = dict(zip(self.names, (np.ascontiguousarray(feats[None], np.float32),) + tuple(state)))
         out, *state = self.session.run(None, feeds)
-        return unfold(out[0], self.search), tuple(state)
+        return undo_search(out[0], *self.search), tuple(state)

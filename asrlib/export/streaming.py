@@ -49,6 +49,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from asrlib.decode.search_scores import apply_search
 from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_audio, check_bundle
 from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.errors import AsrError, PathLike
@@ -324,14 +325,9 @@ class Stream:
         from asrlib.kaldi_imports import kaldi_decoder
 
         self.logprobs.append(scores)
-        if self.rec.blank_penalty or self.rec.acoustic_scale != 1.0:
-            scores = scores.copy()
-            scores[:, 0] -= self.rec.blank_penalty
-            scores *= self.rec.acoustic_scale
+        scores = apply_search(scores, self.rec.acoustic_scale, self.rec.blank_penalty)
         if len(scores):
-            self.decoder.advance_decoding(
-                kaldi_decoder.DecodableCtc(np.ascontiguousarray(scores, np.float32), offset=self.frames_decoded)
-            )
+            self.decoder.advance_decoding(kaldi_decoder.DecodableCtc(scores, offset=self.frames_decoded))
             self.frames_decoded += scores.shape[0]
 
     def _endpoint(self, scores: np.ndarray) -> Tuple[Optional[str], Optional[int]]:
@@ -467,7 +463,8 @@ def recognize_whole(
     """Whole-utterance reference: fbank of all samples → offline ONNX model (``model.int8.onnx`` unless
     ``model``) → TLG search over its output as it is, as sherpa-onnx searches it. Returns (words, log-probs)."""
     from asrlib.decode.search import TlgDecoder
-    from asrlib.export.runtime import OnnxAcousticModel, unfold
+    from asrlib.decode.search_scores import undo_search
+    from asrlib.export.runtime import OnnxAcousticModel
 
     b = check_bundle(bundle_dir)
     x = check_audio(samples, sample_rate, b.sample_rate)
@@ -475,7 +472,7 @@ def recognize_whole(
     am = OnnxAcousticModel(model or b.path("model.int8.onnx"))
     dec = TlgDecoder(_lang_view(b), beam=beam, max_active=max_active)
     out = am.scores(feats)  # searched as sherpa-onnx does: the output as it is
-    return dec.decode(out), unfold(out, am.search)
+    return dec.decode(out), undo_search(out, *am.search)
 
 
 def _lang_view(b: Bundle) -> Path:

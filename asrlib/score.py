@@ -8,7 +8,7 @@ reference is an :class:`AsrError` (wrong reference set?).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import kaldialign
 
@@ -81,6 +81,26 @@ def align_words(ref: List[str], hyp: List[str]) -> Tuple[List[Tuple[str, str]], 
         else:
             sub += 1
     return pairs, cor, sub, ins, dels
+
+
+def errors_by_part(parts: Sequence[str], hyp: str) -> List[int]:
+    """Errors of ``hyp`` aligned against the texts of ``parts`` joined in order (e.g. the utterances of a long
+    recording), each counted to the part of its reference word; an insertion to the part of the reference word
+    before it (the first part's before any). Their sum is the errors of the joined alignment."""
+    owner = [i for i, t in enumerate(parts) for _ in t.split()]
+    ref = [w for t in parts for w in t.split()]
+    counts = [0] * len(parts)
+    if not parts:
+        return counts
+    pairs, *_ = align_words(ref, hyp.split())
+    done = 0  # reference words passed
+    for r, h in pairs:
+        if r == EPS:
+            counts[owner[done - 1] if done else 0] += 1
+            continue
+        counts[owner[done]] += int(h != r)
+        done += 1
+    return counts
 
 
 def score(ref: Mapping[str, str], hyp: Mapping[str, str]) -> WerResult:

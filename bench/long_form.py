@@ -11,10 +11,11 @@ folder (deleted afterwards).
 
 For each ``--segment`` method and length, one `asr transcribe` process (nj 1, 1 thread) transcribes that length's
 recordings: its WER against the utterances' references joined in the same order, the WER of the utterances' own
-one-by-one hypotheses joined alike (the same words: ``wer_pieces``), the RTF the command prints (transcription time
-without model loading / audio seconds) and the process's peak RSS (``wait4``). ``per_utt`` is the one-by-one pass
-over the test set's wav.scp (same command). Ends with one JSON line of all figures. ``--quick``: 60 s only,
-two recordings, ``blank`` (under a minute).
+one-by-one hypotheses joined alike (the same words: ``wer_pieces``), a 95 % interval of the gap between the two
+(``gap_ci95``: the utterances resampled, each recording's errors counted to its utterances), the RTF the command
+prints (transcription time without model loading / audio seconds) and the process's peak RSS (``wait4``).
+``per_utt`` is the one-by-one pass over the test set's wav.scp (same command). Ends with one JSON line of all
+figures. ``--quick``: 60 s only, two recordings, ``blank`` (under a minute).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
 (`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, the bundle's network or
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from asrlib.cli import env_with_root  # noqa: E402
 from asrlib.io.tables import read_table_dict  # noqa: E402
-from asrlib.score import score  # noqa: E402
+from asrlib.score import errors_by_part, score  # noqa: E402
 
 
 def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List[str]) -> Dict:
@@ -161,6 +162,25 @@ def paired_streaming_cost(
         quartiles = [round(q[len(q) // 4], 3), round(q[3 * len(q) // 4], 3)]
         out[name] = {"median": round(statistics.median_high(q), 3), "quartiles": quartiles}
     return out
+
+
+def gap_interval(
+    groups: List[List[str]], refs: Dict[str, str], long_hyp: List[str], pieces_hyp: List[str], draws: int = 2000
+) -> List[float]:
+    """95 % interval of long minus pieces %WER over the utterances: each recording's errors counted to its
+    utterances (``errors_by_part``, for the long hypothesis and for the pieces' joined), the utterances resampled
+    with replacement ``draws`` times (seeded), the 2.5th and 97.5th percentiles of the resampled gap."""
+    import numpy as np
+
+    words, diff = [], []
+    for g, long, pieces in zip(groups, long_hyp, pieces_hyp):
+        texts = [refs[u] for u in g]
+        words += [len(t.split()) for t in texts]
+        diff += [a - b for a, b in zip(errors_by_part(texts, long), errors_by_part(texts, pieces))]
+    n, d = np.asarray(words), np.asarray(diff)
+    pick = np.random.default_rng(0).integers(0, len(n), (draws, len(n)))
+    gaps = 100.0 * d[pick].sum(1) / np.maximum(n[pick].sum(1), 1)
+    return [round(float(x), 2) for x in np.percentile(gaps, [2.5, 97.5])]
 
 
 def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: int) -> List[List[str]]:
@@ -279,12 +299,14 @@ def main() -> None:
                     hyp_pieces[key] = " ".join(hyp[u] for u in g if hyp[u])
                     hyp_long[key] = run["results"][key]["text"]
                 res = score(ref, hyp_long)
+                keys = [Path(f).stem for f in files]
                 row = {
                     "recordings": len(groups),
                     "audio_s": round(run["audio_s"], 1),
                     "words": res.num_words,
                     "wer": round(res.wer, 2),
                     "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
+                    "gap_ci95": gap_interval(groups, refs, [hyp_long[k] for k in keys], [hyp_pieces[k] for k in keys]),
                     "rtf": run["rtf"],
                     "rss_mib": run["rss_mib"],
                     "segments": sum(len(r.get("segments", [])) for r in run["results"].values()),
@@ -292,7 +314,8 @@ def main() -> None:
                 figures.setdefault(method, {})[str(int(length))] = row
                 print(
                     f"{method:6s} {int(length):5d} s x{len(groups):2d}: WER {row['wer']:5.2f} (pieces "
-                    f"{row['wer_pieces']:5.2f}), RTF {row['rtf']:.4f}, peak RSS {row['rss_mib']} MiB, "
+                    f"{row['wer_pieces']:5.2f}; 95 % of the gap {row['gap_ci95']}), RTF {row['rtf']:.4f}, "
+                    f"peak RSS {row['rss_mib']} MiB, "
                     f"{row['segments']} segments",
                     file=sys.stderr,
                 )
@@ -341,19 +364,22 @@ def main() -> None:
                 keys = [Path(f).stem for f in files]
                 ref = {k: " ".join(refs[u] for u in g) for k, g in zip(keys, groups)}
                 pieces = {k: " ".join(hyp[u] for u in g if hyp.get(u)) for k, g in zip(keys, groups)}
-                res = score(ref, {k: rs[0]["results"].get(k, "") for k in keys})
+                long = [rs[0]["results"].get(k, "") for k in keys]
+                res = score(ref, dict(zip(keys, long)))
                 row = {
                     "recordings": len(groups),
                     "words": res.num_words,
                     "wer": round(res.wer, 2),
                     "wer_pieces": round(score(ref, pieces).wer, 2),
+                    "gap_ci95": gap_interval(groups, refs, long, [pieces[k] for k in keys]),
                     **timing(rs),
                 }
                 for k in ("rtf", "cpu_rtf"):
                     row[f"{k}_vs_per_utt"] = round(row[k] / figures["per_utt"]["streaming"][k], 3)
                 figures.setdefault(name, {})[str(int(length))] = row
                 print(
-                    f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f}), "
+                    f"{name} {int(length):5d} s: WER {row['wer']:5.2f} (pieces {row['wer_pieces']:5.2f}; 95 % of the "
+                    f"gap {row['gap_ci95']}), "
                     f"RTF {row['rtf']:.4f} ({row['rtf_vs_per_utt']:.2f}x per utterance's; CPU "
                     f"{row['cpu_rtf_vs_per_utt']:.2f}x), network frames "
                     f"{row['network_frames']:.2f}x the audio's",

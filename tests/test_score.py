@@ -7,7 +7,7 @@ import json
 import pytest
 
 from asrlib.errors import AsrError
-from asrlib.score import format_per_utt, score
+from asrlib.score import errors_by_part, format_per_utt, score
 
 REF = {"u1": "one two three four", "u2": "five six seven", "u3": "eight nine", "u4": "zero oh"}
 
@@ -34,6 +34,19 @@ def test_counts_sub_ins_del():
     assert lines["ref"].split()[2:] == ["one", "two", "three", "four", "***"]
     assert lines["op"].split()[2:] == ["C", "S", "C", "C", "I"]
     assert lines["ref"].index("four") == lines["hyp"].index("four")  # columns aligned
+
+
+def test_errors_by_part_counts_each_error_to_its_utterance():
+    parts = ["one two three", "four five", "", "six"]
+    # 'two' substituted (part 0), an insertion after 'three' (part 0: the word before it), 'five' deleted
+    # (part 1), an insertion before any reference word (part 0), 'six' correct
+    hyp = "uh one too three oh four six"
+    counts = errors_by_part(parts, hyp)
+    assert counts == [3, 1, 0, 0]
+    assert sum(counts) == score({"r": " ".join(parts)}, {"r": hyp}).errors
+    assert errors_by_part(parts, " ".join(parts)) == [0, 0, 0, 0]
+    assert errors_by_part(["a b", "c"], "") == [2, 1]
+    assert errors_by_part([], "x") == []
 
 
 def test_perfect_and_missing_hypotheses():

@@ -169,15 +169,19 @@ def gap_interval(
 ) -> List[float]:
     """95 % interval of long minus pieces %WER over the utterances: each recording's errors counted to its
     utterances (``errors_by_part``, for the long hypothesis and for the pieces' joined), the utterances resampled
-    with replacement ``draws`` times (seeded), the 2.5th and 97.5th percentiles of the resampled gap."""
+    with replacement ``draws`` times (seeded; an utterance that the recordings hold more than once, as the 1 h one
+    holds the set in several orders, is drawn with all its copies), the 2.5th and 97.5th percentiles of the
+    resampled gap."""
     import numpy as np
 
-    words, diff = [], []
+    words: Dict[str, int] = {}
+    diff: Dict[str, int] = {}
     for g, long, pieces in zip(groups, long_hyp, pieces_hyp):
         texts = [refs[u] for u in g]
-        words += [len(t.split()) for t in texts]
-        diff += [a - b for a, b in zip(errors_by_part(texts, long), errors_by_part(texts, pieces))]
-    n, d = np.asarray(words), np.asarray(diff)
+        for u, t, a, b in zip(g, texts, errors_by_part(texts, long), errors_by_part(texts, pieces)):
+            words[u] = words.get(u, 0) + len(t.split())
+            diff[u] = diff.get(u, 0) + a - b
+    n, d = np.asarray(list(words.values())), np.asarray([diff[u] for u in words])
     pick = np.random.default_rng(0).integers(0, len(n), (draws, len(n)))
     gaps = 100.0 * d[pick].sum(1) / np.maximum(n[pick].sum(1), 1)
     return [round(float(x), 2) for x in np.percentile(gaps, [2.5, 97.5])]

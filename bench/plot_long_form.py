@@ -7,7 +7,8 @@ Panels: the digits recipe through `asr transcribe` (the seven seeds trained with
 ``long_form_digits_jitter003.json``), and through the mobile bundle's streaming recogniser with endpointing at the
 recipe's search, the same seeds' uncompressed int8 networks (what the recipe's bundle carries) and their compressed
 ones (``long_form_digits_streaming_folded_seeds.json``, ``long_form_digits_streaming_networks.json``); each with
-this checkout's `make run` model in black. Per utterance = the same recogniser on each utterance of the recording alone
+this checkout's `make run` model in black, with its 95 % intervals (``gap_ci95``) where its results file has them
+(``long_form_digits_makerun_ci.json``). Per utterance = the same recogniser on each utterance of the recording alone
 (``wer_pieces``: the 60 s and 10 min recordings hold a part of the test set, in id order, whose WER differs from the
 whole set's). Nothing is measured here: ``--quick`` is accepted for the bench convention and changes nothing. Prints one
 JSON line: per panel, the cells within the bound and the largest gap at each length.
@@ -20,7 +21,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -32,7 +33,7 @@ PANELS = (
     (
         "digits, asr transcribe: 7 seeds of the recipe's training",
         [("long_form_digits_jitter003.json", r"^runs/seed(\d+)$", "blank")],
-        ("long_form_digits_makerun.json", "blank"),
+        ("long_form_digits_makerun_ci.json", "blank"),
     ),
     (
         "streaming, endpointing, the recipe's search: uncompressed int8",
@@ -40,7 +41,7 @@ PANELS = (
             ("long_form_digits_streaming_folded_seeds.json", r"^seeds/(42|7|1|2|3|4)$", "streaming_endpoint"),
             ("long_form_digits_streaming_networks.json", r"^int8/(\d+)$", "streaming_endpoint"),
         ],
-        ("long_form_digits_streaming_int8.json", "streaming_endpoint"),
+        ("long_form_digits_makerun_ci.json", "streaming_endpoint"),
     ),
     (
         "the same, compressed (low rank + pruning, fine-tuned)",
@@ -68,7 +69,13 @@ def gaps(run: Dict, method: str) -> List[float]:
     return [round(run[method][n]["wer"] - run[method][n]["wer_pieces"], 2) for n in LENGTHS]
 
 
-def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[float]]:
+def intervals(run: Dict, method: str) -> Optional[List[List[float]]]:
+    """The 95 % intervals of those gaps (``gap_ci95``), or None where the run has none (results before 2026-11-29)."""
+    cells = [run[method][n] for n in LENGTHS]
+    return [c["gap_ci95"] for c in cells] if all("gap_ci95" in c for c in cells) else None
+
+
+def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[float], Optional[List[List[float]]]]:
     series = {}
     for name, pattern, method in files:
         for key, run in runs_in(json.loads((RESULTS / name).read_text())):
@@ -77,7 +84,7 @@ def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[float]]:
                 series[f"seed {m.group(1)}"] = gaps(run, method)
     name, method = makerun
     ((_, run),) = runs_in(json.loads((RESULTS / name).read_text()))
-    return series, gaps(run, method)
+    return series, gaps(run, method), intervals(run, method)
 
 
 def plot(panels, path: Path) -> None:
@@ -90,12 +97,16 @@ def plot(panels, path: Path) -> None:
 
     x = [int(n) for n in LENGTHS]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True)
-    labels = list(dict.fromkeys(label for _, series, _ in panels for label in series))  # a model's colour everywhere
-    for ax, (title, series, makerun) in zip(axes, panels):
+    labels = list(dict.fromkeys(label for _, series, _, _ in panels for label in series))  # a model's colour everywhere
+    for ax, (title, series, makerun, ci) in zip(axes, panels):
         for label, ys in series.items():
             colour = plt.get_cmap("tab10")(labels.index(label) % 10)
             ax.plot(x, ys, "o-", color=colour, alpha=0.6, lw=1, ms=4, label=label)
-        ax.plot(x, makerun, "s-", color="black", lw=2, label="make run model")
+        if ci is None:
+            ax.plot(x, makerun, "s-", color="black", lw=2, label="make run model")
+        else:  # its 95 % intervals (utterances resampled)
+            err = [[g - lo for g, (lo, _) in zip(makerun, ci)], [hi - g for g, (_, hi) in zip(makerun, ci)]]
+            ax.errorbar(x, makerun, yerr=err, fmt="s-", color="black", lw=2, capsize=4, label="make run model, 95 %")
         ax.axhline(GOAL, color="red", ls="--", lw=1, label=f"goal: +{GOAL}")
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_xscale("log")
@@ -103,7 +114,7 @@ def plot(panels, path: Path) -> None:
         ax.minorticks_off()
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.set_ylim(-1.2, 1.0)
+        ax.set_ylim(-1.2, 1.2)
         ax.legend(fontsize=7, ncol=3, loc="lower center")
     axes[0].set_ylabel("long-form minus per-utterance %WER, same words (test)")
     fig.tight_layout()
@@ -120,14 +131,15 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     panels, summary = [], {}
     for title, files, makerun in PANELS:
-        series, mr = panel_series(files, makerun)
-        panels.append((title, series, mr))
+        series, mr, ci = panel_series(files, makerun)
+        panels.append((title, series, mr, ci))
         cells = [g for ys in series.values() for g in ys]
         summary[title] = {
             "models": len(series),
             "within_goal": f"{sum(g <= GOAL + 1e-9 for g in cells)} of {len(cells)}",
             "worst": dict(zip(LENGTHS, (max(ys[i] for ys in series.values()) for i in range(len(LENGTHS))))),
             "make_run": dict(zip(LENGTHS, mr)),
+            "make_run_ci95": dict(zip(LENGTHS, ci)) if ci else None,
         }
     plot(panels, a.out)
     shown = a.out.resolve().relative_to(ROOT) if a.out.resolve().is_relative_to(ROOT) else a.out

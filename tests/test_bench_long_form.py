@@ -20,3 +20,23 @@ def test_gap_interval_brackets_the_gap_and_is_zero_when_long_equals_pieces():
     assert 0.0 < lo < 4.0 < hi < 10.0
     lo2, hi2 = long_form.gap_interval(groups, REFS, joined, long)  # the other way round: the mirror image
     assert (lo2, hi2) == (-hi, -lo)
+
+
+def test_gap_interval_draws_an_utterance_with_all_its_copies():
+    """The 1 h recording holds the set several times: its copies are not independent draws. (Every utterance here
+    has the same words, so the pieces joined read the same in either order.)"""
+    ids = [f"u{i}" for i in range(20)]
+    long = " ".join(REFS[u].replace("two", "") if int(u[1:]) % 4 == 0 else REFS[u] for u in ids)
+    joined = " ".join(REFS[u] for u in ids)
+    copies = long_form.gap_interval([ids, ids[::-1]], REFS, [long, _reorder(long, ids)], [joined, joined])
+    refs = {**REFS, **{f"v{i}": REFS[f"u{i}"] for i in range(20)}}
+    distinct = long_form.gap_interval(
+        [ids, [f"v{i}" for i in range(20)][::-1]], refs, [long, _reorder(long, ids)], [joined, joined]
+    )
+    assert copies[0] < distinct[0] and copies[1] > distinct[1]  # wider: half as many independent draws
+
+
+def _reorder(joined_hyp: str, ids) -> str:
+    """The hypothesis of ``ids`` read in reverse order (each utterance has five words, 'two' dropped in some)."""
+    words = {u: (REFS[u].replace("two", "") if int(u[1:]) % 4 == 0 else REFS[u]) for u in ids}
+    return " ".join(words[u] for u in ids[::-1])

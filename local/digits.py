@@ -1,6 +1,7 @@
 """The embedded default corpus: synthetic connected digits (TIDIGITS-like), spoken by espeak-ng and flite voices.
 
     python -m local.digits --out-dir data [--size 1.0] [--train-scale 1.0] [--seed 0] [--noise-fraction 0.3] [--nj 2]
+                           [--splits train dev test]
 
 A *speaker* is (engine, voice/accent, variant), e.g. espeak-ng accent ``en-gb-scotland`` with variant ``+f2``, or
 the flite voice ``slt``. Speakers are disjoint between train, dev and test: the espeak-ng voice variants (timbres)
@@ -536,11 +537,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--noise-fraction", type=float, help="fraction of utterances with added noise (default 0.3)")
     p.add_argument("--nj", type=int, default=2, help="parallel synthesis processes")
     p.add_argument("--sample-rate", type=int, help="default 16000")
+    p.add_argument(
+        "--splits",
+        nargs="+",
+        choices=SPLITS,
+        default=list(SPLITS),
+        help="synthesise only these splits (e.g. a larger test set: --splits test --size 20 --seed 1)",
+    )
     args = p.parse_args(argv)
     data = load_config(args.config).data if args.config else DataConfig()
     pick = lambda v, d: d if v is None else v  # noqa: E731
     setup_logging()
     counts = split_counts(pick(args.size, data.size), pick(args.train_scale, data.train_scale))
+    counts = {k: n for k, n in counts.items() if k in args.splits}
     prepare_digits(
         args.out_dir,
         seed=pick(args.seed, data.seed),

@@ -11,7 +11,7 @@ import soundfile as sf
 from asrlib.data.kaldi_dir import read_data_dir, validate_data_dir
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table_dict
-from local.digits import SPLITS, WORDS, prepare_digits, split_counts
+from local.digits import SPLITS, WORDS, main, prepare_digits, split_counts
 
 COUNTS = {"train": 12, "dev": 4, "test": 4}
 
@@ -129,3 +129,13 @@ def test_train_scale_scales_train_alone_and_keeps_dev_and_test(corpus, tmp_path)
     dev = {k: v for k, v in _wavs(corpus).items() if k.startswith("wav/dev/")}
     assert dev and dev == {k: v for k, v in _wavs(bigger).items() if k.startswith("wav/dev/")}
     assert (bigger / "dev" / "text").read_text() == (corpus / "dev" / "text").read_text()
+
+
+def test_cli_synthesises_only_the_splits_asked_for(tmp_path):
+    """A larger test set of the same test voices (what bench/long_form.py's intervals need): --splits test."""
+    out = tmp_path / "big"
+    args = ["--out-dir", str(out), "--size", "0.01", "--seed", "5", "--nj", "1", "--splits", "test"]
+    assert main(args) == 0
+    assert sorted(p.name for p in (out / "wav").iterdir()) == ["test"]
+    assert len((out / "test" / "text").read_text().splitlines()) == 3  # 300 x 0.01
+    assert not (out / "train").exists() and not (out / "dev").exists()

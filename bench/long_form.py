@@ -210,7 +210,13 @@ def recordings(utts: List[str], seconds: Dict[str, float], length: float, seed: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, default=ROOT / "recipes/digits/exp/lstm_ctc")
+    p.add_argument(
+        "--model",
+        type=Path,
+        default=ROOT / "recipes/digits/exp/lstm_ctc",
+        help="what `asr transcribe --model` takes: a recipe's exp dir, a model dir or a mobile bundle (--streaming: "
+        "an exp dir, for its mobile/bundle)",
+    )
     p.add_argument(
         "--data",
         type=Path,
@@ -252,7 +258,7 @@ def main() -> None:
     a = p.parse_args()
     if a.quick:
         a.lengths, a.segment, a.max_recordings, a.repeats = [60], ["blank"], 2, 1
-    if not (a.model / "final.pt").is_file() and not (a.model / "model.json").is_file():
+    if not any((a.model / f).is_file() for f in ("final.pt", "model.json", "bundle.json")):
         raise SystemExit(f"{a.model}: no trained model (run `make run` first)")
     wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
     utts = sorted(u for u in wavs if u in refs)

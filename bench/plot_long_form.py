@@ -8,10 +8,11 @@ Panels: the digits recipe through `asr transcribe` (the seven seeds trained with
 recipe's search, the same seeds' uncompressed int8 networks (what the recipe's bundle carries) and their compressed
 ones (``long_form_digits_streaming_folded_seeds.json``, ``long_form_digits_streaming_networks.json``); each with
 this checkout's `make run` model in black, with its 95 % intervals (``gap_ci95``) where its results file has them
-(``long_form_digits_makerun_ci.json``). Per utterance = the same recogniser on each utterance of the recording alone
-(``wer_pieces``: the 60 s and 10 min recordings hold a part of the test set, in id order, whose WER differs from the
-whole set's). Nothing is measured here: ``--quick`` is accepted for the bench convention and changes nothing. Prints one
-JSON line: per panel, the cells within the bound and the largest gap at each length.
+(``long_form_digits_makerun_ci.json``), and in dashed red the same model on a test set 20 times larger
+(``long_form_digits_makerun_bigtest.json``). Per utterance = the same recogniser on each utterance of the recording
+alone (``wer_pieces``: the 60 s and 10 min recordings hold a part of the test set, in id order, whose WER differs from
+the whole set's). Nothing is measured here: ``--quick`` is accepted for the bench convention and changes nothing.
+Prints one JSON line: per panel, the cells within the bound and the largest gap at each length.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ RESULTS = ROOT / "bench" / "results"
 GOAL = 0.3  # issue 31: long-form WER <= per-utterance WER + 0.3
 LENGTHS = ("60", "600", "3600")
 
-# (title, [(results file, run-name pattern, method)], the make-run run: (file, method))
+MAKERUN_300 = ("make run model", "long_form_digits_makerun_ci.json")
+MAKERUN_6000 = ("make run model, 6000 test utterances", "long_form_digits_makerun_bigtest.json")
+# (title, [(results file, run-name pattern, method)], the make-run model's runs: [(label, file, method)])
 PANELS = (
     (
         "digits, asr transcribe: 7 seeds of the recipe's training",
         [("long_form_digits_jitter003.json", r"^runs/seed(\d+)$", "blank")],
-        ("long_form_digits_makerun_ci.json", "blank"),
+        [MAKERUN_300 + ("blank",), MAKERUN_6000 + ("blank",)],
     ),
     (
         "streaming, endpointing, the recipe's search: uncompressed int8",
@@ -41,7 +44,7 @@ PANELS = (
             ("long_form_digits_streaming_folded_seeds.json", r"^seeds/(42|7|1|2|3|4)$", "streaming_endpoint"),
             ("long_form_digits_streaming_networks.json", r"^int8/(\d+)$", "streaming_endpoint"),
         ],
-        ("long_form_digits_makerun_ci.json", "streaming_endpoint"),
+        [MAKERUN_300 + ("streaming_endpoint",), MAKERUN_6000 + ("streaming_endpoint",)],
     ),
     (
         "the same, compressed (low rank + pruning, fine-tuned)",
@@ -49,7 +52,7 @@ PANELS = (
             ("long_form_digits_streaming_networks.json", r"^pruned/(\d+)$", "streaming_endpoint"),
             ("long_form_digits_streaming_folded_seeds.json", r"^seeds/(13)$", "streaming_endpoint"),
         ],
-        ("long_form_digits_streaming_folded.json", "streaming_endpoint"),
+        [("make run model", "long_form_digits_streaming_folded.json", "streaming_endpoint")],
     ),
 )
 
@@ -75,16 +78,22 @@ def intervals(run: Dict, method: str) -> Optional[List[List[float]]]:
     return [c["gap_ci95"] for c in cells] if all("gap_ci95" in c for c in cells) else None
 
 
-def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[float], Optional[List[List[float]]]]:
+Line = Tuple[str, List[float], Optional[List[List[float]]]]  # label, gaps, their intervals (or None)
+
+
+def panel_series(files, makerun) -> Tuple[Dict[str, List[float]], List[Line]]:
+    """The seeds' gaps by label, and the make-run model's lines (each results file holds one run)."""
     series = {}
     for name, pattern, method in files:
         for key, run in runs_in(json.loads((RESULTS / name).read_text())):
             m = re.search(pattern, key)
             if m and method in run:
                 series[f"seed {m.group(1)}"] = gaps(run, method)
-    name, method = makerun
-    ((_, run),) = runs_in(json.loads((RESULTS / name).read_text()))
-    return series, gaps(run, method), intervals(run, method)
+    lines = []
+    for label, name, method in makerun:
+        ((_, run),) = runs_in(json.loads((RESULTS / name).read_text()))
+        lines.append((label, gaps(run, method), intervals(run, method)))
+    return series, lines
 
 
 def plot(panels, path: Path) -> None:
@@ -97,16 +106,19 @@ def plot(panels, path: Path) -> None:
 
     x = [int(n) for n in LENGTHS]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True)
-    labels = list(dict.fromkeys(label for _, series, _, _ in panels for label in series))  # a model's colour everywhere
-    for ax, (title, series, makerun, ci) in zip(axes, panels):
+    labels = list(dict.fromkeys(label for _, series, _ in panels for label in series))  # a model's colour everywhere
+    for ax, (title, series, lines) in zip(axes, panels):
         for label, ys in series.items():
             colour = plt.get_cmap("tab10")(labels.index(label) % 10)
             ax.plot(x, ys, "o-", color=colour, alpha=0.6, lw=1, ms=4, label=label)
-        if ci is None:
-            ax.plot(x, makerun, "s-", color="black", lw=2, label="make run model")
-        else:  # its 95 % intervals (utterances resampled)
-            err = [[g - lo for g, (lo, _) in zip(makerun, ci)], [hi - g for g, (_, hi) in zip(makerun, ci)]]
-            ax.errorbar(x, makerun, yerr=err, fmt="s-", color="black", lw=2, capsize=4, label="make run model, 95 %")
+        for i, (label, ys, ci) in enumerate(lines):
+            style = dict(color="black" if i == 0 else "darkred", lw=2, ls="-" if i == 0 else "--")
+            xs = [v * (1.06**i) for v in x]  # side by side, not on top of each other
+            if ci is None:
+                ax.plot(xs, ys, marker="s", label=label, **style)
+            else:  # 95 % intervals (utterances resampled)
+                err = [[g - lo for g, (lo, _) in zip(ys, ci)], [hi - g for g, (_, hi) in zip(ys, ci)]]
+                ax.errorbar(xs, ys, yerr=err, marker="s", capsize=4, label=f"{label}, 95 %", **style)
         ax.axhline(GOAL, color="red", ls="--", lw=1, label=f"goal: +{GOAL}")
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_xscale("log")
@@ -131,15 +143,17 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     panels, summary = [], {}
     for title, files, makerun in PANELS:
-        series, mr, ci = panel_series(files, makerun)
-        panels.append((title, series, mr, ci))
+        series, lines = panel_series(files, makerun)
+        panels.append((title, series, lines))
         cells = [g for ys in series.values() for g in ys]
         summary[title] = {
             "models": len(series),
             "within_goal": f"{sum(g <= GOAL + 1e-9 for g in cells)} of {len(cells)}",
             "worst": dict(zip(LENGTHS, (max(ys[i] for ys in series.values()) for i in range(len(LENGTHS))))),
-            "make_run": dict(zip(LENGTHS, mr)),
-            "make_run_ci95": dict(zip(LENGTHS, ci)) if ci else None,
+            "make_run": {
+                label: {n: {"gap": g, "ci95": ci[i] if ci else None} for i, (n, g) in enumerate(zip(LENGTHS, ys))}
+                for label, ys, ci in lines
+            },
         }
     plot(panels, a.out)
     shown = a.out.resolve().relative_to(ROOT) if a.out.resolve().is_relative_to(ROOT) else a.out

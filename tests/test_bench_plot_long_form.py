@@ -24,15 +24,15 @@ def test_runs_found_at_any_depth_and_gaps_against_the_same_words_one_by_one(tmp_
     (tmp_path / "seeds.json").write_text(json.dumps(tree))
     (tmp_path / "makerun.json").write_text(json.dumps(_run(3.0, [3.1, 3.0, 3.3])))
     monkeypatch.setattr(plf, "RESULTS", tmp_path)
-    series, makerun, ci = plf.panel_series([("seeds.json", r"seed(\d+)$", "blank")], ("makerun.json", "blank"))
-    assert series == {"seed 7": [0.2, 0.5, -0.1], "seed 1": [0.0, 0.1, 0.5]} and makerun == [0.1, 0.0, 0.3]
-    assert ci is None  # results written before bench/long_form.py gave intervals
     with_ci = _run(3.0, [3.1, 3.0, 3.3])
     for i, n in enumerate(plf.LENGTHS):
         with_ci["blank"][n]["gap_ci95"] = [-0.5 - i, 0.7 + i]
     (tmp_path / "makerun_ci.json").write_text(json.dumps(with_ci))
-    _, makerun2, ci2 = plf.panel_series([], ("makerun_ci.json", "blank"))
-    assert makerun2 == makerun and ci2 == [[-0.5, 0.7], [-1.5, 1.7], [-2.5, 2.7]]
+    lines = [("a", "makerun.json", "blank"), ("b", "makerun_ci.json", "blank")]
+    series, found = plf.panel_series([("seeds.json", r"seed(\d+)$", "blank")], lines)
+    assert series == {"seed 7": [0.2, 0.5, -0.1], "seed 1": [0.0, 0.1, 0.5]}
+    # the first written before bench/long_form.py gave intervals
+    assert found == [("a", [0.1, 0.0, 0.3], None), ("b", [0.1, 0.0, 0.3], [[-0.5, 0.7], [-1.5, 1.7], [-2.5, 2.7]])]
     out = tmp_path / "gaps.png"
-    plf.plot([("t", series, makerun, None), ("u", series, makerun2, ci2)], out)
+    plf.plot([("t", series, found[:1]), ("u", series, found)], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

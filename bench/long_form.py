@@ -309,14 +309,13 @@ def main() -> None:
                     hyp_pieces[key] = " ".join(hyp[u] for u in g if hyp[u])
                     hyp_long[key] = run["results"][key]["text"]
                 res = score(ref, hyp_long)
-                keys = [Path(f).stem for f in files]
                 row = {
                     "recordings": len(groups),
                     "audio_s": round(run["audio_s"], 1),
                     "words": res.num_words,
                     "wer": round(res.wer, 2),
                     "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
-                    "gap_ci95": gap_interval(groups, refs, [hyp_long[k] for k in keys], [hyp_pieces[k] for k in keys]),
+                    "gap_ci95": gap_interval(groups, refs, list(hyp_long.values()), list(hyp_pieces.values())),
                     "rtf": run["rtf"],
                     "rss_mib": run["rss_mib"],
                     "segments": sum(len(r.get("segments", [])) for r in run["results"].values()),

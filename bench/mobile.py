@@ -14,8 +14,9 @@ the end-to-end engines interleaved round by round, best round.
   end-to-end RTF = audio in → words out (fbank + network + TLG search) for asrlib's streaming recogniser and for
   sherpa-onnx on the same bundle and the same WAV files.
 * **Accuracy**: WER of each model's log-probs on the recipe features with the TLG search that sherpa-onnx runs on
-  the bundle (its fixed beam 16 and max_active 3000, over the log-probs with the bundle's folded search applied:
-  the recipe's acoustic scale and blank penalty, so every row uses one search), and of both engines on the WAVs.
+  the bundle (its fixed beam 16 and max_active 3000, over the log-probs with the search the exported networks carry
+  applied: the recipe's acoustic scale and blank penalty, so every row uses one search), and of both engines on the
+  WAVs.
 * **Memory**: peak RSS of a separate process recognising the set with each engine (``steps.recognize_mobile``).
 * **Streaming**: per chunk size, processing time per chunk (mean, p95), RTF, and latency = chunk + p95 + 15 ms
   front-end look-ahead (+ up to 20 ms waiting for a full 3-frame stack).
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     from asrlib.decode.search_scores import apply_search
-    from asrlib.export.bundle import SherpaRecognizer, check_bundle, read_wav, sherpa_search
+    from asrlib.export.bundle import SherpaRecognizer, read_wav, sherpa_search
     from asrlib.export.prune import load_compressed
     from asrlib.export.runtime import OnnxAcousticModel
     from asrlib.export.streaming import StreamingRecognizer
@@ -272,8 +273,7 @@ def main(argv=None) -> int:
     R["pruned_fp32_to_int8_speedup"] = speedup(secs, "pruned fp32", "pruned int8")
     R["recurrence"] = {n: runners_meta.get(n, "") for n in onnx_models}
     dec = sherpa_search(bundle)
-    folded = check_bundle(bundle).info.get("decode", {})  # the search the bundle's networks carry (and sherpa-onnx)
-    scale, penalty = float(folded.get("acoustic_scale", 1.0)), float(folded.get("blank_penalty", 0.0))
+    scale, penalty = onnx_runners["int8"].search  # what the exported networks' output carries (sherpa-onnx searches it)
     R["search"] = {"acoustic_scale": scale, "blank_penalty": penalty}
     R["wer"] = {
         n: wer(refs, {k: dec.decode(apply_search(logprobs[n][k], scale, penalty)) for k in keys}) for n in runners

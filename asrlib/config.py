@@ -359,7 +359,7 @@ class ClusterConfig:
 
 CMVN_MODES = ("global", "speaker", "utterance", "online")  # features.cmvn (asrlib.features.cmvn)
 BUNDLE_MODELS = ("auto", "pruned", "int8")  # export.bundle_model (steps.export_mobile)
-SEGMENT_METHODS = ("blank", "energy", "none")  # decode.segment (asrlib.decode.segment)
+SEGMENT_METHODS = ("auto", "endpoint", "blank", "energy", "none")  # decode.segment (asrlib.decode.segment, .endpoint)
 # the decode settings that say where a pause ends a segment: offline and in the streaming endpoint rules alike
 SEGMENT_PAUSE_KEYS = ("segment_min_silence", "segment_pad", "segment_max_seconds")
 UNITS = ("phone", "bpe", "char")  # lang.units (asrlib.lang.units)

@@ -260,6 +260,71 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
         assert res.text == whole.text, method
 
 
+def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
+    """decode.segment endpoint (what auto picks for a unidirectional model): the recording is cut by the streaming
+    recogniser's endpointer (asrlib/decode/endpoint.py) over the torch network, every segment run from a zero state
+    from its start, at most a second of new features (or a rerun from a pause) a call; each segment starts in a pause and ends after its
+    words; the same words as one stream (the tone model does not drift) and as the blank planner."""
+    from asrlib.decode.endpoint import ENDPOINT_RUN_SECONDS
+
+    rng = np.random.default_rng(11)
+    pieces, bounds, total = [], [], 0
+    while total < 90 * SR:
+        words = [f"W{int(i)}" for i in rng.integers(1, 5, size=int(rng.integers(1, 5)))]
+        x, _ = synth_utterance(words, rng)
+        gap = np.zeros(int(rng.uniform(0.8, 3.0) * SR), np.float32)
+        bounds.append((total / SR, (total + len(x)) / SR))
+        pieces += [x, gap]
+        total += len(x) + len(gap)
+    audio = np.concatenate(pieces)
+    rec = Recognizer.from_dir(tm.exp, segment="auto")
+    assert rec.segment_method == "endpoint"
+    sizes, make = [], rec.backend.stream
+
+    def counting_stream():
+        s = make()
+        accept = s.accept
+
+        def counted(feats):
+            sizes.append(len(feats))
+            return accept(feats)
+
+        s.accept = counted
+        return s
+
+    rec.backend.stream = counting_stream
+    res = rec.transcribe(audio, SR)
+    # a call: at most a second of new frames, or a segment's rerun from the middle of its pause (at most `pad`
+    # before the speech) to the last frame received
+    pad = rec.decode_config.segment_pad
+    assert max(sizes) * rec.frame_shift <= pad + ENDPOINT_RUN_SECONDS + rec.frame_seconds + 1e-9, max(sizes)
+    assert len(res.segments) >= len(bounds) // 2
+    assert res.text == " ".join(s.text for s in res.segments)
+    for s in res.segments:  # starts outside the utterances, holds its words
+        assert not any(a + 0.05 < s.start < b - 0.05 for a, b in bounds), s.start
+        assert s.start <= s.words[0].start and s.words[-1].end <= s.end
+    whole = Recognizer.from_dir(tm.exp, segment="none").transcribe(audio, SR)
+    assert res.text == whole.text
+    assert res.text == Recognizer.from_dir(tm.exp, segment="blank").transcribe(audio, SR).text
+    # chunk sizes do not change the result
+    assert Recognizer.from_dir(tm.exp, segment="endpoint", chunk_seconds=0.37).transcribe(audio, SR).text == res.text
+
+
+def test_endpoint_needs_a_causal_model(tm, tmp_path):
+    """A bidirectional model cannot be cut as it is heard: auto gives it the blank planner, endpoint is a clear
+    error."""
+    from asrlib.config import ModelConfig
+    from asrlib.models.lstm import build_model
+    from asrlib.models.saved import save_model
+
+    torch.manual_seed(0)
+    model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3, bidirectional=True))
+    save_model(tmp_path / "bi" / "final.pt", model.eval(), np.zeros(24), np.ones(24), info={"lang_dir": str(tm.lang)})
+    assert Recognizer.from_dir(tmp_path / "bi", segment="auto").segment_method == "blank"
+    with pytest.raises(AsrError, match="bidirectional"):
+        Recognizer.from_dir(tmp_path / "bi", segment="endpoint")
+
+
 def test_segment_context_runs_the_network_over_the_neighbouring_audio(tm):
     """``segment_context``: each segment's log-probs are those of the network run over the segment plus up to that
     much of the recording on each side (its outputs there dropped): the same segments as without context, and for

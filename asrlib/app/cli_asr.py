@@ -418,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument(
         "--segment",
         choices=SEGMENT_METHODS,
-        help="energy: pauses by log mel energy; blank: by the network's CTC blank; none: one stream",
+        help="auto (endpoint for a unidirectional model, else blank); endpoint: the streaming endpointer's rules; "
+        "blank: pauses by the network's CTC blank; energy: by log mel energy; none: one stream",
     )
     add_pause_args(seg)
     seg.add_argument(

@@ -92,6 +92,9 @@ class AcousticBackend(Protocol):
     num_mel_bins: int
     subsampling: int  # fbank frames per output frame
     vocab_size: int
+    # its stream gives each output frame's log-probs once that frame's stack has come (a unidirectional network
+    # with causal CMN): an endpointer can run it (decode.segment: endpoint); else its output comes at the end
+    causal: bool
 
     def stream(self) -> AcousticStream:
         """A fresh stream (no state from earlier recordings)."""
@@ -211,10 +214,10 @@ class TorchBackend:
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
+        self.causal = not (self.bidirectional or self.saved.cmn == "utterance")
 
     def stream(self) -> AcousticStream:
-        whole = self.bidirectional or self.saved.cmn == "utterance"
-        return _WholeRecordingStream(self.saved) if whole else _UnidirectionalStream(self.saved)
+        return _UnidirectionalStream(self.saved) if self.causal else _WholeRecordingStream(self.saved)
 
     def describe(self) -> Dict[str, object]:
         from asrlib.models.lstm import count_parameters
@@ -255,6 +258,7 @@ class OnnxBundleBackend:
         self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
         self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
         self.vocab_size = self.model.vocab_size
+        self.causal = True
 
     def stream(self) -> AcousticStream:
         return _OnnxStream(self)
@@ -270,6 +274,20 @@ class OnnxBundleBackend:
             "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
             **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")},
         }
+
+
+def resolve_segment_method(method: str, backend: AcousticBackend, where: str) -> str:
+    """The ``decode.segment`` method that runs on ``backend``: ``auto`` is ``endpoint`` for a causal model (its
+    stream can be cut as it is heard) and ``blank`` for a bidirectional one or one with utterance CMN, whose output
+    needs the whole segment; ``endpoint`` on such a model is an :class:`AsrError` naming ``where``."""
+    if method == "auto":
+        return "endpoint" if backend.causal else "blank"
+    if method == "endpoint" and not backend.causal:
+        raise AsrError(
+            f"{where}: decode.segment endpoint needs a model whose output for a frame depends only on the audio up "
+            f"to it; this one is bidirectional or normalises by the utterance's mean: use --segment blank (or auto)"
+        )
+    return method
 
 
 #: model.json ``type`` → loader(model dir, model.json dict, device) → backend. A new bundle type registers itself

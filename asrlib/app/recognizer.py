@@ -49,7 +49,7 @@ import numpy as np
 
 from asrlib.config import DecodeConfig
 from asrlib.errors import AsrError, PathLike
-from asrlib.app.model_dir import DECODE_KEYS, AcousticBackend, ModelDir, open_model_dir
+from asrlib.app.model_dir import DECODE_KEYS, AcousticBackend, ModelDir, open_model_dir, resolve_segment_method
 
 METHODS = ("tlg", "greedy")
 MIN_SAMPLES_SECONDS = 0.025  # one 25 ms fbank window
@@ -429,6 +429,27 @@ def result_of_stream(
     return Result(" ".join(w.word for w in words), words, duration, out)
 
 
+class _SegmentCollector:
+    """An endpointer's sink that keeps each finished segment's ``(first output frame, log-probs)``."""
+
+    def __init__(self) -> None:
+        self.scores: List[np.ndarray] = []
+        self.done: List[Tuple[int, np.ndarray]] = []
+
+    def decode(self, scores: np.ndarray) -> None:
+        if len(scores):
+            self.scores.append(scores)
+
+    def end_segment(self, start: int, end: int) -> None:
+        if self.scores:
+            self.done.append((start, np.concatenate(self.scores).astype(np.float32, copy=False)))
+        self.scores = []
+
+    def take(self) -> List[Tuple[int, np.ndarray]]:
+        done, self.done = self.done, []
+        return done
+
+
 # ------------------------------------------------------------------------------------------------ recognizer
 class Recognizer:
     """Audio → words with times and confidences, for one model (see the module docstring).
@@ -460,6 +481,7 @@ class Recognizer:
         self.decode_config = decode or model_dir.decode_config()
         check_segment_settings(self.decode_config, str(model_dir.root))
         self.backend: AcousticBackend = model_dir.load_backend(device)  # a torch model on device (auto: CUDA if any)
+        self.segment_method = resolve_segment_method(self.decode_config.segment, self.backend, str(model_dir.root))
         self.sample_rate = model_dir.sample_rate
         lang = model_dir.lang_dir
         tokens = read_tokens(lang / "tokens.txt")
@@ -578,8 +600,11 @@ class Recognizer:
         from asrlib.decode.segment import blank_nonspeech, energy_nonspeech, plan_segments, to_output_frames
 
         c, stack = self.decode_config, self.backend.subsampling
-        if c.segment == "none":
+        if self.segment_method == "none":
             yield 0, self._run_network(feats)
+            return
+        if self.segment_method == "endpoint":
+            yield from self._endpoint_segments(feats)
             return
         fs = self.frame_seconds
         min_sil = max(1, int(round(c.segment_min_silence / fs)))
@@ -587,7 +612,7 @@ class Recognizer:
         max_len = max(2 * min_sil + 1, int(round(c.segment_max_seconds / fs)))
 
         def plan(buf: np.ndarray, final: bool) -> Tuple[List[Tuple[int, int]], int]:
-            if c.segment == "energy":
+            if self.segment_method == "energy":
                 flags = to_output_frames(energy_nonspeech(buf, c.segment_threshold_db), stack)
             else:
                 flags = blank_nonspeech(self._run_network(self._chunks(buf)))[: len(buf) // stack]
@@ -623,6 +648,27 @@ class Recognizer:
                 buf, out0 = buf[keep * stack :], out0 + keep
                 if final:
                     break
+
+    def _endpoint_segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray]]:
+        """``decode.segment: endpoint``: the segments that :class:`asrlib.decode.endpoint.Endpointer` cuts, as the
+        streaming recogniser's endpointing does: each segment's end found by its own network, run from a zero state
+        at its start, the next one's start by the network that goes on listening. Each segment's log-probs are the
+        network's from its start to where its pause ended it."""
+        from asrlib.decode.endpoint import Endpointer, EndpointRules
+
+        rules = EndpointRules.of_decode(vars(self.decode_config), even_if_off=True)
+        sink = _SegmentCollector()
+        stack, dim = self.backend.subsampling, self.backend.num_mel_bins
+        ep = Endpointer(rules, stack, dim, self.frame_seconds, self.backend.stream, sink)
+        rest = np.zeros((0, dim), np.float32)
+        for chunk in feats:
+            buf = np.concatenate([rest, chunk]) if len(rest) else np.asarray(chunk, np.float32)
+            usable = len(buf) // stack * stack
+            rest = buf[usable:]
+            ep.accept(buf[:usable])
+            yield from sink.take()
+        ep.finish()  # frames that do not fill a last stack are dropped, as the network's stream drops them
+        yield from sink.take()
 
     def log_probs(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """CTC log-probabilities ``[T, V]`` (one row per 30 ms output frame) of in-memory audio."""

@@ -19,25 +19,12 @@ Latency of a chunk = chunk duration (buffering) + processing time of the chunk +
 
 **Endpointing** (``endpoint``: :class:`EndpointRules`, off by default as in sherpa-onnx's Python API): a long input
 (a meeting, a voicemail box) is cut into *segments*, each decoded from a zero network state (LSTM and online CMN)
-and a fresh search, as the offline recogniser's ``decode.segment`` does (:mod:`asrlib.decode.segment`), so the
-network never carries its state across more audio than it was trained on. Silence = a run of frames whose best
-token is the CTC blank. A segment ends when, after some speech, the silence has lasted ``min_silence`` (sherpa-onnx's
-and Kaldi online2's rule 2), or when it reaches ``max_segment`` (rule 3; the frames after the cut run again from a
-zero state). After a pause the stream *waits*: the network goes on with its old state as a detector, and the last
-``pad`` seconds of fbank frames are kept. Its first non-blank frame ``b`` starts the next segment, from a zero
-state, in the middle of the pause (at most ``pad`` before ``b``; before the input's first speech, ``pad`` before
-``b``), and the kept frames from there on run again. Where it starts matters: a unidirectional CTC model emits a
-word's token after the word, so the blank run that follows an utterance lasts until the next one's first word is
-over, and a segment started where the endpoint fired (``min_silence`` into that run) often began inside that word
-and lost it (on the digits test set's 60 s recordings: 5.82 % WER against 3.46 % from the middle of the pause;
-docs/long-recordings.md). The input's leading silence runs once: the detector starts from a zero state at the
-input's start, so when its first non-blank frame comes within ``pad`` of the start it *is* the first segment, its
-output taken as it is. A segment that hears no speech for ``pad + min_silence`` (a false start) is dropped and the
-wait goes on. :meth:`Stream.finish` returns the words of every segment in order; :attr:`Stream.segments` has each
-one's words and times (a segment ends ``min_silence / 2`` after its pause began). A bundle's ``decode`` settings
-(``segment_min_silence``, ``segment_pad``, ``segment_max_seconds``; :meth:`EndpointRules.of_bundle`) give the rules
-that the offline recogniser uses on it. Memory is bounded: the front end forgets the frames it has given to the
-network.
+and a fresh search, by :class:`asrlib.decode.endpoint.Endpointer` (its docstring has the rules), the same code that
+cuts ``asr transcribe``'s input with ``decode.segment: endpoint``, so the network never carries its state across
+more audio than it was trained on. :meth:`Stream.finish` returns the words of every segment in order;
+:attr:`Stream.segments` has each one's words and times. A bundle's ``decode`` settings (``segment_min_silence``,
+``segment_pad``, ``segment_max_seconds``; :meth:`EndpointRules.of_bundle`) give the rules that the offline
+recogniser uses on it. Memory is bounded: the front end forgets the frames it has given to the network.
 """
 
 from __future__ import annotations
@@ -49,12 +36,12 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from asrlib.decode.endpoint import ENDPOINT_RUN_SECONDS, Endpointer, EndpointRules  # noqa: F401 - re-exported
 from asrlib.decode.search_scores import apply_search
 from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_audio, check_bundle
 from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.errors import AsrError, PathLike
 
-ENDPOINT_RUN_SECONDS = 1.0  # with endpointing, the most audio the network runs over in one call (see Stream._advance)
 
 
 def fbank_options(sample_rate: int, num_mel_bins: int):
@@ -94,51 +81,6 @@ def compute_fbank(samples: np.ndarray, sample_rate: int, num_mel_bins: int) -> n
 class ChunkTiming:
     samples: int
     seconds: float
-
-
-@dataclass
-class EndpointRules:
-    """Where a stream's segments end and the next ones begin (module docstring); seconds of network output frames."""
-
-    min_silence: float = (
-        0.6  # a pause (blank run) this long after speech ends a segment (sherpa-onnx 1.2 s, Kaldi 0.5-2 s)
-    )
-    pad: float = 2.0  # the most of a pause kept before a segment's first speech (the offline ``segment_pad``)
-    max_segment: float = 20.0  # no segment is longer (sherpa-onnx and Kaldi online2: 20 s)
-
-    def __post_init__(self) -> None:
-        if not (0 < self.min_silence < self.max_segment and self.pad >= self.min_silence / 2):
-            raise AsrError(
-                f"endpoint rules need 0 < min_silence < max_segment and pad >= min_silence / 2, got min_silence "
-                f"{self.min_silence}, pad {self.pad}, max_segment {self.max_segment}"
-            )
-
-    @classmethod
-    def of_bundle(
-        cls, bundle: Bundle, even_if_off: bool = False, **overrides: Optional[float]
-    ) -> Optional["EndpointRules"]:
-        """The rules of a bundle's ``decode`` settings (those of the offline recogniser, DecodeConfig's defaults
-        where the bundle has none), each of ``overrides`` (``segment_min_silence``, ``segment_pad``,
-        ``segment_max_seconds``; None: the bundle's) in place of the bundle's; None when its ``segment`` is
-        ``none``, unless ``even_if_off`` (the user asked for endpointing)."""
-        from asrlib.config import SEGMENT_PAUSE_KEYS, DecodeConfig
-
-        d, dflt = bundle.info.get("decode", {}), DecodeConfig()
-        unknown = set(overrides) - set(SEGMENT_PAUSE_KEYS)
-        if unknown:
-            raise TypeError(f"unknown endpoint settings {sorted(unknown)}")
-
-        def get(k: str) -> float:
-            v = overrides.get(k)
-            return float(d.get(k, getattr(dflt, k)) if v is None else v)
-
-        if d.get("segment", dflt.segment) == "none" and not even_if_off:
-            return None
-        return cls(
-            get("segment_min_silence"),
-            max(get("segment_pad"), get("segment_min_silence") / 2),
-            get("segment_max_seconds"),
-        )
 
 
 @dataclass
@@ -215,6 +157,17 @@ class StreamingRecognizer:
         return s
 
 
+class _OnnxNetwork:
+    """The bundle's streaming network from a zero state, its state carried (an endpointer's network stream)."""
+
+    def __init__(self, model: StreamingOnnxModel) -> None:
+        self.model, self.state = model, model.zero_state()
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        scores, self.state = self.model.run(feats, self.state)
+        return scores
+
+
 class Stream:
     """One utterance being recognised, or a long input in segments with endpointing (see the module docstring)."""
 
@@ -225,32 +178,37 @@ class Stream:
         self.rec = rec
         b, ep = rec.bundle, rec.endpoint
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
-        self.frames_used = 0  # fbank frames given to the network (the front end forgets them)
-        self.network_frames = 0  # fbank frames the network has run over, the detector's and reruns' included
-        self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]
+        self._frames_used = 0  # fbank frames given to the network (the front end forgets them); no endpointing
+        self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]; no endpointing
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
         self.frames_decoded = 0  # network output frames searched in the current segment
         self.segments: List[StreamSegment] = []  # finished segments (endpointing), in order
         self.segment_start = 0  # output frame of the stream where the current segment begins
-        self.trailing_silence = 0  # output frames of blank at the end of the current segment
-        self.heard_speech = False  # a non-blank best token in the current segment
-        # Endpointing: between segments the stream *waits* for speech, watching the network's output with the
-        # state it had (the detector), and keeps the last ``pad`` seconds of fbank frames to start the next one from.
-        self.waiting = ep is not None
-        self.detector = self.state
-        self.detector_frames = 0  # output frames the detector has run since its state was last zeroed
-        # While the detector runs from a zero state from the input's start and has not run over more than ``pad``,
-        # it can become the first segment: its output so far is kept.
-        self.from_start = ep is not None
-        self.detector_scores: List[np.ndarray] = []
-        self.pause_start = 0  # output frame of the stream where the pause being waited out began
-        self.after_segment = False  # that pause follows a segment (else it is the input's leading silence)
-        self.pad = int(round(ep.pad / rec.frame_seconds)) if ep else 0  # in output frames
-        self.recent = np.zeros((0, b.feat_dim), np.float32)  # the stream's last fbank frames (endpointing)
+        # endpointing: the endpointer runs the network and tells this stream (its sink) each segment's frames
+        self.endpointer: Optional[Endpointer] = None
+        if ep is not None:
+            self.endpointer = Endpointer(
+                ep, rec.stack, b.feat_dim, rec.frame_seconds, lambda: _OnnxNetwork(rec.model), self
+            )
         self.finished = False
         self.timings: List[ChunkTiming] = []
         self.logprobs: List[np.ndarray] = []  # the current segment's log-probs, for tests / inspection (T' × V)
+
+    @property
+    def frames_used(self) -> int:
+        """Fbank frames of the input given to the network."""
+        return self.endpointer.frames_used if self.endpointer is not None else self._frames_used
+
+    @property
+    def network_frames(self) -> int:
+        """Fbank frames the network has run over (with endpointing: the detector's and the reruns' included)."""
+        return self.endpointer.network_frames if self.endpointer is not None else self._frames_used
+
+    @property
+    def recent(self) -> np.ndarray:
+        """With endpointing: the input's last fbank frames, kept to start the next segment from."""
+        return self.endpointer.recent if self.endpointer is not None else np.zeros((0, self.rec.bundle.feat_dim))
 
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> None:
         """Add audio; runs the network and the search on every complete stack of frames now available."""
@@ -264,64 +222,21 @@ class Stream:
 
     def _advance(self) -> None:
         stack = self.rec.stack
-        ready = self.fbank.num_frames_ready
-        n = (ready - self.frames_used) // stack * stack
+        ready, used = self.fbank.num_frames_ready, self.frames_used
+        n = (ready - used) // stack * stack
         if n <= 0:
             return
-        frames = np.stack([self.fbank.get_frame(i) for i in range(self.frames_used, self.frames_used + n)])
+        frames = np.stack([self.fbank.get_frame(i) for i in range(used, used + n)])
         self.fbank.pop(n)  # memory stays bounded on long inputs
-        if self.rec.endpoint is None:
-            self._run(frames)
+        if self.endpointer is not None:
+            self.endpointer.accept(frames)
             return
-        # endpointing: at most ENDPOINT_RUN_SECONDS at a time, since a pause's rerun goes to the end of the frames
-        # run (a whole file given at once would otherwise run again from each pause to its end); chunks up to that
-        # long run as they come. Same words and segments either way.
-        step = max(1, self._frames(ENDPOINT_RUN_SECONDS)) * stack
-        for i in range(0, n, step):
-            self._run(frames[i : i + step])
+        self._frames_used += n
+        scores, self.state = self.rec.model.run(frames, self.state)
+        self.decode(scores)
 
-    def _run(self, pending: np.ndarray) -> None:
-        """Run the network (and search, endpointing) over ``pending``, the stream's next fbank frames."""
-        stack = self.rec.stack
-        self.frames_used += len(pending)
-        if self.rec.endpoint is not None:
-            self.recent = np.concatenate([self.recent, pending])[-(self.pad + 1) * stack - len(pending) :]
-        while len(pending):  # the stream's last frames, in the current mode
-            self.network_frames += len(pending)
-            first = self.frames_used // stack - len(pending) // stack  # output frame of the stream of pending[0]
-            if self.waiting:
-                scores, self.detector = self.rec.model.run(pending, self.detector)
-                pending = self._watch(scores, first)
-            else:
-                scores, self.state = self.rec.model.run(pending, self.state)
-                pending = self._take(scores, pending, first)
-
-    def _take(self, scores: np.ndarray, pending: np.ndarray, first: int) -> np.ndarray:
-        """The current segment's next output ``scores``, of the fbank frames ``pending`` from stream frame
-        ``first``: search and endpointing. Returns the fbank frames still to run (in the mode that follows)."""
-        rule, cut = self._endpoint(scores) if self.rec.endpoint is not None else (None, None)
-        self._decode(scores[:cut])
-        if rule is None:
-            return pending[:0]
-        if rule == "length":  # the frames after the cut: again, from a zero state
-            self._end_segment(first + cut)
-            return pending[cut * self.rec.stack :]
-        # a pause: wait for the next speech
-        if rule == "pause":
-            self.pause_start, self.after_segment = first + cut - self.trailing_silence, True
-        detector = self.state  # has run over all of these frames
-        self._end_segment(min(first + cut, self.pause_start + self._frames(self.rec.endpoint.min_silence) // 2))
-        self.waiting, self.detector, self.detector_frames = True, detector, len(scores)
-        return self._watch(scores[cut:], first + cut)
-
-    def _oldest(self) -> int:
-        """The output frame of the stream that ``recent`` begins at."""
-        return self.frames_used // self.rec.stack - len(self.recent) // self.rec.stack
-
-    def _frames(self, seconds: float) -> int:
-        return int(round(seconds / self.rec.frame_seconds))
-
-    def _decode(self, scores: np.ndarray) -> None:
+    def decode(self, scores: np.ndarray) -> None:
+        """Search the current segment's next log-probs (the endpointer's sink, too)."""
         from asrlib.kaldi_imports import kaldi_decoder
 
         self.logprobs.append(scores)
@@ -330,64 +245,14 @@ class Stream:
             self.decoder.advance_decoding(kaldi_decoder.DecodableCtc(scores, offset=self.frames_decoded))
             self.frames_decoded += scores.shape[0]
 
-    def _endpoint(self, scores: np.ndarray) -> Tuple[Optional[str], Optional[int]]:
-        """Which rule ends the current segment within ``scores`` (its next frames), and the first frame after
-        it; (None, None) when none does. Advances the silence / speech counts over the frames up to there."""
-        rules, fs = self.rec.endpoint, self.rec.frame_seconds
-        length = self.frames_decoded
-        for i, tok in enumerate(np.argmax(scores, axis=1)):
-            length += 1
-            if tok == 0:
-                self.trailing_silence += 1
-            else:
-                self.trailing_silence, self.heard_speech = 0, True
-            silence = self.trailing_silence * fs
-            if self.heard_speech and silence >= rules.min_silence:
-                return "pause", i + 1
-            if not self.heard_speech and silence >= rules.pad + rules.min_silence:
-                return "no speech", i + 1  # a false start: the pause goes on
-            if (length + 1) * fs > rules.max_segment + 1e-9:  # the next frame would make it too long
-                return "length", i + 1
-        return None, None
-
-    def _watch(self, scores: np.ndarray, first: int) -> np.ndarray:
-        """Waiting: ``scores`` are the detector's output from stream frame ``first`` on. At its first non-blank
-        frame ``b`` the next segment starts: the detector itself, with its output so far, when it runs from a
-        zero state from the input's start and ``b`` is at most ``pad`` after that; else, from a zero state, in
-        the middle of the pause (at most ``pad`` before ``b``; the input's leading silence: ``pad`` before
-        ``b``). Returns the fbank frames to run in the segment (from its start to the last frame received, which
-        the detector ran over), or none (still waiting, or the detector's output taken)."""
-        speech = np.flatnonzero(np.argmax(scores, axis=1) != 0)
-        if self.from_start:
-            self.detector_scores.append(scores)
-        if not len(speech):
-            self.detector_frames += len(scores)
-            if self.from_start and first + len(scores) > self.pad:
-                self.from_start, self.detector_scores = False, []  # too much silence before the first segment
-            if self.detector_frames * self.rec.frame_seconds > self.rec.endpoint.max_segment:
-                self.detector, self.detector_frames = self.rec.model.zero_state(), 0  # bounded state age
-                self.from_start, self.detector_scores = False, []
-            return self.recent[:0]
-        a, b, oldest, stack = self.pause_start, first + int(speech[0]), self._oldest(), self.rec.stack
-        from_start, self.from_start, self.waiting = self.from_start, False, False
-        got, self.detector_scores = self.detector_scores, []
-        if from_start and oldest == 0 and b <= self.pad:
-            self.segment_start, self.state = 0, self.detector
-            return self._take(np.concatenate(got), self.recent, 0)
-        start = (a + b) // 2 if self.after_segment and b - a <= 2 * self.pad else max(a, b - self.pad)
-        start = max(start, oldest)
-        self.segment_start, self.state = start, self.rec.model.zero_state()
-        return self.recent[(start - oldest) * stack :]
-
-    def _end_segment(self, end: int) -> None:
-        """Close the current segment (kept if it has words; ``end``: the output frame given as its end) and reset
-        the search and the network state for the next."""
+    def end_segment(self, start: int, end: int) -> None:
+        """The endpointer's sink: close the current segment (from output frame ``start``; kept if it has words;
+        ``end``: the output frame given as its end) and reset the search for the next."""
+        self.segment_start = start
         seg = self._segment_of(end)
         if seg is not None:
             self.segments.append(seg)
         self.segment_start, self.frames_decoded, self.logprobs = end, 0, []
-        self.trailing_silence, self.heard_speech = 0, False
-        self.state = self.rec.model.zero_state()
         self.decoder.init_decoding()
 
     def _segment_of(self, end: int) -> Optional[StreamSegment]:
@@ -431,8 +296,8 @@ class Stream:
             t0 = time.perf_counter()
             self.fbank.input_finished()
             self._advance()
-            if self.rec.endpoint is not None and not self.waiting and self.frames_decoded:
-                self._end_segment(self.segment_start + self.frames_decoded)
+            if self.endpointer is not None:
+                self.endpointer.finish()
             self.finished = True
             self.timings.append(ChunkTiming(0, time.perf_counter() - t0))
         if self.rec.endpoint is not None:

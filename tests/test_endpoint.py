@@ -1,0 +1,129 @@
+"""The endpointer (asrlib/decode/endpoint.py) on a scripted network: where segments end and start, each from a zero
+network state, the same however the input is chunked, bounded memory. The recognisers that use it are tested in
+tests/test_export_streaming.py (the mobile bundle's stream) and tests/test_recognizer.py (asr transcribe)."""
+
+import numpy as np
+import pytest
+
+from asrlib.decode.endpoint import Endpointer, EndpointRules
+from asrlib.errors import AsrError
+
+STACK, FS = 3, 0.03  # fbank frames per output frame, seconds per output frame
+
+
+class ScriptedNetwork:
+    """Output frame = token 1 where its stack's first feature is > 0, else blank; column 2 says how many output
+    frames this stream has run since its zero state (so a test sees where each segment's network started)."""
+
+    def __init__(self, started: list) -> None:
+        self.age = 0
+        started.append(self)
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        n = len(feats) // STACK
+        speech = feats[: n * STACK, 0].reshape(n, STACK).mean(axis=1) > 0
+        out = np.full((n, 3), -20.0, np.float32)
+        out[np.arange(n), speech.astype(int)] = 0.0
+        out[:, 2] = -100.0 - (self.age + np.arange(n))
+        self.age += n
+        return out
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.scores, self.segments = [], []
+
+    def decode(self, scores: np.ndarray) -> None:
+        self.scores.append(scores)
+
+    def end_segment(self, start: int, end: int) -> None:
+        lp = np.concatenate(self.scores) if self.scores else np.zeros((0, 3), np.float32)
+        self.segments.append((start, end, lp))
+        self.scores = []
+
+
+def features(pattern: str) -> np.ndarray:
+    """One output frame a character: '#' speech, '.' silence."""
+    x = np.array([1.0 if c == "#" else -1.0 for c in pattern], np.float32)
+    return np.repeat(x, STACK)[:, None] * np.ones((1, 2), np.float32)
+
+
+def run(pattern: str, rules: EndpointRules, chunk: int = 0):
+    sink, started = Sink(), []
+    ep = Endpointer(rules, STACK, 2, FS, lambda: ScriptedNetwork(started), sink)
+    feats = features(pattern)
+    step = chunk * STACK or len(feats)
+    for i in range(0, len(feats), step):
+        ep.accept(feats[i : i + step])
+    ep.finish()
+    return sink.segments, ep
+
+
+RULES = EndpointRules(min_silence=0.3, pad=0.6, max_segment=20.0)  # 10 and 20 output frames
+
+
+def test_segments_end_at_pauses_and_start_in_their_middle_from_a_zero_state():
+    pattern = "." * 10 + "#" * 20 + "." * 40 + "#" * 15 + "." * 30
+    segs, ep = run(pattern, RULES)
+    # the first: the detector itself (its first speech within `pad` of the input's start), cut 10 frames into the
+    # pause, given as ending 5 in; the second from the middle of the 40-frame pause (30 + 70) // 2 = 50
+    assert [(a, b, len(lp)) for a, b, lp in segs] == [(0, 35, 40), (50, 90, 45)]
+    for a, _, lp in segs:  # each segment's network ran from a zero state at its start
+        np.testing.assert_array_equal(-100.0 - lp[:, 2], np.arange(len(lp)))
+        np.testing.assert_array_equal(np.argmax(lp[:, :2], axis=1), [pattern[a + i] == "#" for i in range(len(lp))])
+    assert ep.frames_used == len(pattern) * STACK
+    assert ep.network_frames > ep.frames_used  # the second segment's pause ran again
+
+
+def test_a_long_pause_keeps_pad_before_the_next_speech():
+    segs, _ = run("#" * 10 + "." * 100 + "#" * 10 + "." * 20, RULES)
+    assert [(a, b) for a, b, _ in segs] == [(0, 15), (90, 125)]  # 110 - pad
+
+
+def test_leading_silence_longer_than_pad_is_not_decoded():
+    segs, _ = run("." * 50 + "#" * 10 + "." * 20, RULES)
+    assert [(a, b) for a, b, _ in segs] == [(30, 65)]
+
+
+def test_max_segment_cuts_long_speech_and_runs_the_rest_from_a_zero_state():
+    rules = EndpointRules(min_silence=0.3, pad=0.6, max_segment=1.5)  # at most 50 frames
+    segs, _ = run("#" * 120 + "." * 20, rules)
+    assert [(a, b, len(lp)) for a, b, lp in segs] == [(0, 50, 50), (50, 100, 50), (100, 125, 30)]
+    for _, _, lp in segs:
+        np.testing.assert_array_equal(-100.0 - lp[:, 2], np.arange(len(lp)))
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 33, 100])
+def test_same_segments_however_the_input_is_chunked(chunk):
+    rng = np.random.default_rng(chunk)
+    pattern = "".join(c * int(rng.integers(1, 60)) for c in "#.#.#.#.#.#.#." * 4)
+    whole, a = run(pattern, RULES)
+    chunked, b = run(pattern, RULES, chunk)
+    assert len(whole) >= 10
+    assert [(s, e) for s, e, _ in chunked] == [(s, e) for s, e, _ in whole]
+    for (_, _, x), (_, _, y) in zip(chunked, whole):
+        np.testing.assert_array_equal(x, y)
+    # what runs again is at most `pad` and one call's frames per segment, however large the chunks
+    for ep in (a, b):
+        assert ep.frames_used < ep.network_frames <= ep.frames_used + len(whole) * (20 + 34) * STACK
+    # the frames kept to start a segment from: `pad` and one call's
+    assert len(b.recent) <= (round(RULES.pad / FS) + 1) * STACK + max(chunk * STACK, round(1.0 / FS) * STACK)
+
+
+def test_bad_rules_and_partial_stacks_are_errors():
+    with pytest.raises(AsrError, match="min_silence"):
+        EndpointRules(min_silence=0.0)
+    with pytest.raises(AsrError, match="pad"):
+        EndpointRules(min_silence=1.0, pad=0.2)
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: ScriptedNetwork([]), Sink())
+    with pytest.raises(AsrError, match="whole stacks"):
+        ep.accept(np.zeros((STACK + 1, 2), np.float32))
+
+
+def test_rules_of_decode_settings():
+    rules = EndpointRules.of_decode({"segment": "blank", "segment_min_silence": 0.5, "segment_max_seconds": 15})
+    assert rules == EndpointRules(0.5, 2.0, 15.0)
+    assert EndpointRules.of_decode({"segment": "none"}) is None
+    assert EndpointRules.of_decode({"segment": "none"}, even_if_off=True, segment_pad=0.1) == EndpointRules(
+        0.6, 0.3, 20.0
+    )

@@ -293,10 +293,13 @@ class DecodeConfig:
     # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
     retry_beam: float = 40.0
     num_threads: int = 1  # torch threads of the log-posterior stage (steps.compute_logprobs)
-    # long recordings (asr transcribe / Recognizer; asrlib/decode/segment.py): cut at pauses, each segment decoded
-    # from a zero network state. segment: blank (pauses = runs of the network's CTC blank) | energy (runs of log mel
-    # energy near the local floor) | none (one stream for the whole recording). bench/long_form.py measures them
-    segment: str = "blank"
+    # long recordings (asr transcribe / Recognizer): cut at pauses, each segment decoded from a zero network state.
+    # segment: auto (endpoint for a unidirectional model, blank for a bidirectional one or one with utterance CMN) |
+    # endpoint (the streaming recogniser's endpointer, asrlib/decode/endpoint.py: a segment's end found by its own
+    # network, the next start by the one that goes on listening) | blank (asrlib/decode/segment.py: pauses = runs
+    # of the CTC blank in one pass over up to segment_max_seconds) | energy (runs of log mel energy near the local
+    # floor) | none (one stream for the whole recording). bench/long_form.py measures them (docs/long-recordings.md)
+    segment: str = "auto"
     segment_min_silence: float = 0.6  # seconds of non-speech that end a segment
     # a pause up to twice this is cut in its middle; a longer one keeps this much on each side and the rest is not
     # decoded (2.0: the best of 0.7-5.0 s on the digits dev set's 60 s recordings, docs/long-recordings.md)

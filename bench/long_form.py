@@ -2,7 +2,7 @@
 utterances, against the same utterances transcribed one by one.
 
     python bench/long_form.py [--quick] [--model recipes/digits/exp/lstm_ctc] [--data recipes/digits/data/test]
-                              [--lengths 60 600 3600] [--segment energy blank none] [--out FILE.json]
+                              [--lengths 60 600 3600] [--segment auto blank energy none] [--out FILE.json]
 
 Recordings: the test set's utterances (sorted by id) concatenated, as they are, into consecutive recordings of at
 least L seconds (a remainder shorter than L is left out); when the set is shorter than L, it is repeated, each
@@ -12,10 +12,12 @@ folder (deleted afterwards).
 For each ``--segment`` method and length, one `asr transcribe` process (nj 1, 1 thread) transcribes that length's
 recordings: its WER against the utterances' references joined in the same order, the WER of the utterances' own
 one-by-one hypotheses joined alike (the same words: ``wer_pieces``), a 95 % interval of the gap between the two
-(``gap_ci95``: the utterances resampled, each recording's errors counted to its utterances), the RTF the command
-prints (transcription time without model loading / audio seconds) and the process's peak RSS (``wait4``).
-``per_utt`` is the one-by-one pass over the test set's wav.scp (same command). Ends with one JSON line of all
-figures. ``--quick``: 60 s only, two recordings, ``blank`` (under a minute).
+(``gap_ci95``: the utterances resampled, each recording's errors counted to its utterances), the RTF the command prints
+(transcription time without model loading / audio seconds) and the process's peak RSS (``wait4``). ``per_utt`` is the
+one-by-one pass over the test set's wav.scp (same command), and ``per_utt.none`` the same with each utterance as one
+stream (the decode stage's way, the speed reference: ``rtf_vs_one_stream_per_utt``). Ends with one JSON line of all
+figures. ``--quick``: 60 s only, two recordings, ``auto`` (under a minute). ``auto`` is the default method: ``endpoint``
+on a unidirectional model, ``blank`` on a bidirectional one.
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
 (`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, the bundle's network or
@@ -85,7 +87,7 @@ def run_asr(model: Path, inputs: List[str], out: Path, segment: str, extra: List
         "results": results,
         "audio_s": float(m.group(1)),
         "decode_s": float(m.group(2)),
-        "rtf": float(m.group(3)),
+        "rtf": round(float(m.group(2)) / float(m.group(1)), 5),  # the printed RTF has 3 decimals
         "rss_mib": round(usage.ru_maxrss / 1024, 1),
         "wall_s": round(wall, 1),
     }
@@ -225,7 +227,10 @@ def main() -> None:
     )
     p.add_argument("--lengths", type=float, nargs="+", default=[60, 600, 3600])
     p.add_argument(
-        "--segment", nargs="*", default=["blank", "energy", "none"], help="offline methods (none given: streaming only)"
+        "--segment",
+        nargs="*",
+        default=["auto", "blank", "energy", "none"],
+        help="offline methods (asr transcribe --segment; none given: streaming only)",
     )
     p.add_argument("--max-recordings", type=int, default=0, help="at most this many recordings per length (0: all)")
     p.add_argument("--seed", type=int, default=0)
@@ -257,7 +262,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     a = p.parse_args()
     if a.quick:
-        a.lengths, a.segment, a.max_recordings, a.repeats = [60], ["blank"], 2, 1
+        a.lengths, a.segment, a.max_recordings, a.repeats = [60], ["auto"], 2, 1
     if not any((a.model / f).is_file() for f in ("final.pt", "model.json", "bundle.json")):
         raise SystemExit(f"{a.model}: no trained model (run `make run` first)")
     wavs, refs = read_table_dict(a.data / "wav.scp"), read_table_dict(a.data / "text")
@@ -292,6 +297,9 @@ def main() -> None:
         scp = tmp / "wav.scp"
         scp.write_text("".join(f"{u} {wavs[u]}\n" for u in needed))
         figures["per_utt"] = {}
+        if a.segment and "none" not in a.segment:  # the reference speed: each utterance as one stream
+            one = run_asr(a.model, [str(scp)], tmp / "utt.jsonl", "none", a.asr_args.split())
+            figures["per_utt"]["none"] = {"rtf": one["rtf"], "rss_mib": one["rss_mib"]}
         for method in a.segment:
             one = run_asr(a.model, [str(scp)], tmp / "utt.jsonl", method, a.asr_args.split())
             hyp = {u: r["text"] for u, r in one["results"].items()}
@@ -317,13 +325,16 @@ def main() -> None:
                     "wer_pieces": round(score(ref, hyp_pieces).wer, 2),
                     "gap_ci95": gap_interval(groups, refs, list(hyp_long.values()), list(hyp_pieces.values())),
                     "rtf": run["rtf"],
+                    # against each utterance decoded as one stream (segment none), the decode stage's way
+                    "rtf_vs_one_stream_per_utt": round(run["rtf"] / figures["per_utt"]["none"]["rtf"], 3),
                     "rss_mib": run["rss_mib"],
                     "segments": sum(len(r.get("segments", [])) for r in run["results"].values()),
                 }
                 figures.setdefault(method, {})[str(int(length))] = row
                 print(
                     f"{method:6s} {int(length):5d} s x{len(groups):2d}: WER {row['wer']:5.2f} (pieces "
-                    f"{row['wer_pieces']:5.2f}; 95 % of the gap {row['gap_ci95']}), RTF {row['rtf']:.4f}, "
+                    f"{row['wer_pieces']:5.2f}; 95 % of the gap {row['gap_ci95']}), RTF {row['rtf']:.4f} "
+                    f"({row['rtf_vs_one_stream_per_utt']}x one stream per utterance), "
                     f"peak RSS {row['rss_mib']} MiB, "
                     f"{row['segments']} segments",
                     file=sys.stderr,

@@ -110,6 +110,27 @@ def test_same_segments_however_the_input_is_chunked(chunk):
     assert len(b.recent) <= (round(RULES.pad / FS) + 1) * STACK + max(chunk * STACK, round(1.0 / FS) * STACK)
 
 
+def test_a_short_input_runs_in_one_call():
+    """Until the first segment ends the network gets up to ENDPOINT_FIRST_RUN_SECONDS a call (an utterance runs as
+    one stream would), then ENDPOINT_RUN_SECONDS."""
+    sizes = []
+
+    class Counting(ScriptedNetwork):
+        def accept(self, feats):
+            sizes.append(len(feats) // STACK)
+            return super().accept(feats)
+
+    sink = Sink()
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: Counting([]), sink)
+    ep.accept(features("." * 10 + "#" * 80 + "." * 9))
+    ep.finish()
+    assert sizes == [99] and [(a, b) for a, b, _ in sink.segments] == [(0, 99)]
+    sizes.clear()
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: Counting([]), Sink())
+    ep.accept(features("#" * 20 + "." * 400))  # 12.6 s: 4 s, then 1 s calls once the segment has ended
+    assert sizes[0] == 133 and max(sizes[1:]) <= 33 and len(sizes) >= 9
+
+
 def test_bad_rules_and_partial_stacks_are_errors():
     with pytest.raises(AsrError, match="min_silence"):
         EndpointRules(min_silence=0.0)

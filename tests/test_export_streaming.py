@@ -388,15 +388,17 @@ DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits"
 
 
 def test_digits_bundle_60s_recordings_with_endpointing():
-    """The bundle that `make run` exports, on the test set cut into consecutive >= 60 s concatenations, streamed in
-    320 ms chunks: with endpointing within 1.0 % absolute of the same utterances streamed one by one, and below one
-    stream. Measured (bench/long_form.py --streaming, 2026-11-26, docs/long-recordings.md) on the five seeds of the
-    recipe's training, long / pieces / one stream: 4.19 / 4.09 / 5.91 % (seed 42), 5.64 / 5.10 / 7.37 (7), 4.82 /
-    4.46 / 7.01 (13), 4.73 / 4.55 / 5.64 (1), 3.46 / 3.64 / 4.82 (2); the endpointing before (each segment started
-    where the endpoint fired) was 2.2-2.6 above the pieces, e.g. 6.37 % on seed 42. A model trained without joined
-    utterances (train.concat_prob 0, the make-run model of 2026-11-25 morning) is 2.0 above: 4.91 / 2.91 / 9.92. The
-    make-run bundle as the recipe exports it since 2026-11-29 (the uncompressed int8 network, the recipe's search
-    folded in): 3.18 / 2.91 / 5.64; its compressed network, which it carried before: 3.46 / 2.73 / 6.01."""
+    """The bundle that `make run` exports, on the test set cut into consecutive >= 60 s concatenations, streamed in 320
+    ms chunks: with endpointing within issue 31's bound, 0.3 % absolute, of the same utterances streamed one by one, and
+    below one stream (a fixed figure on one machine, whose `make run` trains the same model each time; see
+    tests/test_recognizer.py::test_digits_model_60s_recordings_vs_pieces). Measured (bench/long_form.py --streaming,
+    2026-11-26, docs/long-recordings.md) on the five seeds of the recipe's training, long / pieces / one stream: 4.19 /
+    4.09 / 5.91 % (seed 42), 5.64 / 5.10 / 7.37 (7), 4.82 / 4.46 / 7.01 (13), 4.73 / 4.55 / 5.64 (1), 3.46 / 3.64 / 4.82
+    (2); the endpointing before (each segment started where the endpoint fired) was 2.2-2.6 above the pieces, e.g. 6.37
+    % on seed 42. A model trained without joined utterances (train.concat_prob 0, the make-run model of 2026-11-25
+    morning) is 2.0 above: 4.91 / 2.91 / 9.92. The make-run bundle as the recipe exports it since 2026-11-29 (the
+    uncompressed int8 network, the recipe's search folded in): 3.18 / 2.91 / 5.64 (+0.27; on a test set 20 times larger
+    +0.20 [+0.05, +0.36]); its compressed network, which it carried before: 3.46 / 2.73 / 6.01."""
     from asrlib.export.bundle import check_bundle
     from asrlib.io.tables import read_table_dict
     from helpers import concatenated_recordings
@@ -427,5 +429,5 @@ def test_digits_bundle_60s_recordings_with_endpointing():
         one[f"r{i}"] = " ".join(plain.recognize(audio, sr, chunk))
     assert len(groups) >= 2
     wer_pieces, wer_long, wer_one = (score(ref, h).wer for h in (pieces, long, one))
-    assert wer_long <= wer_pieces + 1.0, (wer_long, wer_pieces, wer_one)
+    assert wer_long <= wer_pieces + 0.3, (wer_long, wer_pieces, wer_one)
     assert wer_long < wer_one, (wer_long, wer_pieces, wer_one)

@@ -263,9 +263,10 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
 def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     """decode.segment endpoint (what auto picks for a unidirectional model): the recording is cut by the streaming
     recogniser's endpointer (asrlib/decode/endpoint.py) over the torch network, every segment run from a zero state
-    from its start, at most a second of new features (or a rerun from a pause) a call; each segment starts in a pause and ends after its
-    words; the same words as one stream (the tone model does not drift) and as the blank planner."""
-    from asrlib.decode.endpoint import ENDPOINT_RUN_SECONDS
+    from its start, at most a second of new features (or a rerun from a pause) a call; each segment starts in a
+    pause and ends after its words; the same words as one stream (the tone model does not drift) and as the blank
+    planner."""
+    from asrlib.decode.endpoint import ENDPOINT_FIRST_RUN_SECONDS, ENDPOINT_RUN_SECONDS
 
     rng = np.random.default_rng(11)
     pieces, bounds, total = [], [], 0
@@ -294,10 +295,12 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
 
     rec.backend.stream = counting_stream
     res = rec.transcribe(audio, SR)
-    # a call: at most a second of new frames, or a segment's rerun from the middle of its pause (at most `pad`
-    # before the speech) to the last frame received
-    pad = rec.decode_config.segment_pad
-    assert max(sizes) * rec.frame_shift <= pad + ENDPOINT_RUN_SECONDS + rec.frame_seconds + 1e-9, max(sizes)
+    # a call: at most a second of new frames (4 s until the first segment ends), or a segment's rerun from the
+    # middle of its pause (at most `pad` before the speech) to the last frame received
+    pad, fs = rec.decode_config.segment_pad, rec.frame_shift
+    assert max(sizes) * fs <= pad + ENDPOINT_FIRST_RUN_SECONDS + rec.frame_seconds + 1e-9, max(sizes)
+    assert max(sizes[len(sizes) // 4 :]) * fs <= pad + ENDPOINT_RUN_SECONDS + rec.frame_seconds + 1e-9
+    assert len(sizes) >= len(audio) / SR / ENDPOINT_RUN_SECONDS
     assert len(res.segments) >= len(bounds) // 2
     assert res.text == " ".join(s.text for s in res.segments)
     for s in res.segments:  # starts outside the utterances, holds its words
@@ -342,7 +345,7 @@ def test_segment_context_runs_the_network_over_the_neighbouring_audio(tm):
     feats = ctx._fbank(audio)
 
     def segments(r):
-        return list(r._segments(r._chunks(feats)))
+        return [(f, lp) for f, lp, _ in r._segments(r._chunks(feats))]
 
     without, with_ctx = segments(plain), segments(ctx)
     assert len(without) >= 5
@@ -616,14 +619,13 @@ def test_digits_model_60s_recordings_vs_pieces():
     """The test set cut into consecutive >= 60 s concatenations of its utterances. (1) The pieces' log-probs searched
     as ONE recording give exactly the pieces' words: the long search loses nothing. (2) One stream over a whole
     recording (segment none) carries the LSTM state and the online CMN's running mean across utterances, and loses
-    accuracy. (3) The default segmentation at the network's blank runs, on the recipe's model trained on utterances
-    joined in twos (train.concat_prob 0.67, whole batches), comes within 1.0 % absolute of the pieces and below one
-    stream. Measured with bench/long_form.py, 2026-11-25 (docs/long-recordings.md), long / pieces (/ one stream):
-    whole batches 2.82 / 3.00 / 3.64 % (seed 42), 3.46 / 2.91 / 5.00 (seed 7), 3.91 / 3.37 (seed 13), 3.37 / 3.55
-    (seed 1), 3.18 / 2.55 (seed 2); per-cut joins 0.5, with this very computation: 2.46 / 2.37 / 4.09 % (seed 42),
-    5.28 / 4.55 / 6.01 (seed 7), 4.19 / 3.91 / 5.55 (seed 13), 3.82 / 3.64 / 5.37 (seed 1), 2.73 / 2.46 / 4.37 (seed
-    2); without joins 4.28 / 3.09 / 8.83, 4.37 / 2.64 / 9.19 on the model of commit 7b8cc7d, on which the former
-    bound (2.0) was set."""
+    accuracy. (3) The default segmentation (auto: the endpointer, on this unidirectional model), on the recipe's
+    model trained on utterances joined in twos, is within issue 31's bound, 0.3 absolute of the pieces, and below
+    one stream. Measured with bench/long_form.py on the `make run` model (2026-12-01, docs/long-recordings.md): 3.18
+    against 3.09 here (the blank planner 3.28); on a test set 20 times larger +0.20 [+0.05, +0.37] (blank +0.33).
+    The model `make run` trains is the same from run to run on one machine (test TLG 3.46 on 2026-11-28, -29 and
+    12-01), so this is a fixed figure there; another machine's float rounding may train another model, whose gap on
+    these 1099 words can differ by more than the bound (docs/long-recordings.md, "How sure these figures are")."""
     from asrlib.score import score
 
     _digits_ready("tlg")
@@ -651,7 +653,8 @@ def test_digits_model_60s_recordings_vs_pieces():
         hyp_one[f"r{i}"] = one_stream.transcribe(audio, sr).text
     assert len(groups) >= 2
     wer_pieces, wer_long, wer_one = (score(ref, h).wer for h in (hyp_pieces, hyp_long, hyp_one))
-    assert wer_long <= wer_pieces + 1.0, (wer_long, wer_pieces, wer_one)
+    assert rec.segment_method == "endpoint"
+    assert wer_long <= wer_pieces + 0.3, (wer_long, wer_pieces, wer_one)
     assert wer_long < wer_one, (wer_long, wer_pieces, wer_one)
 
 

@@ -430,11 +430,11 @@ def result_of_stream(
 
 
 class _SegmentCollector:
-    """An endpointer's sink that keeps each finished segment's ``(first output frame, log-probs)``."""
+    """An endpointer's sink that keeps each finished segment's ``(first output frame, log-probs, end frame)``."""
 
     def __init__(self) -> None:
         self.scores: List[np.ndarray] = []
-        self.done: List[Tuple[int, np.ndarray]] = []
+        self.done: List[Tuple[int, np.ndarray, int]] = []
 
     def decode(self, scores: np.ndarray) -> None:
         if len(scores):
@@ -442,10 +442,10 @@ class _SegmentCollector:
 
     def end_segment(self, start: int, end: int) -> None:
         if self.scores:
-            self.done.append((start, np.concatenate(self.scores).astype(np.float32, copy=False)))
+            self.done.append((start, np.concatenate(self.scores).astype(np.float32, copy=False), end))
         self.scores = []
 
-    def take(self) -> List[Tuple[int, np.ndarray]]:
+    def take(self) -> List[Tuple[int, np.ndarray, int]]:
         done, self.done = self.done, []
         return done
 
@@ -594,14 +594,16 @@ class Recognizer:
         lp = self._run_network(self._feature_stream(blocks, sample_rate, where, counted))
         return lp, counted[0]
 
-    def _segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray]]:
-        """``(first output frame, log-probs)`` of each segment of the recording (:mod:`asrlib.decode.segment`),
-        each run from a zero state; at most ``segment_max_seconds`` of features are held at a time."""
+    def _segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray, int]]:
+        """``(first output frame, log-probs, end frame)`` of each segment of the recording
+        (:mod:`asrlib.decode.segment`, :mod:`asrlib.decode.endpoint`), each run from a zero state; at most
+        ``segment_max_seconds`` of features are held at a time."""
         from asrlib.decode.segment import blank_nonspeech, energy_nonspeech, plan_segments, to_output_frames
 
         c, stack = self.decode_config, self.backend.subsampling
         if self.segment_method == "none":
-            yield 0, self._run_network(feats)
+            lp = self._run_network(feats)
+            yield 0, lp, len(lp)
             return
         if self.segment_method == "endpoint":
             yield from self._endpoint_segments(feats)
@@ -643,17 +645,19 @@ class Recognizer:
                     left = context_before(a * stack)
                     x = np.concatenate([left, buf[a * stack : end], buf[end : end + ctx]])
                     lp = self._run_network(self._chunks(x))  # len(x) // stack rows
-                    yield out0 + a, lp[len(left) // stack : (len(left) + end) // stack - a]
+                    seg = lp[len(left) // stack : (len(left) + end) // stack - a]
+                    yield out0 + a, seg, out0 + a + len(seg)
                 before = context_before(keep * stack)
                 buf, out0 = buf[keep * stack :], out0 + keep
                 if final:
                     break
 
-    def _endpoint_segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray]]:
+    def _endpoint_segments(self, feats: Iterable[np.ndarray]) -> Iterator[Tuple[int, np.ndarray, int]]:
         """``decode.segment: endpoint``: the segments that :class:`asrlib.decode.endpoint.Endpointer` cuts, as the
         streaming recogniser's endpointing does: each segment's end found by its own network, run from a zero state
         at its start, the next one's start by the network that goes on listening. Each segment's log-probs are the
-        network's from its start to where its pause ended it."""
+        network's from its start to where its pause ended it (searched whole, as the streaming recogniser searches
+        them); its end is given ``min_silence / 2`` into that pause, before the next one's start."""
         from asrlib.decode.endpoint import Endpointer, EndpointRules
 
         rules = EndpointRules.of_decode(vars(self.decode_config), even_if_off=True)
@@ -705,15 +709,12 @@ class Recognizer:
     ) -> Result:
         counted: List[int] = [0]
         segments: List[Segment] = []
-        for first, lp in self._segments(self._feature_stream(blocks, sample_rate, where, counted, progress)):
+        for first, lp, end in self._segments(self._feature_stream(blocks, sample_rate, where, counted, progress)):
             words = self._decode_words(lp, None, first)
             if words:
                 fs = self.frame_seconds
-                segments.append(
-                    Segment(
-                        round(first * fs, 6), round((first + len(lp)) * fs, 6), " ".join(w.word for w in words), words
-                    )
-                )
+                end = max(end * fs, words[-1].end)
+                segments.append(Segment(round(first * fs, 6), round(end, 6), " ".join(w.word for w in words), words))
         duration = counted[0] / sample_rate
         for seg in segments:  # times past the end of the audio (its last partial frame)
             seg.end = min(seg.end, duration)

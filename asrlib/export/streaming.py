@@ -43,7 +43,6 @@ from asrlib.export.runtime import StreamingOnnxModel
 from asrlib.errors import AsrError, PathLike
 
 
-
 def fbank_options(sample_rate: int, num_mel_bins: int):
     """kaldi-native-fbank options equal to the feature stage (lhotse FbankConfig defaults) and sherpa-onnx."""
     import kaldi_native_fbank as knf

@@ -5,14 +5,16 @@ length, one line per trained model, with issue 31's bound (+0.3), from the commi
 
 Panels: the digits recipe through `asr transcribe` (the seven seeds trained with the recipe's settings,
 ``long_form_digits_jitter003.json``), and through the mobile bundle's streaming recogniser with endpointing at the
-recipe's search, the same seeds' uncompressed int8 networks (what the recipe's bundle carries) and their compressed
-ones (``long_form_digits_streaming_folded_seeds.json``, ``long_form_digits_streaming_networks.json``); each with
-this checkout's `make run` model in black, with its 95 % intervals (``gap_ci95``) where its results file has them
+recipe's search, the same seeds' uncompressed int8 networks (what the recipe's bundle carries) and their compressed ones
+(``long_form_digits_streaming_folded_seeds.json``, ``long_form_digits_streaming_networks.json``); each with this
+checkout's `make run` model in black, with its 95 % intervals (``gap_ci95``) where its results file has them
 (``long_form_digits_makerun_ci.json``), and in dashed red the same model on a test set 20 times larger
-(``long_form_digits_makerun_bigtest.json``). Per utterance = the same recogniser on each utterance of the recording
-alone (``wer_pieces``: the 60 s and 10 min recordings hold a part of the test set, in id order, whose WER differs from
-the whole set's). Nothing is measured here: ``--quick`` is accepted for the bench convention and changes nothing.
-Prints one JSON line: per panel, the cells within the bound and the largest gap at each length.
+(``long_form_digits_makerun_bigtest.json``); in blue, the same model through `asr transcribe`'s endpointer (the default
+since 2026-12-01: ``long_form_digits_makerun_endpoint.json``, ``..._bigtest_endpoint.json``). Per utterance = the same
+recogniser on each utterance of the recording alone (``wer_pieces``: the 60 s and 10 min recordings hold a part of the
+test set, in id order, whose WER differs from the whole set's). Nothing is measured here: ``--quick`` is accepted for
+the bench convention and changes nothing. Prints one JSON line: per panel, the cells within the bound and the largest
+gap at each length.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ LENGTHS = ("60", "600", "3600")
 
 MAKERUN_300 = ("make run model", "long_form_digits_makerun_ci.json")
 MAKERUN_6000 = ("make run model, 6000 test utterances", "long_form_digits_makerun_bigtest.json")
+ENDPOINT_300 = ("make run model, endpointer (auto)", "long_form_digits_makerun_endpoint.json", "auto")
+ENDPOINT_6000 = ("the same, 6000 test utterances", "long_form_digits_makerun_bigtest_endpoint.json", "auto")
 # (title, [(results file, run-name pattern, method)], the make-run model's runs: [(label, file, method)])
 PANELS = (
     (
-        "digits, asr transcribe: 7 seeds of the recipe's training",
+        "digits, asr transcribe: 7 seeds of the recipe's training (blank planner)",
         [("long_form_digits_jitter003.json", r"^runs/seed(\d+)$", "blank")],
-        [MAKERUN_300 + ("blank",), MAKERUN_6000 + ("blank",)],
+        [MAKERUN_300 + ("blank",), MAKERUN_6000 + ("blank",), ENDPOINT_300, ENDPOINT_6000],
     ),
     (
         "streaming, endpointing, the recipe's search: uncompressed int8",
@@ -112,7 +116,7 @@ def plot(panels, path: Path) -> None:
             colour = plt.get_cmap("tab10")(labels.index(label) % 10)
             ax.plot(x, ys, "o-", color=colour, alpha=0.6, lw=1, ms=4, label=label)
         for i, (label, ys, ci) in enumerate(lines):
-            style = dict(color="black" if i == 0 else "darkred", lw=2, ls="-" if i == 0 else "--")
+            style = dict(color=("black", "darkred", "royalblue", "navy")[i % 4], lw=2, ls="-" if i % 2 == 0 else "--")
             xs = [v * (1.06**i) for v in x]  # side by side, not on top of each other
             if ci is None:
                 ax.plot(xs, ys, marker="s", label=label, **style)

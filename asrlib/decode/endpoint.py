@@ -29,7 +29,7 @@ digits recipe, 60 s recordings: +0.09 against +0.28-0.32 long minus per utteranc
 The network is given at most ``ENDPOINT_RUN_SECONDS`` of frames per call, since a pause's rerun goes to the end of
 the frames run (audio given in one piece would otherwise run again from each pause to its end); until the first
 segment has ended, at most ``ENDPOINT_FIRST_RUN_SECONDS``, so that a short input (an utterance) runs in one call as
-one stream would (the digits model's torch LSTM, one thread: 28 us a fbank frame in 1 s calls, 17 in 30 s ones;
+one stream would (the digits model's torch LSTM, one thread: 25-28 us a fbank frame in 1 s calls, 14-17 in 30 s;
 the digits test set's utterances through the recogniser, 2026-12-01: 1.08-1.17x the time of one stream each with
 1 s calls, 0.94-1.03x with this). The words and segments are the same however the input is chunked. Memory is
 bounded by ``pad`` of kept frames plus one call's.

@@ -207,7 +207,11 @@ class Stream:
     @property
     def recent(self) -> np.ndarray:
         """With endpointing: the input's last fbank frames, kept to start the next segment from."""
-        return self.endpointer.recent if self.endpointer is not None else np.zeros((0, self.rec.bundle.feat_dim))
+        return (
+            self.endpointer.recent
+            if self.endpointer is not None
+            else np.zeros((0, self.rec.bundle.feat_dim), np.float32)
+        )
 
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> None:
         """Add audio; runs the network and the search on every complete stack of frames now available."""

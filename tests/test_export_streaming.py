@@ -184,6 +184,11 @@ class LateSpikeNetwork:
     def zero_state(self):
         return (np.array([-1.0, 0.0, 0.0], np.float32),)  # (previous frame loud: -1 unknown / 0 / 1, in a word, heard)
 
+    def stream(self):
+        from asrlib.export.runtime import OnnxNetworkStream
+
+        return OnnxNetworkStream(self)
+
     def run(self, feats, state):
         prev, in_word, heard = state[0]
         out = np.full((len(feats) // self.stack, self.vocab), -30.0, np.float32)

@@ -231,12 +231,10 @@ class _OnnxStream(_StackedStream):
 
     def __init__(self, backend: "OnnxBundleBackend") -> None:
         super().__init__(backend.subsampling, backend.num_mel_bins, backend.vocab_size)
-        self.model = backend.model
-        self.state = self.model.zero_state()
+        self.network = backend.model.stream()
 
     def _run(self, feats: np.ndarray) -> np.ndarray:
-        logp, self.state = self.model.run(feats, self.state)
-        return logp
+        return self.network.accept(feats)
 
 
 class OnnxBundleBackend:

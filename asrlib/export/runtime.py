@@ -87,7 +87,7 @@ ONLINE_CMN_STATE = ("cmn_sum", "cmn_count")  # the streaming signature's extra s
 class StreamingOnnxModel:
     """Run an exported streaming model: raw fbank chunks (a multiple of ``stack`` frames) → log-probs, with the
     state (LSTM ``h`` (L, 1, P), ``c`` (L, 1, H); with online CMN also ``cmn_sum`` (1, F), ``cmn_count`` (1, 1))
-    carried by the caller as one tuple (:meth:`zero_state`, :meth:`run`)."""
+    carried by the caller as one tuple (:meth:`zero_state`, :meth:`run`), or by a :meth:`stream`."""
 
     SIGNATURES = (["x", "h", "c"], ["x", "h", "c", *ONLINE_CMN_STATE])
 
@@ -119,9 +119,25 @@ class StreamingOnnxModel:
             state += (np.zeros((1, self.feat_dim), np.float32), np.zeros((1, 1), np.float32))
         return state
 
+    def stream(self) -> "OnnxNetworkStream":
+        """The network from a zero state, which carries its state from call to call."""
+        return OnnxNetworkStream(self)
+
     def run(self, feats: np.ndarray, state: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
         """(log-probs [T // stack, V], the next state) for raw fbank ``feats`` [T, F] of one utterance (the folded
         search taken out of the output: :func:`asrlib.decode.search_scores.undo_search`)."""
         feeds = dict(zip(self.names, (np.ascontiguousarray(feats[None], np.float32),) + tuple(state)))
         out, *state = self.session.run(None, feeds)
         return undo_search(out[0], *self.search), tuple(state)
+
+
+class OnnxNetworkStream:
+    """A :class:`StreamingOnnxModel` from a zero state, its state carried: ``accept(fbank)`` (whole stacks) →
+    log-probs (an endpointer's network stream, :mod:`asrlib.decode.endpoint`)."""
+
+    def __init__(self, model: StreamingOnnxModel) -> None:
+        self.model, self.state = model, model.zero_state()
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        scores, self.state = self.model.run(feats, self.state)
+        return scores

@@ -156,17 +156,6 @@ class StreamingRecognizer:
         return s
 
 
-class _OnnxNetwork:
-    """The bundle's streaming network from a zero state, its state carried (an endpointer's network stream)."""
-
-    def __init__(self, model: StreamingOnnxModel) -> None:
-        self.model, self.state = model, model.zero_state()
-
-    def accept(self, feats: np.ndarray) -> np.ndarray:
-        scores, self.state = self.model.run(feats, self.state)
-        return scores
-
-
 class Stream:
     """One utterance being recognised, or a long input in segments with endpointing (see the module docstring)."""
 
@@ -178,7 +167,7 @@ class Stream:
         b, ep = rec.bundle, rec.endpoint
         self.fbank = knf.OnlineFbank(fbank_options(b.sample_rate, b.feat_dim))
         self._frames_used = 0  # fbank frames given to the network (the front end forgets them); no endpointing
-        self.state = rec.model.zero_state()  # LSTM (h, c) [+ online CMN's running sum and count]; no endpointing
+        self.network = rec.model.stream()  # its LSTM (h, c) [+ online CMN's running sum and count]; no endpointing
         self.decoder = kaldi_decoder.FasterDecoder(rec.graph, rec.decoder_opts)
         self.decoder.init_decoding()
         self.frames_decoded = 0  # network output frames searched in the current segment
@@ -187,9 +176,7 @@ class Stream:
         # endpointing: the endpointer runs the network and tells this stream (its sink) each segment's frames
         self.endpointer: Optional[Endpointer] = None
         if ep is not None:
-            self.endpointer = Endpointer(
-                ep, rec.stack, b.feat_dim, rec.frame_seconds, lambda: _OnnxNetwork(rec.model), self
-            )
+            self.endpointer = Endpointer(ep, rec.stack, b.feat_dim, rec.frame_seconds, rec.model.stream, self)
         self.finished = False
         self.timings: List[ChunkTiming] = []
         self.logprobs: List[np.ndarray] = []  # the current segment's log-probs, for tests / inspection (T' × V)
@@ -235,8 +222,7 @@ class Stream:
             self.endpointer.accept(frames)
             return
         self._frames_used += n
-        scores, self.state = self.rec.model.run(frames, self.state)
-        self.decode(scores)
+        self.decode(self.network.accept(frames))
 
     def decode(self, scores: np.ndarray) -> None:
         """Search the current segment's next log-probs (the endpointer's sink, too)."""

@@ -17,7 +17,11 @@ one-by-one hypotheses joined alike (the same words: ``wer_pieces``), a 95 % inte
 one-by-one pass over the test set's wav.scp (same command), and ``per_utt.none`` the same with each utterance as one
 stream (the decode stage's way, the speed reference: ``rtf_vs_one_stream_per_utt``). Ends with one JSON line of all
 figures. ``--quick``: 60 s only, two recordings, ``auto`` (under a minute). ``auto`` is the default method: ``endpoint``
-on a unidirectional model, ``blank`` on a bidirectional one.
+on a unidirectional model, ``blank`` on a bidirectional one. The processes' RTFs drift with the machine's speed, so the
+firm time figure is ``offline_paired``: the first method's recogniser on each recording of the shortest length against
+its utterances each as one stream, the two run side by side in the bench's process (1 thread, the model's decode
+settings, ``--repeats`` times; the median ratio and quartiles; and the recording as one stream, the control);
+``--calls F S W`` adds the endpointer under other call sizes (how ``OFFLINE_CALLS`` was chosen).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
 (`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, the bundle's network or
@@ -44,7 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import soundfile as sf
 
@@ -121,6 +125,107 @@ def run_streaming(
     }
 
 
+def paired_ratios(
+    groups: List[List[str]], files: List[str], wavs: Dict[str, str], repeats: int, runners: Dict[str, Callable]
+) -> Dict:
+    """Each runner's time on each long recording against ``runners["utts"]``'s on the recording's utterances,
+    measured side by side in this process, so that the machine's speed, which drifts by tens of percent over
+    minutes here, is the same for both: one ratio per recording and repeat (the order rotates); their medians and
+    quartiles. A runner takes a list of audio paths."""
+
+    def spent(run: Callable, paths: List[str]) -> float:
+        t0 = time.perf_counter()
+        run(paths)
+        return time.perf_counter() - t0
+
+    names = [n for n in runners if n != "utts"]
+    ratios: Dict[str, List[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for i, (g, f) in enumerate(zip(groups, files)):
+            jobs = [("utts", [wavs[u] for u in g])] + [(n, [f]) for n in names]
+            k = (r + i) % len(jobs)  # each goes first as often as the others
+            t = {n: spent(runners[n], paths) for n, paths in jobs[k:] + jobs[:k]}
+            for n in names:
+                ratios[n].append(t[n] / t["utts"])
+    out: Dict = {"pairs": len(ratios[names[0]])}
+    for n, rs in ratios.items():
+        q = sorted(rs)
+        out[n] = {
+            "median": round(statistics.median_high(q), 3),
+            "quartiles": [round(q[len(q) // 4], 3), round(q[3 * len(q) // 4], 3)],
+        }
+    return out
+
+
+def paired_offline_cost(
+    model: Path,
+    groups: List[List[str]],
+    files: List[str],
+    wavs: Dict[str, str],
+    repeats: int,
+    method: str,
+    calls: List[List[float]],
+) -> Dict:
+    """:func:`paired_ratios` of `asr transcribe`'s recogniser (1 thread, the model's decode settings): each long
+    recording segmented by ``method`` and, the control, as one stream, against its utterances each as one stream;
+    and segmented with the endpointer's calls of each of ``calls`` (first, segment, waiting seconds held:
+    :class:`asrlib.decode.endpoint.CallSizes`) in place of ``OFFLINE_CALLS``; with each, the fbank frames the network
+    ran per frame of audio."""
+    import torch
+
+    from asrlib.app.recognizer import Recognizer
+    from asrlib.decode import endpoint
+
+    torch.set_num_threads(1)
+    plain, seg = Recognizer.from_dir(model, segment="none"), Recognizer.from_dir(model, segment=method)
+    ran: Dict[str, List[float]] = {}  # runner -> [fbank frames the network ran, seconds of audio]
+    now = [""]
+
+    def counted(rec: Recognizer) -> None:  # the network's frames, counted to the runner that runs it
+        make = rec.backend.stream
+
+        def stream():
+            s = make()
+            accept = s.accept
+
+            def run(feats):
+                ran[now[0]][0] += len(feats)
+                return accept(feats)
+
+            s.accept = run
+            return s
+
+        rec.backend.stream = stream
+
+    counted(plain)
+    counted(seg)
+
+    def runner(name: str, rec: Recognizer, sizes: Optional[endpoint.CallSizes] = None) -> Callable:
+        def run(paths: List[str]) -> None:
+            default, endpoint.OFFLINE_CALLS = endpoint.OFFLINE_CALLS, sizes or endpoint.OFFLINE_CALLS
+            now[0] = name
+            ran.setdefault(name, [0.0, 0.0])[1] += sum(sf.info(p).duration for p in paths)
+            try:
+                for p in paths:
+                    rec.transcribe_file(p)
+            finally:
+                endpoint.OFFLINE_CALLS = default
+
+        return run
+
+    names = {"utts": plain, method: seg, "one_stream": plain}
+    sizes = {n: None for n in names}
+    for c in calls:
+        name = "calls " + " / ".join(f"{x:g}" for x in c)
+        names[name], sizes[name] = seg, endpoint.CallSizes(*c, hold=True)
+    out = paired_ratios(groups, files, wavs, repeats, {n: runner(n, r, sizes[n]) for n, r in names.items()})
+    shift = plain.frame_shift
+    for n, (frames, seconds) in ran.items():  # the network's frames per frame of audio
+        if n in out:
+            out[n]["network_frames"] = round(frames * shift / seconds, 3)
+    return out
+
+
 def paired_streaming_cost(
     bundle: Path,
     groups: List[List[str]],
@@ -130,11 +235,9 @@ def paired_streaming_cost(
     search: List[float],
     model: Optional[Path],
 ):
-    """The endpointed stream's time on each long recording against its utterances' own streams', measured side by
-    side in this process (1 thread, the bundle's chunks), so that the machine's speed, which drifts by tens of
-    percent over minutes here, is the same for both: one ratio per recording and repeat (the order rotates), and the
-    same for the recording as one stream without endpointing (the control: the same frames as its utterances');
-    returns their medians and quartiles."""
+    """:func:`paired_ratios` of the streaming recogniser (1 thread, the bundle's chunks): the endpointed stream on
+    each long recording and, the control, the recording as one stream without endpointing (the same frames as its
+    utterances'), against its utterances' own streams."""
     from asrlib.export.bundle import check_bundle, read_wav_blocks
     from asrlib.export.streaming import EndpointRules, StreamingRecognizer
 
@@ -144,26 +247,12 @@ def paired_streaming_cost(
     rate = plain.bundle.sample_rate
     chunk = rate * plain.bundle.info.get("streaming", {}).get("chunk_ms", 320) // 1000
 
-    def spent(rec, paths) -> float:
-        t0 = time.perf_counter()
-        for path in paths:
-            rec.recognize_blocks(read_wav_blocks(path, rate, chunk), rate).finish()
-        return time.perf_counter() - t0
+    def runner(rec) -> Callable:
+        return lambda paths: [rec.recognize_blocks(read_wav_blocks(p, rate, chunk), rate).finish() for p in paths]
 
-    ratios: Dict[str, List[float]] = {"endpoint": [], "one_stream": []}
-    for r in range(repeats):
-        for i, (g, f) in enumerate(zip(groups, files)):
-            jobs = [("utts", plain, [wavs[u] for u in g]), ("endpoint", ep, [f]), ("one_stream", plain, [f])]
-            k = (r + i) % len(jobs)  # each goes first as often as the others
-            t = {name: spent(rec, paths) for name, rec, paths in jobs[k:] + jobs[:k]}
-            for name in ratios:
-                ratios[name].append(t[name] / t["utts"])
-    out = {"pairs": len(ratios["endpoint"])}
-    for name, rs in ratios.items():
-        q = sorted(rs)
-        quartiles = [round(q[len(q) // 4], 3), round(q[3 * len(q) // 4], 3)]
-        out[name] = {"median": round(statistics.median_high(q), 3), "quartiles": quartiles}
-    return out
+    return paired_ratios(
+        groups, files, wavs, repeats, {"utts": runner(plain), "endpoint": runner(ep), "one_stream": runner(plain)}
+    )
 
 
 def gap_interval(
@@ -255,8 +344,18 @@ def main() -> None:
         "--repeats",
         type=int,
         default=3,
-        help="streaming: the per-utterance pass and the long recordings' runs, interleaved, this many times (the "
-        "median RTF is reported)",
+        help="the paired timings' repeats (offline and streaming; 0: none), and streaming: the per-utterance pass "
+        "and the long recordings' runs, interleaved, this many times (the median RTF is reported)",
+    )
+    p.add_argument(
+        "--calls",
+        type=float,
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("FIRST", "SEGMENT", "WAITING"),
+        help="the offline paired timing also with the endpointer's calls of these seconds (asrlib.decode.endpoint."
+        "CallSizes, held) in place of OFFLINE_CALLS; may be given more than once",
     )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
@@ -341,6 +440,16 @@ def main() -> None:
                     f"{row['segments']} segments",
                     file=sys.stderr,
                 )
+        timed = [m for m in methods if m != "none"]
+        if timed and a.repeats > 0:
+            groups, files = plans[min(plans)]  # the shortest recordings: many pairs
+            paired = paired_offline_cost(a.model, groups, files, wavs, a.repeats, timed[0], a.calls)
+            figures["offline_paired"] = {"length": int(min(plans)), "method": timed[0], **paired}
+            print(
+                f"paired with per utterance ({int(min(plans))} s recordings, {paired['pairs']} pairs): "
+                + ", ".join(f"{k} {v['median']:.3f}x {v['quartiles']}" for k, v in paired.items() if k != "pairs"),
+                file=sys.stderr,
+            )
         if a.streaming:
             bundle = a.model / "mobile" / "bundle"
             runs: Dict = {}  # (name, length) -> its runs, the per-utterance pass and the long ones interleaved

@@ -40,3 +40,26 @@ def _reorder(joined_hyp: str, ids) -> str:
     """The hypothesis of ``ids`` read in reverse order (each utterance has five words, 'two' dropped in some)."""
     words = {u: (REFS[u].replace("two", "") if int(u[1:]) % 4 == 0 else REFS[u]) for u in ids}
     return " ".join(words[u] for u in ids[::-1])
+
+
+def test_paired_ratios_time_each_runner_against_the_utterances_in_rotating_order(monkeypatch):
+    """Each recording's time against its utterances', side by side: one ratio per recording and repeat, each
+    runner first as often as the others (a fake clock advanced by the runners)."""
+    clock, order = [0.0], []
+
+    def runner(name, per_path):
+        def run(paths):
+            order.append(name)
+            clock[0] += per_path * len(paths)
+
+        return run
+
+    monkeypatch.setattr(long_form.time, "perf_counter", lambda: clock[0])
+    groups, files = [["u0", "u1"], ["u2", "u3"], ["u4", "u5"]], ["a.wav", "b.wav", "c.wav"]
+    wavs = {f"u{i}": f"u{i}.wav" for i in range(6)}
+    runners = {"utts": runner("utts", 1.0), "seg": runner("seg", 3.0), "one_stream": runner("one_stream", 1.0)}
+    out = long_form.paired_ratios(groups, files, wavs, 2, runners)
+    assert out["pairs"] == 6
+    assert out["seg"] == {"median": 1.5, "quartiles": [1.5, 1.5]} and out["one_stream"]["median"] == 0.5
+    firsts = [order[i] for i in range(0, len(order), 3)]
+    assert sorted(firsts) == sorted(["utts", "seg", "one_stream"] * 2)

@@ -5,7 +5,7 @@ tests/test_export_streaming.py (the mobile bundle's stream) and tests/test_recog
 import numpy as np
 import pytest
 
-from asrlib.decode.endpoint import Endpointer, EndpointRules
+from asrlib.decode.endpoint import OFFLINE_CALLS, CallSizes, Endpointer, EndpointRules
 from asrlib.errors import AsrError
 
 STACK, FS = 3, 0.03  # fbank frames per output frame, seconds per output frame
@@ -48,13 +48,15 @@ def features(pattern: str) -> np.ndarray:
     return np.repeat(x, STACK)[:, None] * np.ones((1, 2), np.float32)
 
 
-def run(pattern: str, rules: EndpointRules, chunk: int = 0):
+def run(pattern: str, rules: EndpointRules, chunk: int = 0, calls: CallSizes = CallSizes()):
     sink, started = Sink(), []
-    ep = Endpointer(rules, STACK, 2, FS, lambda: ScriptedNetwork(started), sink)
+    ep = Endpointer(rules, STACK, 2, FS, lambda: ScriptedNetwork(started), sink, calls)
     feats = features(pattern)
     step = chunk * STACK or len(feats)
+    ep.most_held = 0  # the most input frames held after a chunk
     for i in range(0, len(feats), step):
         ep.accept(feats[i : i + step])
+        ep.most_held = max(ep.most_held, len(ep.held))
     ep.finish()
     return sink.segments, ep
 
@@ -93,21 +95,29 @@ def test_max_segment_cuts_long_speech_and_runs_the_rest_from_a_zero_state():
         np.testing.assert_array_equal(-100.0 - lp[:, 2], np.arange(len(lp)))
 
 
+HELD = [OFFLINE_CALLS, CallSizes(first=0.3, segment=0.09, waiting=0.03, hold=True), CallSizes(2.0, 0.5, 5.0, True)]
+
+
 @pytest.mark.parametrize("chunk", [1, 4, 7, 33, 100])
-def test_same_segments_however_the_input_is_chunked(chunk):
+@pytest.mark.parametrize("calls", [CallSizes(), *HELD])
+def test_same_segments_however_the_input_is_chunked(chunk, calls):
+    """... and whatever the calls' sizes, frames held or run as they come."""
     rng = np.random.default_rng(chunk)
     pattern = "".join(c * int(rng.integers(1, 60)) for c in "#.#.#.#.#.#.#." * 4)
     whole, a = run(pattern, RULES)
-    chunked, b = run(pattern, RULES, chunk)
+    chunked, b = run(pattern, RULES, chunk, calls)
     assert len(whole) >= 10
     assert [(s, e) for s, e, _ in chunked] == [(s, e) for s, e, _ in whole]
     for (_, _, x), (_, _, y) in zip(chunked, whole):
         np.testing.assert_array_equal(x, y)
     # what runs again is at most `pad` and one call's frames per segment, however large the chunks
-    for ep in (a, b):
-        assert ep.frames_used < ep.network_frames <= ep.frames_used + len(whole) * (20 + 34) * STACK
-    # the frames kept to start a segment from: `pad` and one call's
-    assert len(b.recent) <= (round(RULES.pad / FS) + 1) * STACK + max(chunk * STACK, round(1.0 / FS) * STACK)
+    call = max(round(x / FS) for x in (calls.first, calls.segment, calls.waiting)) * STACK
+    for ep, most in ((a, round(1.0 / FS) * STACK), (b, call)):
+        assert ep.frames_used < ep.network_frames <= ep.frames_used + len(whole) * (20 * STACK + most + STACK)
+    # the frames kept to start a segment from: `pad` and one call's (and, held, those short of a call)
+    assert len(b.recent) <= (round(RULES.pad / FS) + 1) * STACK + max(chunk * STACK, call)
+    assert len(b.held) == 0 and b.frames_used == len(pattern) * STACK
+    assert b.most_held < (call if calls.hold else 1)
 
 
 def test_a_short_input_runs_in_one_call():
@@ -129,6 +139,35 @@ def test_a_short_input_runs_in_one_call():
     ep = Endpointer(RULES, STACK, 2, FS, lambda: Counting([]), Sink())
     ep.accept(features("#" * 20 + "." * 400))  # 12.6 s: 4 s, then 1 s calls once the segment has ended
     assert sizes[0] == 133 and max(sizes[1:]) <= 33 and len(sizes) >= 9
+
+
+def test_held_frames_run_in_calls_of_their_mode():
+    """Held (an offline input): nothing runs until a call's worth is there (a short input: one call at its end);
+    the first call is ``first``, a segment's ``segment`` (its first one, from the pause's middle, made up to that
+    from the frames held), the wait between segments ``waiting``."""
+    sizes = []
+
+    class Counting(ScriptedNetwork):
+        def accept(self, feats):
+            sizes.append(len(feats) // STACK)
+            return super().accept(feats)
+
+    calls = CallSizes(first=1.2, segment=0.9, waiting=0.3, hold=True)  # 40, 30 and 10 output frames
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: Counting([]), Sink(), calls)
+    ep.accept(features("#" * 30))
+    assert sizes == []
+    ep.finish()
+    assert sizes == [30]
+    sizes.clear()
+    sink = Sink()
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: Counting([]), sink, calls)
+    # speech 0-29, its pause fires at 40 (first call 0-39: the pause's first 10 frames, then the detector on the
+    # rest); the wait: 40-49, 50-59, 60-69 (speech at 65); the next segment from (30 + 65) // 2 = 47: 47-69 again,
+    # made up to 30 frames from the held ones (47-76), then 77-106, ...
+    ep.accept(features("#" * 30 + "." * 35 + "#" * 30 + "." * 40))
+    ep.finish()
+    assert sizes[:6] == [40, 10, 10, 10, 30, 30], sizes
+    assert [(a, b) for a, b, _ in sink.segments] == [(0, 35), (47, 100)]
 
 
 def test_bad_rules_and_partial_stacks_are_errors():

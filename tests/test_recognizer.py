@@ -263,10 +263,10 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
 def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     """decode.segment endpoint (what auto picks for a unidirectional model): the recording is cut by the streaming
     recogniser's endpointer (asrlib/decode/endpoint.py) over the torch network, every segment run from a zero state
-    from its start, at most a second of new features (or a rerun from a pause) a call; each segment starts in a
-    pause and ends after its words; the same words as one stream (the tone model does not drift) and as the blank
-    planner."""
-    from asrlib.decode.endpoint import ENDPOINT_FIRST_RUN_SECONDS, ENDPOINT_RUN_SECONDS
+    from its start, in calls of OFFLINE_CALLS (or a rerun from a pause); each segment starts in a pause and ends
+    after its words; the same words as one stream (the tone model does not drift), as the blank planner and as the
+    streaming recogniser's calls (as the audio comes)."""
+    from asrlib.decode import endpoint
 
     rng = np.random.default_rng(11)
     pieces, bounds, total = [], [], 0
@@ -295,12 +295,12 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
 
     rec.backend.stream = counting_stream
     res = rec.transcribe(audio, SR)
-    # a call: at most a second of new frames (4 s until the first segment ends), or a segment's rerun from the
-    # middle of its pause (at most `pad` before the speech) to the last frame received
-    pad, fs = rec.decode_config.segment_pad, rec.frame_shift
-    assert max(sizes) * fs <= pad + ENDPOINT_FIRST_RUN_SECONDS + rec.frame_seconds + 1e-9, max(sizes)
-    assert max(sizes[len(sizes) // 4 :]) * fs <= pad + ENDPOINT_RUN_SECONDS + rec.frame_seconds + 1e-9
-    assert len(sizes) >= len(audio) / SR / ENDPOINT_RUN_SECONDS
+    # a call: at most a call's worth of frames (OFFLINE_CALLS), or a segment's rerun from the middle of its pause
+    # (at most `pad` before the speech) to the end of the call that heard the speech
+    calls, pad, fs = endpoint.OFFLINE_CALLS, rec.decode_config.segment_pad, rec.frame_shift
+    longest = max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9
+    assert max(sizes) * fs <= longest, max(sizes)
+    assert len(sizes) >= len(audio) / SR / max(calls.first, calls.segment, calls.waiting)
     assert len(res.segments) >= len(bounds) // 2
     assert res.text == " ".join(s.text for s in res.segments)
     for s in res.segments:  # starts outside the utterances, holds its words
@@ -309,8 +309,14 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     whole = Recognizer.from_dir(tm.exp, segment="none").transcribe(audio, SR)
     assert res.text == whole.text
     assert res.text == Recognizer.from_dir(tm.exp, segment="blank").transcribe(audio, SR).text
-    # chunk sizes do not change the result
+    # chunk sizes and call sizes do not change the result
     assert Recognizer.from_dir(tm.exp, segment="endpoint", chunk_seconds=0.37).transcribe(audio, SR).text == res.text
+    rec = Recognizer.from_dir(tm.exp, segment="endpoint", chunk_seconds=0.32)
+    try:
+        endpoint.OFFLINE_CALLS = endpoint.CallSizes()  # the streaming recogniser's: each chunk runs as it comes
+        assert rec.transcribe(audio, SR).text == res.text
+    finally:
+        endpoint.OFFLINE_CALLS = calls
 
 
 def test_endpoint_needs_a_causal_model(tm, tmp_path):

@@ -658,12 +658,14 @@ class Recognizer:
         at its start, the next one's start by the network that goes on listening. Each segment's log-probs are the
         network's from its start to where its pause ended it (searched whole, as the streaming recogniser searches
         them); its end is given ``min_silence / 2`` into that pause, before the next one's start."""
-        from asrlib.decode.endpoint import Endpointer, EndpointRules
+        from asrlib.decode import endpoint
 
-        rules = EndpointRules.of_decode(vars(self.decode_config), even_if_off=True)
+        rules = endpoint.EndpointRules.of_decode(vars(self.decode_config), even_if_off=True)
         sink = _SegmentCollector()
         stack, dim = self.backend.subsampling, self.backend.num_mel_bins
-        ep = Endpointer(rules, stack, dim, self.frame_seconds, self.backend.stream, sink)
+        ep = endpoint.Endpointer(
+            rules, stack, dim, self.frame_seconds, self.backend.stream, sink, endpoint.OFFLINE_CALLS
+        )
         rest = np.zeros((0, dim), np.float32)
         for chunk in feats:
             buf = np.concatenate([rest, chunk]) if len(rest) else np.asarray(chunk, np.float32)

@@ -26,13 +26,19 @@ start by the network that goes on listening: what the offline ``blank`` planner 
 which takes both from one pass over up to ``segment_max_seconds`` of audio, lacks (on 6000 dev utterances of the
 digits recipe, 60 s recordings: +0.09 against +0.28-0.32 long minus per utterance; docs/long-recordings.md).
 
-The network is given at most ``ENDPOINT_RUN_SECONDS`` of frames per call, since a pause's rerun goes to the end of
-the frames run (audio given in one piece would otherwise run again from each pause to its end); until the first
-segment has ended, at most ``ENDPOINT_FIRST_RUN_SECONDS``, so that a short input (an utterance) runs in one call as
-one stream would (the digits model's torch LSTM, one thread: 25-28 us a fbank frame in 1 s calls, 14-17 in 30 s;
-the digits test set's utterances through the recogniser, 2026-12-01: 1.08-1.17x the time of one stream each with
-1 s calls, 0.94-1.03x with this). The words and segments are the same however the input is chunked. Memory is
-bounded by ``pad`` of kept frames plus one call's.
+The network's calls (:class:`CallSizes`) are bounded, since a pause's rerun goes from the middle of the pause to the
+end of the call that heard the next speech (audio given in one piece would otherwise run again from each pause to its
+end). The streaming recogniser runs each chunk as it comes, in calls of at most ``ENDPOINT_RUN_SECONDS`` (until the
+first segment has ended, ``ENDPOINT_FIRST_RUN_SECONDS``). The offline one (``OFFLINE_CALLS``) holds the frames until a
+call's worth is there: 4 s until the first segment has ended (a short input, an utterance, runs in one call, as one
+stream would), 3 s while a segment is decoded (its first call, the rerun from its start, made up to that from the
+frames held) and 0.5 s between segments. The digits model's torch LSTM (3 x 256, oneDNN, one thread) costs about 1 ms a
+call besides 24 us a fbank frame, so fewer calls pay for longer reruns: side by side with each utterance as one stream
+(`bench/long_form.py --calls`, the 300-utterance test set's 60 s recordings, 2026-12-01; docs/long-recordings.md), 1 s
+calls throughout took 1.33x (the network over 1.47x the audio's frames), these 1.22x (1.61x); 2-3.5 s segment calls
+with 0.5-2 s waits 1.18-1.23x, 4 s ones 1.28x. Even in 0.1 s calls the network runs 1.26x the frames: each pause's
+second half again, from a zero state. The words and segments are the same however the input is chunked and whatever the
+calls' sizes. Memory is bounded by ``pad`` of kept frames and a call's (and the held frames, fewer than a call's).
 """
 
 from __future__ import annotations
@@ -46,6 +52,24 @@ from asrlib.errors import AsrError
 
 ENDPOINT_RUN_SECONDS = 1.0  # the most audio the network runs over in one call (module docstring)
 ENDPOINT_FIRST_RUN_SECONDS = 4.0  # the same until the first segment ends (a short input: one call)
+
+
+@dataclass(frozen=True)
+class CallSizes:
+    """How much of the input the network runs over in one call (seconds; module docstring): ``first`` until the
+    first segment has ended, then ``segment`` while a segment is decoded (a segment's first call, which runs again
+    from its start, is made up to it from the frames held) and ``waiting`` between segments. ``hold``: frames wait
+    until there is a call's worth (an offline input, whose next frames are already there); else each input chunk
+    runs as it comes (a stream: no added latency), in calls of at most these sizes."""
+
+    first: float = ENDPOINT_FIRST_RUN_SECONDS
+    segment: float = ENDPOINT_RUN_SECONDS
+    waiting: float = ENDPOINT_RUN_SECONDS
+    hold: bool = False
+
+
+#: the offline recogniser's calls (asr transcribe; the input's next frames are there: module docstring)
+OFFLINE_CALLS = CallSizes(first=4.0, segment=3.0, waiting=0.5, hold=True)
 
 
 class NetworkStream(Protocol):
@@ -126,9 +150,11 @@ class Endpointer:
         frame_seconds: float,
         new_stream: Callable[[], NetworkStream],
         sink: SegmentSink,
+        calls: CallSizes = CallSizes(),
     ) -> None:
         self.rules, self.stack, self.frame_seconds = rules, int(stack), float(frame_seconds)
-        self.new_stream, self.sink = new_stream, sink
+        self.new_stream, self.sink, self.calls = new_stream, sink, calls
+        self.held = np.zeros((0, feat_dim), np.float32)  # input frames not run yet (``calls.hold``)
         self.frames_used = 0  # fbank frames of the input received
         self.network_frames = 0  # fbank frames the network has run over, the detector's and reruns' included
         self.state = new_stream()  # the current segment's network
@@ -156,32 +182,54 @@ class Endpointer:
         return int(round(seconds / self.frame_seconds))
 
     def accept(self, frames: np.ndarray) -> None:
-        """The input's next fbank frames (a whole number of stacks), run at most ENDPOINT_RUN_SECONDS at a time
-        (ENDPOINT_FIRST_RUN_SECONDS until the first segment ends)."""
+        """The input's next fbank frames (a whole number of stacks), run in calls of :class:`CallSizes`."""
         if self.finished:
             raise AsrError("internal error: frames after the end of the input")
         if len(frames) % self.stack:
             raise AsrError(f"internal error: {len(frames)} fbank frames are not whole stacks of {self.stack}")
-        step = max(1, self._frames(ENDPOINT_RUN_SECONDS)) * self.stack
-        first_step = max(1, self._frames(ENDPOINT_FIRST_RUN_SECONDS)) * self.stack
-        i = 0
-        while i < len(frames):
-            n = first_step if self.segments_ended == 0 else step
-            self._run(np.asarray(frames[i : i + n], np.float32))
-            i += n
+        frames = np.asarray(frames, np.float32)
+        self.held = np.concatenate([self.held, frames]) if len(self.held) else frames
+        self._run_held(final=not self.calls.hold)
 
     def finish(self) -> None:
-        """End of input: the segment being decoded (if any) ends with it."""
+        """End of input: the frames held run, and the segment being decoded (if any) ends with it."""
         if not self.finished:
+            self._run_held(final=True)
             if not self.waiting and self.segment_frames:
                 self._end_segment(self.segment_start + self.segment_frames)
             self.finished = True
 
+    def _call_frames(self) -> int:
+        """Fbank frames of the next call (:class:`CallSizes`)."""
+        c = self.calls
+        seconds = c.first if self.segments_ended == 0 else c.waiting if self.waiting else c.segment
+        return max(1, self._frames(seconds)) * self.stack
+
+    def _run_held(self, final: bool) -> None:
+        """Run the frames held, a call's worth at a time; the last ones, short of a call, only when ``final``."""
+        while len(self.held):
+            n = self._call_frames()
+            if len(self.held) < n and not final:
+                return
+            pending, self.held = self.held[:n], self.held[n:]
+            self._run(pending)
+
+    def _admit(self, frames: np.ndarray, pending: int) -> None:
+        """``frames`` of the input join the call being run (``pending`` fbank frames of it, theirs included):
+        counted, and kept in ``recent`` with the ``pad`` before the call."""
+        self.frames_used += len(frames)
+        self.recent = np.concatenate([self.recent, frames])[-(self.pad + 1) * self.stack - pending :]
+
     def _run(self, pending: np.ndarray) -> None:
         stack = self.stack
-        self.frames_used += len(pending)
-        self.recent = np.concatenate([self.recent, pending])[-(self.pad + 1) * stack - len(pending) :]
+        self._admit(pending, len(pending))
         while len(pending):  # the input's last frames, in the current mode
+            if not self.waiting and self.calls.hold and len(self.held):  # a segment's first call: up to a call
+                more = self.held[: max(0, self._call_frames() - len(pending))]
+                if len(more):
+                    self.held = self.held[len(more) :]
+                    pending = np.concatenate([pending, more])
+                    self._admit(more, len(pending))
             self.network_frames += len(pending)
             first = self.frames_used // stack - len(pending) // stack  # output frame of the input of pending[0]
             if self.waiting:

@@ -181,3 +181,13 @@ def test_inputs_longer_than_max_duration_are_refused(tm, tmp_path, capsys):
     assert asr_main(["transcribe", str(tm.exp), str(wav), "-q", "--max-duration", "0.5"]) == 1
     assert "longer than the 0.5 s allowed" in capsys.readouterr().err
     assert asr_main(["transcribe", str(tm.exp), str(wav), "-q", "--max-duration", "0"]) == 0
+    # a file's header gives its length: refused before any of it is decoded
+    from asrlib.app.recognizer import Recognizer
+
+    heard = []
+    with pytest.raises(AsrError, match="longer than the 0.5 s allowed"):
+        Recognizer.from_dir(tm.exp, max_duration=0.5, chunk_seconds=0.2).transcribe_file(wav, progress=heard.append)
+    assert heard == []
+    # audio of no known length (in memory, given in blocks) is counted as it comes
+    with pytest.raises(AsrError, match="longer than the 0.5 s allowed"):
+        Recognizer.from_dir(tm.exp, max_duration=0.5, chunk_seconds=0.2).transcribe(np.zeros(SR, np.float32), SR)

@@ -124,11 +124,21 @@ def _array_blocks(x: np.ndarray, block: int) -> Iterator[np.ndarray]:
         yield x[i : i + block]
 
 
-def open_audio_blocks(path: PathLike, block_seconds: float = 10.0) -> Tuple[int, Iterator[np.ndarray]]:
+def too_long(where: str, max_seconds: float) -> AsrError:
+    """The error for an input longer than ``--max-duration``."""
+    return AsrError(
+        f"{where}: longer than the {max_seconds:g} s allowed (--max-duration; 0 = no limit): not transcribed"
+    )
+
+
+def open_audio_blocks(
+    path: PathLike, block_seconds: float = 10.0, max_seconds: Optional[float] = None
+) -> Tuple[int, Iterator[np.ndarray]]:
     """(sample rate, iterator over float32 mono blocks) of an audio file (anything libsndfile reads).
 
     Unreadable, empty or corrupt files raise :class:`AsrError` naming the file (the iterator may raise it too,
-    for damage found only while decoding).
+    for damage found only while decoding); so does a file whose header gives it more than ``max_seconds`` (None: no
+    limit), before any of it is read.
     """
     import soundfile as sf
 
@@ -150,6 +160,9 @@ def open_audio_blocks(path: PathLike, block_seconds: float = 10.0) -> Tuple[int,
         f.close()
         raise AsrError(f"{path}: no audio samples (empty recording)")
     sr = int(f.samplerate)
+    if max_seconds is not None and f.frames > max_seconds * sr:
+        f.close()
+        raise too_long(str(path), max_seconds)
     block = max(1, int(block_seconds * sr))
 
     def gen() -> Iterator[np.ndarray]:
@@ -562,10 +575,7 @@ class Recognizer:
                 _check_finite(b, where)
                 counted[0] += len(b)
                 if self.max_duration is not None and counted[0] > self.max_duration * sample_rate:
-                    raise AsrError(
-                        f"{where}: longer than the {self.max_duration:g} s allowed (--max-duration; 0 = no "
-                        f"limit): not transcribed"
-                    )
+                    raise too_long(where, self.max_duration)  # a stream, or a header that understates
                 if progress is not None:
                     progress(len(b) / sample_rate)
                 yield b
@@ -699,7 +709,7 @@ class Recognizer:
     def transcribe_file(self, path: PathLike, progress: Optional[Callable[[float], None]] = None) -> Result:
         """Like :meth:`transcribe` for an audio file; problems are an :class:`AsrError` naming the file.
         ``progress(seconds)`` is called with the seconds of audio read since its last call."""
-        sr, blocks = open_audio_blocks(path, self.chunk_seconds)
+        sr, blocks = open_audio_blocks(path, self.chunk_seconds, self.max_duration)
         return self._transcribe_blocks(blocks, sr, str(path), progress)
 
     def _transcribe_blocks(

@@ -169,8 +169,8 @@ def paired_offline_cost(
     """:func:`paired_ratios` of `asr transcribe`'s recogniser (1 thread, the model's decode settings): each long
     recording segmented by ``method`` and, the control, as one stream, against its utterances each as one stream;
     and segmented with the endpointer's calls of each of ``calls`` (first, segment, waiting seconds held:
-    :class:`asrlib.decode.endpoint.CallSizes`) in place of ``OFFLINE_CALLS``; with each, the fbank frames the network
-    ran per frame of audio."""
+    :class:`asrlib.decode.endpoint.CallSizes`, the recogniser's ``endpoint_calls``) in place of ``OFFLINE_CALLS``; with
+    each, the fbank frames the network ran per frame of audio."""
     import torch
 
     from asrlib.app.recognizer import Recognizer
@@ -200,21 +200,17 @@ def paired_offline_cost(
     counted(plain)
     counted(seg)
 
-    def runner(name: str, rec: Recognizer, sizes: Optional[endpoint.CallSizes] = None) -> Callable:
+    def runner(name: str, rec: Recognizer, sizes: endpoint.CallSizes) -> Callable:
         def run(paths: List[str]) -> None:
-            default, endpoint.OFFLINE_CALLS = endpoint.OFFLINE_CALLS, sizes or endpoint.OFFLINE_CALLS
-            now[0] = name
-            ran.setdefault(name, [0.0, 0.0])[1] += sum(sf.info(p).duration for p in paths)
-            try:
-                for p in paths:
-                    rec.transcribe_file(p)
-            finally:
-                endpoint.OFFLINE_CALLS = default
+            now[0], rec.endpoint_calls = name, sizes
+            counts = ran.setdefault(name, [0.0, 0.0])
+            for p in paths:
+                counts[1] += rec.transcribe_file(p).duration  # the audio's seconds, without reading the file again
 
         return run
 
     names = {"utts": plain, method: seg, "one_stream": plain}
-    sizes = {n: None for n in names}
+    sizes = {n: endpoint.OFFLINE_CALLS for n in names}
     for c in calls:
         name = "calls " + " / ".join(f"{x:g}" for x in c)
         names[name], sizes[name] = seg, endpoint.CallSizes(*c, hold=True)

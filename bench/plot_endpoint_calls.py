@@ -31,8 +31,7 @@ def points(paired: Dict, method: str) -> List[Tuple[str, float, float, List[floa
     for name, v in paired.items():
         if not isinstance(v, dict) or "network_frames" not in v:
             continue
-        label = name.removeprefix("calls ") if name.startswith("calls ") else name
-        label = "OFFLINE_CALLS (chosen)" if name == method else label.replace("_", " ")
+        label = "OFFLINE_CALLS (chosen)" if name == method else name.removeprefix("calls ").replace("_", " ")
         out.append((label, float(v["network_frames"]), float(v["median"]), [float(q) for q in v["quartiles"]]))
     return out
 

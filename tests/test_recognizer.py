@@ -297,7 +297,8 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     res = rec.transcribe(audio, SR)
     # a call: at most a call's worth of frames (OFFLINE_CALLS), or a segment's rerun from the middle of its pause
     # (at most `pad` before the speech) to the end of the call that heard the speech
-    calls, pad, fs = endpoint.OFFLINE_CALLS, rec.decode_config.segment_pad, rec.frame_shift
+    calls, pad, fs = rec.endpoint_calls, rec.decode_config.segment_pad, rec.frame_shift
+    assert calls == endpoint.OFFLINE_CALLS
     longest = max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9
     assert max(sizes) * fs <= longest, max(sizes)
     assert len(sizes) >= len(audio) / SR / max(calls.first, calls.segment, calls.waiting)
@@ -312,11 +313,8 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     # chunk sizes and call sizes do not change the result
     assert Recognizer.from_dir(tm.exp, segment="endpoint", chunk_seconds=0.37).transcribe(audio, SR).text == res.text
     rec = Recognizer.from_dir(tm.exp, segment="endpoint", chunk_seconds=0.32)
-    try:
-        endpoint.OFFLINE_CALLS = endpoint.CallSizes()  # the streaming recogniser's: each chunk runs as it comes
-        assert rec.transcribe(audio, SR).text == res.text
-    finally:
-        endpoint.OFFLINE_CALLS = calls
+    rec.endpoint_calls = endpoint.CallSizes()  # the streaming recogniser's: each chunk runs as it comes
+    assert rec.transcribe(audio, SR).text == res.text
 
 
 def test_endpoint_needs_a_causal_model(tm, tmp_path):

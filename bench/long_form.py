@@ -21,7 +21,8 @@ on a unidirectional model, ``blank`` on a bidirectional one. The processes' RTFs
 firm time figure is ``offline_paired``: the first method's recogniser on each recording of the shortest length against
 its utterances each as one stream, the two run side by side in the bench's process (1 thread, the model's decode
 settings, ``--repeats`` times; the median ratio and quartiles; and the recording as one stream, the control);
-``--calls F S W`` adds the endpointer under other call sizes (how ``OFFLINE_CALLS`` was chosen).
+``--calls F S W`` adds the endpointer under other call sizes (how ``OFFLINE_CALLS`` was chosen), ``--oracle-calls``
+under calls that each end just after the next detected speech (the floor of any plan of its calls).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
 (`python -m steps.recognize_mobile`, the bundle's search, or ``--search SCALE PENALTY``'s, the bundle's network or
@@ -38,6 +39,7 @@ the recording as one stream without endpointing, the control).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import random
@@ -157,6 +159,31 @@ def paired_ratios(
     return out
 
 
+def planned(detections: List[int], record: bool = False) -> Callable:
+    """An :class:`asrlib.decode.endpoint.Endpointer` type whose held calls each end one output frame after the first
+    of ``detections`` (output frames of the input where it detected a segment's first speech, ascending) that is
+    later than its last one (after the last: its call sizes). With ``record``, it appends its own detections to
+    ``detections`` instead, calling as its sizes say. The words and segments are the same either way."""
+    from asrlib.decode import endpoint
+
+    class Planned(endpoint.Endpointer):
+        def _call_end(self, start: int) -> int:
+            i = len(detections) if record else bisect.bisect_right(detections, self.speech_at)
+            return (detections[i] + 1) * self.stack if i < len(detections) else super()._call_end(start)
+
+        @property
+        def speech_at(self) -> int:
+            return self._speech_at
+
+        @speech_at.setter
+        def speech_at(self, b: int) -> None:  # the endpointer sets it at each detection
+            self._speech_at = b
+            if record and b >= 0:
+                detections.append(b)
+
+    return Planned
+
+
 def paired_offline_cost(
     model: Path,
     groups: List[List[str]],
@@ -165,12 +192,15 @@ def paired_offline_cost(
     repeats: int,
     method: str,
     calls: List[List[float]],
+    oracle: bool = False,
 ) -> Dict:
     """:func:`paired_ratios` of `asr transcribe`'s recogniser (1 thread, the model's decode settings): each long
     recording segmented by ``method`` and, the control, as one stream, against its utterances each as one stream;
     and segmented with the endpointer's calls of each of ``calls`` (first, segment, waiting seconds held:
     :class:`asrlib.decode.endpoint.CallSizes`, the recogniser's ``endpoint_calls``) in place of ``OFFLINE_CALLS``; with
-    each, the fbank frames the network ran per frame of audio."""
+    ``oracle``, with calls that each end just after the next speech that the endpointer detects (:func:`planned`,
+    from a first pass over the recording: the least the network can run with no call cut short); with each, the
+    fbank frames the network ran per frame of audio."""
     import torch
 
     from asrlib.app.recognizer import Recognizer
@@ -200,12 +230,17 @@ def paired_offline_cost(
     counted(plain)
     counted(seg)
 
+    plans: Dict[str, List[int]] = {}  # file -> the output frames of its detections (oracle)
+
     def runner(name: str, rec: Recognizer, sizes: endpoint.CallSizes) -> Callable:
         def run(paths: List[str]) -> None:
             now[0], rec.endpoint_calls = name, sizes
             counts = ran.setdefault(name, [0.0, 0.0])
             for p in paths:
+                if name == "oracle calls":
+                    rec.endpointer_type = planned(plans[p])
                 counts[1] += rec.transcribe_file(p).duration  # the audio's seconds, without reading the file again
+            rec.endpointer_type = endpoint.Endpointer
 
         return run
 
@@ -214,6 +249,14 @@ def paired_offline_cost(
     for c in calls:
         name = "calls " + " / ".join(f"{x:g}" for x in c)
         names[name], sizes[name] = seg, endpoint.CallSizes(*c, hold=True)
+    if oracle and seg.segment_method == "endpoint":
+        now[0], ran["plan"] = "plan", [0.0, 0.0]  # the first pass: not timed
+        for f in files:
+            plans[f] = []
+            seg.endpointer_type = planned(plans[f], record=True)
+            seg.transcribe_file(f)
+        seg.endpointer_type = endpoint.Endpointer
+        names["oracle calls"], sizes["oracle calls"] = seg, endpoint.OFFLINE_CALLS
     out = paired_ratios(groups, files, wavs, repeats, {n: runner(n, r, sizes[n]) for n, r in names.items()})
     shift = plain.frame_shift
     for n, (frames, seconds) in ran.items():  # the network's frames per frame of audio
@@ -353,6 +396,12 @@ def main() -> None:
         help="the offline paired timing also with the endpointer's calls of these seconds (asrlib.decode.endpoint."
         "CallSizes, held) in place of OFFLINE_CALLS; may be given more than once",
     )
+    p.add_argument(
+        "--oracle-calls",
+        action="store_true",
+        help="the offline paired timing also with calls that each end just after the next speech the endpointer "
+        "detects (found by a first pass over the recording): the least time any plan of its calls could take",
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     a = p.parse_args()
@@ -439,7 +488,7 @@ def main() -> None:
         timed = [m for m in methods if m != "none"]
         if timed and a.repeats > 0:
             groups, files = plans[min(plans)]  # the shortest recordings: many pairs
-            paired = paired_offline_cost(a.model, groups, files, wavs, a.repeats, timed[0], a.calls)
+            paired = paired_offline_cost(a.model, groups, files, wavs, a.repeats, timed[0], a.calls, a.oracle_calls)
             figures["offline_paired"] = {"length": int(min(plans)), "method": timed[0], **paired}
             print(
                 f"paired with per utterance ({int(min(plans))} s recordings, {paired['pairs']} pairs): "

@@ -1,6 +1,8 @@
 """bench/long_form.py's interval of the long-minus-pieces gap: resampled over utterances, centred on the gap."""
 
 import sys
+
+import numpy as np
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,3 +65,38 @@ def test_paired_ratios_time_each_runner_against_the_utterances_in_rotating_order
     assert out["seg"] == {"median": 1.5, "quartiles": [1.5, 1.5]} and out["one_stream"]["median"] == 0.5
     firsts = [order[i] for i in range(0, len(order), 3)]
     assert sorted(firsts) == sorted(["utts", "seg", "one_stream"] * 2)
+
+
+def test_planned_calls_end_at_the_next_detection_and_give_the_same_segments():
+    """--oracle-calls: a first pass records where the endpointer detected each segment's speech; the second, whose
+    calls each end one frame after the next detection, cuts the same segments over fewer network frames than the
+    call sizes' (no call runs on past a detection, so nothing after one runs twice)."""
+    from asrlib.decode.endpoint import OFFLINE_CALLS
+    from tests.test_endpoint import FS, RULES, STACK, ScriptedNetwork, Sink, features
+
+    rng = np.random.default_rng(3)
+    pattern = "".join(c * int(rng.integers(5, 60)) for c in "#.#.#.#.#.#.#." * 3)
+    detections, feats = [], features(pattern)
+
+    def run(kind):
+        sink, sizes = Sink(), []
+
+        class Counting(ScriptedNetwork):
+            def accept(self, x):
+                sizes.append(len(x) // STACK)
+                return super().accept(x)
+
+        ep = kind(RULES, STACK, 2, FS, lambda: Counting([]), sink, OFFLINE_CALLS)
+        for i in range(0, len(feats), 200 * STACK):
+            ep.accept(feats[i : i + 200 * STACK])
+        ep.finish()
+        return [(a, b) for a, b, _ in sink.segments], ep.network_frames, sizes
+
+    sizes_only = run(long_form.planned(detections, record=True))
+    assert len(detections) >= 10 and detections == sorted(set(detections))
+    oracle = run(long_form.planned(detections))
+    assert oracle[0] == sizes_only[0] and len(oracle[0]) >= 10
+    assert oracle[1] < sizes_only[1]
+    # what runs twice is each segment's start to its detection, nothing after: its calls end there
+    again = sum(d + 1 - a for (a, _), d in zip(oracle[0][1:], detections[1:]))
+    assert oracle[1] - len(feats) == again * STACK > 0

@@ -120,6 +120,37 @@ def test_same_segments_however_the_input_is_chunked(chunk, calls):
     assert b.most_held < (call if calls.hold else 1)
 
 
+def test_same_segments_whatever_a_subclass_plans_for_its_calls():
+    """A subclass may end each held call where it likes (``_call_end``; bench/long_form.py's oracle plan): the
+    segments and their scores are the same, and it calls the network where it said."""
+    rng = np.random.default_rng(5)
+    pattern = "".join(c * int(rng.integers(1, 60)) for c in "#.#.#.#.#.#.#." * 3)
+    whole, _ = run(pattern, RULES)
+    ends = []
+
+    class Planned(Endpointer):
+        def _call_end(self, start: int) -> int:
+            ends.append(start + int(rng.integers(1, 50)) * STACK)
+            return ends[-1]
+
+    sink, calls = Sink(), []
+
+    class Counting(ScriptedNetwork):
+        def accept(self, feats):
+            calls.append(len(feats))
+            return super().accept(feats)
+
+    ep = Planned(RULES, STACK, 2, FS, lambda: Counting([]), sink, OFFLINE_CALLS)
+    feats = features(pattern)
+    for i in range(0, len(feats), 30 * STACK):
+        ep.accept(feats[i : i + 30 * STACK])
+    ep.finish()
+    assert [(s, e) for s, e, _ in sink.segments] == [(s, e) for s, e, _ in whole]
+    for (_, _, x), (_, _, y) in zip(sink.segments, whole):
+        np.testing.assert_array_equal(x, y)
+    assert len(ends) >= len(whole) and len(set(calls)) > 10  # the plan's sizes, not the call sizes'
+
+
 def test_a_short_input_runs_in_one_call():
     """Until the first segment ends the network gets up to ENDPOINT_FIRST_RUN_SECONDS a call (an utterance runs as
     one stream would), then ENDPOINT_RUN_SECONDS."""

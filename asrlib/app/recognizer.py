@@ -482,7 +482,7 @@ class Recognizer:
     ) -> None:
         from asrlib.config import check_segment_settings
 
-        from asrlib.decode.endpoint import OFFLINE_CALLS
+        from asrlib.decode.endpoint import OFFLINE_CALLS, Endpointer
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
         from asrlib.lang.lexicon import read_lexicon_ids, read_tokens, read_words
         from asrlib.features.fbank import FbankExtractor, FbankOptions
@@ -530,6 +530,7 @@ class Recognizer:
         self._frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
         self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
         self.endpoint_calls = OFFLINE_CALLS  # the network's calls under decode.segment endpoint (CallSizes)
+        self.endpointer_type = Endpointer  # what cuts them (bench/long_form.py --oracle-calls: one that plans calls)
 
     @classmethod
     def from_dir(
@@ -670,12 +671,12 @@ class Recognizer:
         at its start, the next one's start by the network that goes on listening. Each segment's log-probs are the
         network's from its start to where its pause ended it (searched whole, as the streaming recogniser searches
         them); its end is given ``min_silence / 2`` into that pause, before the next one's start."""
-        from asrlib.decode.endpoint import Endpointer, EndpointRules
+        from asrlib.decode.endpoint import EndpointRules
 
         rules = EndpointRules.of_decode(vars(self.decode_config), even_if_off=True)
         sink = _SegmentCollector()
         stack, dim = self.backend.subsampling, self.backend.num_mel_bins
-        ep = Endpointer(rules, stack, dim, self.frame_seconds, self.backend.stream, sink, self.endpoint_calls)
+        ep = self.endpointer_type(rules, stack, dim, self.frame_seconds, self.backend.stream, sink, self.endpoint_calls)
         rest = np.zeros((0, dim), np.float32)
         for chunk in feats:
             buf = np.concatenate([rest, chunk]) if len(rest) else np.asarray(chunk, np.float32)

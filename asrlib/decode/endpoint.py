@@ -176,6 +176,7 @@ class Endpointer:
         self.pad = self._frames(rules.pad)  # in output frames
         self.recent = np.zeros((0, feat_dim), np.float32)  # the input's last fbank frames
         self.segments_ended = 0
+        self.speech_at = -1  # output frame of the input of the last segment's first speech (its detection)
         self.finished = False
 
     def _frames(self, seconds: float) -> int:
@@ -199,16 +200,17 @@ class Endpointer:
                 self._end_segment(self.segment_start + self.segment_frames)
             self.finished = True
 
-    def _call_frames(self) -> int:
-        """Fbank frames of the next call (:class:`CallSizes`)."""
+    def _call_end(self, start: int) -> int:
+        """The input's fbank frame where a call from input fbank frame ``start`` ends (:class:`CallSizes`; a
+        subclass may plan its calls otherwise: the words and segments are the same)."""
         c = self.calls
         seconds = c.first if self.segments_ended == 0 else c.waiting if self.waiting else c.segment
-        return max(1, self._frames(seconds)) * self.stack
+        return start + max(1, self._frames(seconds)) * self.stack
 
     def _run_held(self, final: bool) -> None:
         """Run the frames held, a call's worth at a time; the last ones, short of a call, only when ``final``."""
         while len(self.held):
-            n = self._call_frames()
+            n = max(self.stack, self._call_end(self.frames_used) - self.frames_used)
             if len(self.held) < n and not final:
                 return
             pending, self.held = self.held[:n], self.held[n:]
@@ -225,7 +227,7 @@ class Endpointer:
         self._admit(pending, len(pending))
         while len(pending):  # the input's last frames, in the current mode
             if not self.waiting and self.calls.hold and len(self.held):  # a segment's first call: up to a call
-                more = self.held[: max(0, self._call_frames() - len(pending))]
+                more = self.held[: max(0, self._call_end(self.frames_used - len(pending)) - self.frames_used)]
                 if len(more):
                     self.held = self.held[len(more) :]
                     pending = np.concatenate([pending, more])
@@ -302,6 +304,7 @@ class Endpointer:
                 self.from_start, self.detector_scores = False, []
             return self.recent[:0]
         a, b, oldest, stack = self.pause_start, first + int(speech[0]), self._oldest(), self.stack
+        self.speech_at = b
         from_start, self.from_start, self.waiting = self.from_start, False, False
         got, self.detector_scores = self.detector_scores, []
         if from_start and oldest == 0 and b <= self.pad:

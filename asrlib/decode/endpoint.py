@@ -37,8 +37,11 @@ call besides 24 us a fbank frame, so fewer calls pay for longer reruns: side by 
 (`bench/long_form.py --calls`, the 300-utterance test set's 60 s recordings, 2026-12-01; docs/long-recordings.md), 1 s
 calls throughout took 1.33x (the network over 1.47x the audio's frames), these 1.22x (1.61x); 2-3.5 s segment calls
 with 0.5-2 s waits 1.18-1.23x, 4 s ones 1.28x. Even in 0.1 s calls the network runs 1.26x the frames: each pause's
-second half again, from a zero state. The words and segments are the same however the input is chunked and whatever the
-calls' sizes. Memory is bounded by ``pad`` of kept frames and a call's (and the held frames, fewer than a call's).
+second half again, from a zero state. No plan of the calls gets below the reruns: calls that each end one frame after
+the next detection (an oracle, `bench/long_form.py --oracle-calls`) took 1.110x at 1.245x the frames (6000 test
+utterances, 2026-12-02). The words and segments are the same however the input is chunked and whatever the
+calls' sizes (or a subclass's plan: ``_call_end``). Memory is bounded by ``pad`` of kept frames and a call's
+(and the held frames, fewer than a call's).
 """
 
 from __future__ import annotations

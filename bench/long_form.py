@@ -168,7 +168,9 @@ def planned(detections: List[int], record: bool = False) -> Callable:
 
     class Planned(endpoint.Endpointer):
         def _call_end(self, start: int) -> int:
-            i = len(detections) if record else bisect.bisect_right(detections, self.speech_at)
+            if record:
+                return super()._call_end(start)
+            i = bisect.bisect_right(detections, self.speech_at)
             return (detections[i] + 1) * self.stack if i < len(detections) else super()._call_end(start)
 
         @property
@@ -230,7 +232,7 @@ def paired_offline_cost(
     counted(plain)
     counted(seg)
 
-    plans: Dict[str, List[int]] = {}  # file -> the output frames of its detections (oracle)
+    oracles: Dict[str, type] = {}  # file -> the endpointer type that plans its calls (oracle)
 
     def runner(name: str, rec: Recognizer, sizes: endpoint.CallSizes) -> Callable:
         def run(paths: List[str]) -> None:
@@ -238,7 +240,7 @@ def paired_offline_cost(
             counts = ran.setdefault(name, [0.0, 0.0])
             for p in paths:
                 if name == "oracle calls":
-                    rec.endpointer_type = planned(plans[p])
+                    rec.endpointer_type = oracles[p]
                 counts[1] += rec.transcribe_file(p).duration  # the audio's seconds, without reading the file again
             rec.endpointer_type = endpoint.Endpointer
 
@@ -252,9 +254,10 @@ def paired_offline_cost(
     if oracle and seg.segment_method == "endpoint":
         now[0], ran["plan"] = "plan", [0.0, 0.0]  # the first pass: not timed
         for f in files:
-            plans[f] = []
-            seg.endpointer_type = planned(plans[f], record=True)
+            detections: List[int] = []
+            seg.endpointer_type = planned(detections, record=True)
             seg.transcribe_file(f)
+            oracles[f] = planned(detections)  # made here, not in the timed runs
         seg.endpointer_type = endpoint.Endpointer
         names["oracle calls"], sizes["oracle calls"] = seg, endpoint.OFFLINE_CALLS
     out = paired_ratios(groups, files, wavs, repeats, {n: runner(n, r, sizes[n]) for n, r in names.items()})

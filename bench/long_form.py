@@ -21,7 +21,8 @@ on a unidirectional model, ``blank`` on a bidirectional one. The processes' RTFs
 firm time figure is ``offline_paired``: the first method's recogniser on each recording of the shortest length against
 its utterances each as one stream, the two run side by side in the bench's process (1 thread, the model's decode
 settings, ``--repeats`` times; the median ratio and quartiles; and the recording as one stream, the control);
-``--calls F S W`` adds the endpointer under other call sizes (how ``OFFLINE_CALLS`` was chosen), ``--oracle-calls``
+``--calls F S W`` adds the endpointer under other call sizes (how ``OFFLINE_CALLS`` and, on a mobile bundle's
+ONNX Runtime network, ``OFFLINE_CHEAP_CALLS`` were chosen), ``--oracle-calls``
 under calls that each end just after the next detected speech (the floor of any plan of its calls).
 
 ``--streaming``: also the model's mobile bundle (``MODEL/mobile/bundle``) through its streaming recogniser
@@ -199,7 +200,7 @@ def paired_offline_cost(
     """:func:`paired_ratios` of `asr transcribe`'s recogniser (1 thread, the model's decode settings): each long
     recording segmented by ``method`` and, the control, as one stream, against its utterances each as one stream;
     and segmented with the endpointer's calls of each of ``calls`` (first, segment, waiting seconds held:
-    :class:`asrlib.decode.endpoint.CallSizes`, the recogniser's ``endpoint_calls``) in place of ``OFFLINE_CALLS``; with
+    :class:`asrlib.decode.endpoint.CallSizes`, the recogniser's ``endpoint_calls``) in place of the backend's own; with
     ``oracle``, with calls that each end just after the next speech that the endpointer detects (:func:`planned`,
     from a first pass over the recording: the least the network can run with no call cut short); with each, the
     fbank frames the network ran per frame of audio."""
@@ -247,7 +248,7 @@ def paired_offline_cost(
         return run
 
     names = {"utts": plain, method: seg, "one_stream": plain}
-    sizes = {n: endpoint.OFFLINE_CALLS for n in names}
+    sizes = {n: seg.endpoint_calls for n in names}  # the backend's own (OFFLINE_CALLS on torch)
     for c in calls:
         name = "calls " + " / ".join(f"{x:g}" for x in c)
         names[name], sizes[name] = seg, endpoint.CallSizes(*c, hold=True)
@@ -259,7 +260,7 @@ def paired_offline_cost(
             seg.transcribe_file(f)
             oracles[f] = planned(detections)  # made here, not in the timed runs
         seg.endpointer_type = endpoint.Endpointer
-        names["oracle calls"], sizes["oracle calls"] = seg, endpoint.OFFLINE_CALLS
+        names["oracle calls"], sizes["oracle calls"] = seg, seg.endpoint_calls
     out = paired_ratios(groups, files, wavs, repeats, {n: runner(n, r, sizes[n]) for n, r in names.items()})
     shift = plain.frame_shift
     for n, (frames, seconds) in ran.items():  # the network's frames per frame of audio
@@ -397,7 +398,7 @@ def main() -> None:
         default=[],
         metavar=("FIRST", "SEGMENT", "WAITING"),
         help="the offline paired timing also with the endpointer's calls of these seconds (asrlib.decode.endpoint."
-        "CallSizes, held) in place of OFFLINE_CALLS; may be given more than once",
+        "CallSizes, held) in place of the backend's own (OFFLINE_CALLS on torch); may be given more than once",
     )
     p.add_argument(
         "--oracle-calls",

@@ -627,9 +627,9 @@ def test_digits_model_60s_recordings_vs_pieces():
     model trained on utterances joined in twos, is within issue 31's bound, 0.3 absolute of the pieces, and below
     one stream. Measured with bench/long_form.py on the `make run` model (2026-12-01, docs/long-recordings.md): 3.18
     against 3.09 here (the blank planner 3.28); on a test set 20 times larger +0.20 [+0.05, +0.37] (blank +0.33).
-    The model `make run` trains is the same from run to run on one machine (test TLG 3.46 on 2026-11-28, -29 and
-    12-01), so this is a fixed figure there; another machine's float rounding may train another model, whose gap on
-    these 1099 words can differ by more than the bound (docs/long-recordings.md, "How sure these figures are"): a
+    The model `make run` trains is the same from run to run on one machine (test TLG 3.46 on 2026-11-28, -29, 12-01
+    and 12-02 afternoon), so this is a fixed figure there; another machine's float rounding may train another model,
+    whose gap on these 1099 words can differ by more than the bound (docs/long-recordings.md, "Where it stands"): a
     fresh machine's on 2026-12-02 (test TLG 2.28) gave 2.09 against 1.91 here, +0.23 [+0.09, +0.38] on the larger."""
     from asrlib.score import score
 

@@ -97,3 +97,40 @@ def test_unusable_bundles_are_clear_errors(bundle, tmp_path):
     (b / "bundle.json").write_text(json.dumps({**info, "version": 99}))
     with pytest.raises(AsrError, match="version 99"):
         open_model_dir(b)
+
+
+def test_a_bundles_long_recording_is_endpointed_in_the_cheap_engines_calls(bundle):
+    """Offline, a bundle's network (ONNX Runtime, whose call costs little) is called in OFFLINE_CHEAP_CALLS's
+    shorter calls, where torch's is called in OFFLINE_CALLS's (bench/long_form.py --calls measured both): every call
+    within those sizes (or a segment's rerun from its pause), and the same words and segments as in the other's."""
+    from asrlib.decode import endpoint
+
+    _, out = bundle
+    rng = np.random.default_rng(5)
+    pieces = []
+    for _ in range(12):
+        x, _ = synth_utterance([f"W{int(i)}" for i in rng.integers(1, 5, size=3)], rng)
+        pieces += [x, np.zeros(int(rng.uniform(0.8, 2.5) * SR), np.float32)]
+    audio = np.concatenate(pieces)
+    rec = Recognizer.from_dir(out / "bundle")
+    assert rec.segment_method == "endpoint" and rec.endpoint_calls == endpoint.OFFLINE_CHEAP_CALLS
+    sizes, make = [], rec.backend.stream
+
+    def counting_stream():
+        s = make()
+        accept = s.accept
+        s.accept = lambda feats: (sizes.append(len(feats)), accept(feats))[1]
+        return s
+
+    rec.backend.stream = counting_stream
+    cheap = rec.transcribe(audio, SR)
+    calls, pad = rec.endpoint_calls, rec.decode_config.segment_pad
+    longest = max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9
+    assert max(sizes) * rec.frame_shift <= longest
+    n_cheap = len(sizes)
+    sizes.clear()
+    rec.endpoint_calls = endpoint.OFFLINE_CALLS
+    dear = rec.transcribe(audio, SR)
+    assert n_cheap > len(sizes)  # more, shorter calls
+    assert cheap.text == dear.text and len(cheap.segments) >= 6
+    assert [(s.start, s.end) for s in cheap.segments] == [(s.start, s.end) for s in dear.segments]

@@ -49,6 +49,7 @@ from typing import Callable, Dict, List, Optional, Protocol
 import numpy as np
 
 from asrlib.config import DecodeConfig
+from asrlib.decode.endpoint import OFFLINE_CALLS, OFFLINE_CHEAP_CALLS, CallSizes
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_open
 from asrlib.io.files import sha256_file
@@ -95,6 +96,10 @@ class AcousticBackend(Protocol):
     # its stream gives each output frame's log-probs once that frame's stack has come (a unidirectional network
     # with causal CMN): an endpointer can run it (decode.segment: endpoint); else its output comes at the end
     causal: bool
+    # how the offline endpointer calls its network (asrlib.decode.endpoint.CallSizes): the fewer, the longer the
+    # reruns; chosen by measurement for what a call costs this engine (torch: OFFLINE_CALLS; ONNX Runtime:
+    # OFFLINE_CHEAP_CALLS)
+    endpoint_calls: CallSizes
 
     def stream(self) -> AcousticStream:
         """A fresh stream (no state from earlier recordings)."""
@@ -215,6 +220,7 @@ class TorchBackend:
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
         self.causal = not (self.bidirectional or self.saved.cmn == "utterance")
+        self.endpoint_calls = OFFLINE_CALLS  # oneDNN's LSTM: a call costs about as much as 50 output frames
 
     def stream(self) -> AcousticStream:
         return _UnidirectionalStream(self.saved) if self.causal else _WholeRecordingStream(self.saved)
@@ -257,6 +263,7 @@ class OnnxBundleBackend:
         self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
         self.vocab_size = self.model.vocab_size
         self.causal = True
+        self.endpoint_calls = OFFLINE_CHEAP_CALLS  # ONNX Runtime: a call costs about as much as 6 output frames
 
     def stream(self) -> AcousticStream:
         return _OnnxStream(self)

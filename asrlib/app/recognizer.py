@@ -482,7 +482,7 @@ class Recognizer:
     ) -> None:
         from asrlib.config import check_segment_settings
 
-        from asrlib.decode.endpoint import OFFLINE_CALLS, Endpointer
+        from asrlib.decode.endpoint import Endpointer
         from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
         from asrlib.lang.lexicon import read_lexicon_ids, read_tokens, read_words
         from asrlib.features.fbank import FbankExtractor, FbankOptions
@@ -529,7 +529,7 @@ class Recognizer:
         self.max_duration = max_duration  # seconds of input audio, at most (None: no limit)
         self._frames_per_chunk = max(1, int(round(self.chunk_seconds / self.frame_shift)))
         self.max_greedy_frames = max(1, int(max_greedy_segment / self.frame_seconds))
-        self.endpoint_calls = OFFLINE_CALLS  # the network's calls under decode.segment endpoint (CallSizes)
+        self.endpoint_calls = self.backend.endpoint_calls  # the network's calls under decode.segment endpoint
         self.endpointer_type = Endpointer  # what cuts them (bench/long_form.py --oracle-calls: one that plans calls)
 
     @classmethod

@@ -29,19 +29,17 @@ digits recipe, 60 s recordings: +0.09 against +0.28-0.32 long minus per utteranc
 The network's calls (:class:`CallSizes`) are bounded, since a pause's rerun goes from the middle of the pause to the
 end of the call that heard the next speech (audio given in one piece would otherwise run again from each pause to its
 end). The streaming recogniser runs each chunk as it comes, in calls of at most ``ENDPOINT_RUN_SECONDS`` (until the
-first segment has ended, ``ENDPOINT_FIRST_RUN_SECONDS``). The offline one (``OFFLINE_CALLS``) holds the frames until a
-call's worth is there: 4 s until the first segment has ended (a short input, an utterance, runs in one call, as one
-stream would), 3 s while a segment is decoded (its first call, the rerun from its start, made up to that from the
-frames held) and 0.5 s between segments. The digits model's torch LSTM (3 x 256, oneDNN, one thread) costs about 1 ms a
-call besides 24 us a fbank frame, so fewer calls pay for longer reruns: side by side with each utterance as one stream
-(`bench/long_form.py --calls`, the 300-utterance test set's 60 s recordings, 2026-12-01; docs/long-recordings.md), 1 s
-calls throughout took 1.33x (the network over 1.47x the audio's frames), these 1.22x (1.61x); 2-3.5 s segment calls
-with 0.5-2 s waits 1.18-1.23x, 4 s ones 1.28x. Even in 0.1 s calls the network runs 1.26x the frames: each pause's
-second half again, from a zero state. No plan of the calls gets below the reruns: calls that each end one frame after
-the next detection (an oracle, `bench/long_form.py --oracle-calls`) took 1.110x at 1.245x the frames (6000 test
-utterances, 2026-12-02). The words and segments are the same however the input is chunked and whatever the
-calls' sizes (or a subclass's plan: ``_call_end``). Memory is bounded by ``pad`` of kept frames and a call's
-(and the held frames, fewer than a call's).
+first segment has ended, ``ENDPOINT_FIRST_RUN_SECONDS``). The offline one holds the frames until a call's worth is
+there: ``first`` seconds until the first segment has ended (a short input, an utterance, runs in one call, as one
+stream would), ``segment`` while a segment is decoded (its first call, the rerun from its start, made up to that from
+the frames held) and ``waiting`` between segments. Fewer calls pay for longer reruns, so the sizes depend on what a
+call costs the engine (its backend's ``endpoint_calls``): ``OFFLINE_CALLS`` (4 / 3 / 0.5 s) for torch's oneDNN LSTM,
+whose call costs as much as about 50 output frames, ``OFFLINE_CHEAP_CALLS`` (4 / 1 / 0.3 s) for ONNX Runtime's, about
+6. Both chosen side by side with each utterance decoded as one stream (`bench/long_form.py --calls`, the tables in
+docs/long-recordings.md). However they are called, the network runs each pause's second half again, from a zero
+state (1.24x the audio's frames on the digits test set). The words and segments are the same however the input is
+chunked and whatever the calls' sizes (or a subclass's plan: ``_call_end``). Memory is bounded by ``pad`` of kept
+frames and a call's (and the held frames, fewer than a call's).
 """
 
 from __future__ import annotations
@@ -71,8 +69,11 @@ class CallSizes:
     hold: bool = False
 
 
-#: the offline recogniser's calls (asr transcribe; the input's next frames are there: module docstring)
+#: the offline recogniser's calls (asr transcribe; the input's next frames are there: module docstring) on a network
+#: whose call costs much (torch's oneDNN LSTM: about 4 ms, as much as ~50 output frames, on the digits model)
 OFFLINE_CALLS = CallSizes(first=4.0, segment=3.0, waiting=0.5, hold=True)
+#: the same on a network whose call costs little (ONNX Runtime: about 0.2 ms, as much as ~6 output frames)
+OFFLINE_CHEAP_CALLS = CallSizes(first=4.0, segment=1.0, waiting=0.3, hold=True)
 
 
 class NetworkStream(Protocol):

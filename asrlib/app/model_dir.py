@@ -220,7 +220,7 @@ class TorchBackend:
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
         self.causal = not (self.bidirectional or self.saved.cmn == "utterance")
-        self.endpoint_calls = OFFLINE_CALLS  # oneDNN's LSTM: a call costs about as much as 50 output frames
+        self.endpoint_calls = OFFLINE_CALLS  # oneDNN's LSTM: a call costs as much as ~52 output frames
 
     def stream(self) -> AcousticStream:
         return _UnidirectionalStream(self.saved) if self.causal else _WholeRecordingStream(self.saved)
@@ -263,7 +263,7 @@ class OnnxBundleBackend:
         self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
         self.vocab_size = self.model.vocab_size
         self.causal = True
-        self.endpoint_calls = OFFLINE_CHEAP_CALLS  # ONNX Runtime: a call costs about as much as 6 output frames
+        self.endpoint_calls = OFFLINE_CHEAP_CALLS  # ONNX Runtime: a call costs as much as ~4 output frames
 
     def stream(self) -> AcousticStream:
         return _OnnxStream(self)

@@ -26,20 +26,20 @@ start by the network that goes on listening: what the offline ``blank`` planner 
 which takes both from one pass over up to ``segment_max_seconds`` of audio, lacks (on 6000 dev utterances of the
 digits recipe, 60 s recordings: +0.09 against +0.28-0.32 long minus per utterance; docs/long-recordings.md).
 
-The network's calls (:class:`CallSizes`) are bounded, since a pause's rerun goes from the middle of the pause to the
-end of the call that heard the next speech (audio given in one piece would otherwise run again from each pause to its
-end). The streaming recogniser runs each chunk as it comes, in calls of at most ``ENDPOINT_RUN_SECONDS`` (until the
-first segment has ended, ``ENDPOINT_FIRST_RUN_SECONDS``). The offline one holds the frames until a call's worth is
-there: ``first`` seconds until the first segment has ended (a short input, an utterance, runs in one call, as one
-stream would), ``segment`` while a segment is decoded (its first call, the rerun from its start, made up to that from
-the frames held) and ``waiting`` between segments. Fewer calls pay for longer reruns, so the sizes depend on what a
-call costs the engine (its backend's ``endpoint_calls``): ``OFFLINE_CALLS`` (4 / 3 / 0.5 s) for torch's oneDNN LSTM,
-whose call costs as much as about 50 output frames, ``OFFLINE_CHEAP_CALLS`` (4 / 1 / 0.3 s) for ONNX Runtime's, about
-6. Both chosen side by side with each utterance decoded as one stream (`bench/long_form.py --calls`, the tables in
-docs/long-recordings.md). However they are called, the network runs each pause's second half again, from a zero
-state (1.24x the audio's frames on the digits test set). The words and segments are the same however the input is
-chunked and whatever the calls' sizes (or a subclass's plan: ``_call_end``). Memory is bounded by ``pad`` of kept
-frames and a call's (and the held frames, fewer than a call's).
+The network's calls (:class:`CallSizes`) are bounded, since a pause's rerun goes from the middle of the pause to the end
+of the call that heard the next speech (audio given in one piece would otherwise run again from each pause to its end).
+The streaming recogniser runs each chunk as it comes, in calls of at most ``ENDPOINT_RUN_SECONDS`` (until the first
+segment has ended, ``ENDPOINT_FIRST_RUN_SECONDS``). The offline one holds the frames until a call's worth is there:
+``first`` seconds until the first segment has ended (a short input, an utterance, runs in one call, as one stream
+would), ``segment`` while a segment is decoded (its first call, the rerun from its start, made up to that from the
+frames held) and ``waiting`` between segments. Fewer calls pay for longer reruns, so the sizes depend on what a call
+costs the engine (its backend's ``endpoint_calls``): ``OFFLINE_CALLS`` (4 / 3 / 0.5 s) for torch's oneDNN LSTM, whose
+call costs as much as about 52 output frames, ``OFFLINE_CHEAP_CALLS`` (4 / 1 / 0.3 s) for ONNX Runtime's, about 4
+(`bench/network_calls.py`). Both chosen side by side with each utterance decoded as one stream (`bench/long_form.py
+--calls`, the tables in docs/long-recordings.md). However they are called, the network runs each pause's second half
+again, from a zero state (1.24x the audio's frames on the digits test set). The words and segments are the same however
+the input is chunked and whatever the calls' sizes (or a subclass's plan: ``_call_end``). Memory is bounded by ``pad``
+of kept frames and a call's (and the held frames, fewer than a call's).
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ class CallSizes:
 
 
 #: the offline recogniser's calls (asr transcribe; the input's next frames are there: module docstring) on a network
-#: whose call costs much (torch's oneDNN LSTM: about 4 ms, as much as ~50 output frames, on the digits model)
+#: whose call costs much (torch's oneDNN LSTM: 3.3 ms, as much as ~52 output frames, on the digits model)
 OFFLINE_CALLS = CallSizes(first=4.0, segment=3.0, waiting=0.5, hold=True)
-#: the same on a network whose call costs little (ONNX Runtime: about 0.2 ms, as much as ~6 output frames)
+#: the same on a network whose call costs little (ONNX Runtime's int8 network: 0.09 ms, ~4 output frames)
 OFFLINE_CHEAP_CALLS = CallSizes(first=4.0, segment=1.0, waiting=0.3, hold=True)
 
 

@@ -261,3 +261,32 @@ def spec_augment_masked_fill(x, lens, max_warp: float = 0.0):
     t = (torch.rand(n, 2) * (max_t + 1)).long()
     t0 = (torch.rand(n, 2) * (lens.unsqueeze(1) - t).clamp(min=1)).long()
     return x.masked_fill(_span_mask(d, f0, f).unsqueeze(1) | _span_mask(t_max, t0, t).unsqueeze(2), 0.0)
+
+
+def count_network_calls(rec) -> List[int]:
+    """Wrap ``rec``'s backend so that every call of a network stream it makes appends its fbank frames to the list
+    returned (the offline endpointer's calls)."""
+    sizes: List[int] = []
+    make = rec.backend.stream
+
+    def counting_stream():
+        s = make()
+        accept = s.accept
+
+        def counted(feats):
+            sizes.append(len(feats))
+            return accept(feats)
+
+        s.accept = counted
+        return s
+
+    rec.backend.stream = counting_stream
+    return sizes
+
+
+def longest_endpointer_call(rec) -> float:
+    """Seconds of input in the longest call the offline endpointer may make in ``rec``'s call sizes: a call's worth,
+    or a segment's rerun from the middle of its pause (at most ``segment_pad`` before the speech) to the end of the
+    call that heard the speech."""
+    calls, pad = rec.endpoint_calls, rec.decode_config.segment_pad
+    return max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9

@@ -18,7 +18,7 @@ import torch
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table_dict
 from asrlib.app.recognizer import Recognizer, _match_edit, align_words, fbank_stream, resample_stream, token_runs
-from helpers import concatenated_recordings
+from helpers import concatenated_recordings, count_network_calls, longest_endpointer_call
 from tone_model import SR, read_texts, synth_utterance, tone_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,27 +280,13 @@ def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     audio = np.concatenate(pieces)
     rec = Recognizer.from_dir(tm.exp, segment="auto")
     assert rec.segment_method == "endpoint"
-    sizes, make = [], rec.backend.stream
-
-    def counting_stream():
-        s = make()
-        accept = s.accept
-
-        def counted(feats):
-            sizes.append(len(feats))
-            return accept(feats)
-
-        s.accept = counted
-        return s
-
-    rec.backend.stream = counting_stream
+    sizes = count_network_calls(rec)
     res = rec.transcribe(audio, SR)
     # a call: at most a call's worth of frames (OFFLINE_CALLS), or a segment's rerun from the middle of its pause
     # (at most `pad` before the speech) to the end of the call that heard the speech
-    calls, pad, fs = rec.endpoint_calls, rec.decode_config.segment_pad, rec.frame_shift
+    calls = rec.endpoint_calls
     assert calls == endpoint.OFFLINE_CALLS
-    longest = max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9
-    assert max(sizes) * fs <= longest, max(sizes)
+    assert max(sizes) * rec.frame_shift <= longest_endpointer_call(rec), max(sizes)
     assert len(sizes) >= len(audio) / SR / max(calls.first, calls.segment, calls.waiting)
     assert len(res.segments) >= len(bounds) // 2
     assert res.text == " ".join(s.text for s in res.segments)

@@ -15,6 +15,7 @@ from asrlib.app.cli_asr import main
 from asrlib.errors import AsrError
 from asrlib.app.model_dir import open_model_dir
 from asrlib.app.recognizer import Recognizer
+from helpers import count_network_calls, longest_endpointer_call
 from mobile_bundle import tone_bundle
 from tone_model import SR, read_texts, synth_utterance
 
@@ -114,19 +115,9 @@ def test_a_bundles_long_recording_is_endpointed_in_the_cheap_engines_calls(bundl
     audio = np.concatenate(pieces)
     rec = Recognizer.from_dir(out / "bundle")
     assert rec.segment_method == "endpoint" and rec.endpoint_calls == endpoint.OFFLINE_CHEAP_CALLS
-    sizes, make = [], rec.backend.stream
-
-    def counting_stream():
-        s = make()
-        accept = s.accept
-        s.accept = lambda feats: (sizes.append(len(feats)), accept(feats))[1]
-        return s
-
-    rec.backend.stream = counting_stream
+    sizes = count_network_calls(rec)
     cheap = rec.transcribe(audio, SR)
-    calls, pad = rec.endpoint_calls, rec.decode_config.segment_pad
-    longest = max(calls.first, pad + max(calls.segment, calls.waiting)) + rec.frame_seconds + 1e-9
-    assert max(sizes) * rec.frame_shift <= longest
+    assert max(sizes) * rec.frame_shift <= longest_endpointer_call(rec)
     n_cheap = len(sizes)
     sizes.clear()
     rec.endpoint_calls = endpoint.OFFLINE_CALLS

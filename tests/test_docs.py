@@ -95,3 +95,20 @@ def test_no_page_cites_a_results_file_that_is_gone():
             if name not in held:
                 gone.setdefault(str(page.relative_to(ROOT)), []).append(name)
     assert gone == {}
+
+
+def _anchors(page: Path) -> set:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    heads = [line.lstrip("#").strip() for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
+def test_links_to_a_section_find_it():
+    link = re.compile(r"\]\(([^)#\s]*\.md)?#([^)\s]+)\)")
+    broken = []
+    for page in [README, *DOCS, *(ROOT / "recipes").glob("*/README.md")]:
+        for target, anchor in link.findall(page.read_text(encoding="utf-8")):
+            dest = (page.parent / target).resolve() if target else page
+            if not dest.exists() or anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert broken == []

@@ -33,7 +33,8 @@ from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.io.stage import dir_lock
 from asrlib.errors import AsrError
-from asrlib.lang.ngram import build_arpa, read_alphabet
+from asrlib.lang.lm_text import read_alphabet
+from asrlib.lang.ngram import build_arpa
 from asrlib.lang.prune import prune_arpa_file
 
 

@@ -1,6 +1,6 @@
-"""Reading ARPA n-gram files (ours, SRILM's, KenLM's, ...) back into an :class:`~asrlib.lang.ngram.NgramLm`, with a
-clear error naming the file and line for a truncated or inconsistent file, and scoring text with a model
-(log-probabilities by back-off, perplexity).
+"""ARPA n-gram files: writing an :class:`~asrlib.lang.ngram_types.NgramLm`; reading one (ours, SRILM's,
+KenLM's, ...) back, with a clear error naming the file and line for a truncated or inconsistent file; and scoring
+text with a model (log-probabilities by back-off, perplexity).
 
 Checked while reading: the ``\\data\\`` header and its ``ngram k=n`` lines, section headers in order, the number of
 fields of each entry, numbers that parse (a log10 probability above 0 is only a warning: KenLM writes some), no
@@ -18,11 +18,32 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from asrlib.errors import AsrError, PathLike
-from asrlib.lang.ngram import BOS, EOS, UNK, Ngram, NgramLm, TextStats
+from asrlib.io.atomic import atomic_open
+from asrlib.lang.ngram_types import BOS, EOS, UNK, Ngram, NgramLm, TextStats
 
 log = logging.getLogger(__name__)
 
 LOG10_TOLERANCE = 1e-4  # log10 probabilities up to this above 0 are rounding, not an error
+
+
+def write_arpa(lm: NgramLm, path: PathLike) -> None:
+    """The model in ARPA format (log10 probabilities and back-off weights; n-grams sorted), written atomically."""
+    with atomic_open(path) as f:
+        f.write("\\data\\\n")
+        for k, n in enumerate(lm.ngram_counts(), 1):
+            f.write(f"ngram {k}={n}\n")
+        for k in range(1, lm.order + 1):
+            f.write(f"\n\\{k}-grams:\n")
+            probs, bows = lm.probs[k - 1], lm.backoffs[k - 1]
+            entries = sorted(probs.items())
+            if k == 1:  # <s> is only a history: ARPA's convention of -99 for "never predicted"
+                entries = sorted(entries + [((BOS,), 0.0)])
+            for g, p in entries:
+                line = f"{math.log10(p) if p > 0 else -99:.6f}\t{' '.join(g)}"
+                if g in bows:
+                    line += f"\t{math.log10(bows[g]):.6f}"
+                f.write(line + "\n")
+        f.write("\n\\end\\\n")
 
 
 def read_arpa(path: PathLike, max_order: Optional[int] = None, structure_only: bool = False) -> NgramLm:

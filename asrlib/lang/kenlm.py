@@ -3,7 +3,7 @@ same interpolated modified Kneser-Ney as :mod:`asrlib.lang.ngram` (their perplex
 text, docs/language-models.md), but in C++ with disk-based sorting, so that the text and the unpruned counts need not
 fit in memory (LibriSpeech's 800 M words). ``tools/install_kenlm.sh`` builds it into ``.venv/bin/lmplz``.
 
-The text is read twice as a stream by :func:`asrlib.lang.ngram.read_sentences` (the same OOV, alphabet, length and
+The text is read twice as a stream by :func:`asrlib.lang.lm_text.read_sentences` (the same OOV, alphabet, length and
 empty-line handling and report): once for the vocabulary, once into ``lmplz``'s standard input. lmplz refuses
 ``<unk>`` in its text, so a word ours would map to ``<unk>`` is written as ``<oov>`` and every n-gram holding it is
 dropped (``--limit_vocab_file``); the model's ``<unk>`` then gets lmplz's interpolated probability. Count cut-offs
@@ -22,7 +22,8 @@ from typing import Optional, Sequence, Set
 
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_path
-from asrlib.lang.ngram import UNK, TextStats, read_sentences
+from asrlib.lang.lm_text import read_sentences
+from asrlib.lang.ngram_types import UNK, TextStats
 
 log = logging.getLogger(__name__)
 

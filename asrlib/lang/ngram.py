@@ -34,174 +34,24 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from asrlib.errors import AsrError, PathLike
-from asrlib.io.atomic import atomic_open
 from asrlib.io.files import sha256_file
 from asrlib.io.stage import is_done, mark_done
+from asrlib.lang.arpa import arpa_counts, write_arpa
+from asrlib.lang.kenlm import estimate_arpa_lmplz
+from asrlib.lang.lm_text import read_sentences, read_vocabulary, text_summary, write_text_report
+from asrlib.lang.ngram_types import BOS, EOS, UNK, Ngram, NgramLm, TextStats
+from asrlib.lang.prune import prune_arpa_file, prune_counts, prune_entropy
 
 log = logging.getLogger(__name__)
 
-BOS, EOS, UNK = "<s>", "</s>", "<unk>"
-Ngram = Tuple[str, ...]
-_NOT_WORDS = re.compile(r"^(<eps>|<s>|</s>|#\d+)$")  # symbols of a Kaldi words.txt that are not words
 FALLBACK_DISCOUNT = 0.5
 LM_TOOLKITS = ("ours", "kenlm")  # lang.lm_toolkit: this module's estimator, or KenLM's lmplz (asrlib/lang/kenlm.py)
-
-
-@dataclass
-class TextStats:
-    """What was read: sentences (non-empty lines), word tokens (``<s>``/``</s>`` not counted), OOV tokens (words
-    outside the vocabulary, or with a character outside ``alphabet``, or longer than ``max_word_len``: all become
-    ``<unk>``), and the empty lines skipped (count and the first few ``file:line``)."""
-
-    sentences: int = 0
-    tokens: int = 0
-    oov_tokens: int = 0
-    oov_words: Counter = field(default_factory=Counter)
-    bad_char_words: Counter = field(default_factory=Counter)
-    too_long_words: Counter = field(default_factory=Counter)
-    empty_lines: int = 0
-    empty_examples: List[str] = field(default_factory=list)
-
-
-@dataclass
-class NgramLm:
-    """An estimated model: per order ``k`` (index ``k - 1``) the probability of every n-gram and the back-off
-    weight (γ) of every n-gram that is a history; linear, not log. ``discounts[k - 1]`` = (D1, D2, D3+)."""
-
-    order: int
-    probs: List[Dict[Ngram, float]]
-    backoffs: List[Dict[Ngram, float]]
-    discounts: List[Tuple[float, float, float]]
-    stats: TextStats
-    raw: List[Counter] = field(default_factory=list)  # raw counts per order (for count cut-offs); [] when read
-
-    def ngram_counts(self) -> List[int]:
-        """Number of n-grams per order as written to ARPA (the unigrams include ``<s>``)."""
-        return [len(self.probs[0]) + 1] + [len(p) for p in self.probs[1:]]
-
-    def prob(self, history: Ngram, word: str) -> float:
-        """p(word | history) by back-off (0 for a word the model lacks); ``history`` may be longer than needed."""
-        h = history[len(history) - self.order + 1 :] if self.order > 1 else ()
-        scale = 1.0
-        while True:
-            p = self.probs[len(h)].get((*h, word))
-            if p is not None:
-                return scale * p
-            if not h:
-                return 0.0
-            scale *= self.backoffs[len(h) - 1].get(h, 1.0)
-            h = h[1:]
-
-
-# ---------------------------------------------------------------- reading text
-def read_vocabulary(path: PathLike) -> Set[str]:
-    """The words of a Kaldi ``words.txt`` (first column) or of a word list, without ``<eps>``, ``<s>``, ``</s>``
-    and the disambiguation symbols ``#0``, ``#1``, ..."""
-    path = Path(path)
-    if not path.is_file():
-        raise AsrError(f"vocabulary {path} does not exist")
-    words = set()
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for line in f:
-            parts = line.split()
-            if parts and not _NOT_WORDS.match(parts[0]):
-                words.add(parts[0])
-    if not words:
-        raise AsrError(f"vocabulary {path} holds no words")
-    return words
-
-
-def read_alphabet(path: PathLike) -> Set[str]:
-    """The characters allowed in words: the single-character units of a ``tokens.txt`` (first column; ``<blk>``,
-    ``#k`` and other multi-character symbols ignored, ``▁`` too), or every non-space character of any other file."""
-    path = Path(path)
-    if not path.is_file():
-        raise AsrError(f"alphabet file {path} does not exist")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if lines and all(len(ln.split()) == 2 and ln.split()[1].isdigit() for ln in lines if ln.strip()):
-        chars = {ln.split()[0] for ln in lines if ln.strip() and len(ln.split()[0]) == 1} - {"\u2581"}
-    else:
-        chars = {c for ln in lines for c in ln if not c.isspace()}
-    if not chars:
-        raise AsrError(f"{path} gives no characters for the alphabet")
-    return chars
-
-
-def read_sentences(
-    texts: Sequence[PathLike],
-    has_utt_ids: bool = False,
-    vocab: Optional[Set[str]] = None,
-    uppercase: bool = False,
-    stats: Optional[TextStats] = None,
-    alphabet: Optional[Set[str]] = None,
-    max_word_len: int = 0,
-) -> Iterator[List[str]]:
-    """The word lists of the non-empty lines of ``texts`` (one sentence a line; with ``has_utt_ids`` the first
-    column, a Kaldi utterance id, is dropped), read as a stream (memory does not grow with the text).
-    ``uppercase`` upper-cases every word but ``<unk>``; with ``vocab`` other words become ``<unk>``, and so do words
-    with a character outside ``alphabet`` or longer than ``max_word_len`` (> 0) characters, each counted and
-    listed in ``stats``. Empty lines are skipped and counted. ``stats`` is updated as lines are read."""
-    stats = stats if stats is not None else TextStats()
-    intern: Dict[str, str] = {}  # one string object per word type: n-gram keys share them
-    for path in map(Path, texts):
-        if not path.is_file():
-            raise AsrError(f"LM text {path} does not exist")
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    words = raw.decode("utf-8").split()
-                except UnicodeDecodeError as e:
-                    raise AsrError(
-                        f"{path}:{lineno}: not valid UTF-8 ({e.reason}); re-encode the file as UTF-8"
-                    ) from None
-                if has_utt_ids:
-                    words = words[1:]
-                if not words:
-                    stats.empty_lines += 1
-                    if len(stats.empty_examples) < 10:
-                        stats.empty_examples.append(f"{path}:{lineno}")
-                    continue
-                if BOS in words or EOS in words:
-                    raise AsrError(
-                        f"{path}:{lineno}: the text holds '{BOS}' or '{EOS}'; sentence boundaries are "
-                        "added by the estimator, remove them from the text"
-                    )
-                if uppercase:
-                    words = [UNK if w.lower() == UNK else w.upper() for w in words]
-                if alphabet is not None or max_word_len > 0:
-                    words = [_screen(w, alphabet, max_word_len, stats) for w in words]
-                if vocab is not None:
-                    oov = [w for w in words if w not in vocab and w != UNK]
-                    if oov:
-                        stats.oov_tokens += len(oov)
-                        stats.oov_words.update(oov)
-                        words = [w if w in vocab else UNK for w in words]
-                stats.sentences += 1
-                stats.tokens += len(words)
-                yield [intern.setdefault(w, w) for w in words]
-
-
-def _screen(word: str, alphabet: Optional[Set[str]], max_len: int, stats: TextStats) -> str:
-    """``word``, or ``<unk>`` (counted in ``stats``) when it has a character outside ``alphabet`` or is longer
-    than ``max_len``."""
-    if word == UNK:
-        return word
-    if alphabet is not None and not alphabet.issuperset(word):
-        stats.bad_char_words[word] += 1
-    elif max_len > 0 and len(word) > max_len:
-        stats.too_long_words[word] += 1
-    else:
-        return word
-    stats.oov_tokens += 1
-    return UNK
 
 
 def count_ngrams(sentences: Iterable[List[str]], order: int) -> List[Counter]:
@@ -325,40 +175,6 @@ def estimate_lm(
     return estimate_kn(raw, order, vocab or (), stats)
 
 
-# ---------------------------------------------------------------- ARPA
-def write_arpa(lm: NgramLm, path: PathLike) -> None:
-    """The model in ARPA format (log10 probabilities and back-off weights; n-grams sorted), written atomically."""
-    with atomic_open(path) as f:
-        f.write("\\data\\\n")
-        for k, n in enumerate(lm.ngram_counts(), 1):
-            f.write(f"ngram {k}={n}\n")
-        for k in range(1, lm.order + 1):
-            f.write(f"\n\\{k}-grams:\n")
-            probs, bows = lm.probs[k - 1], lm.backoffs[k - 1]
-            entries = sorted(probs.items())
-            if k == 1:  # <s> is only a history: ARPA's convention of -99 for "never predicted"
-                entries = sorted(entries + [((BOS,), 0.0)])
-            for g, p in entries:
-                line = f"{math.log10(p) if p > 0 else -99:.6f}\t{' '.join(g)}"
-                if g in bows:
-                    line += f"\t{math.log10(bows[g]):.6f}"
-                f.write(line + "\n")
-        f.write("\n\\end\\\n")
-
-
-def text_summary(s: TextStats) -> Dict[str, int]:
-    """What the text reader saw, as counts."""
-    return {
-        "sentences": s.sentences,
-        "tokens": s.tokens,
-        "oov_tokens": s.oov_tokens,
-        "oov_types": len(s.oov_words),
-        "bad_char_words": len(s.bad_char_words),
-        "too_long_words": len(s.too_long_words),
-        "empty_lines": s.empty_lines,
-    }
-
-
 def lm_summary(lm: NgramLm) -> Dict[str, object]:
     """The figures a caller logs and keeps in a done marker."""
     return {
@@ -382,38 +198,13 @@ def _build_arpa_lmplz(
     max_word_len: int,
 ) -> Dict[str, object]:
     """:func:`build_arpa` with KenLM's lmplz (:mod:`asrlib.lang.kenlm`), entropy-pruned here when ``prune_target``."""
-    from asrlib.lang.arpa import arpa_counts
-    from asrlib.lang.kenlm import estimate_arpa_lmplz
-
     stats = estimate_arpa_lmplz(texts, out, order, vocab, has_utt_ids, uppercase, cutoffs, alphabet, max_word_len)
     full = arpa_counts(out)
     ngrams = full
     if prune_target and sum(full) > prune_target:
-        from asrlib.lang.prune import prune_arpa_file
-
         ngrams = prune_arpa_file(out, out, prune_target)["ngrams"]
     summary = {"order": order, **text_summary(stats), "ngrams": ngrams, "toolkit": "kenlm"}
     return {**summary, "ngrams_unpruned": full, "_stats": stats}
-
-
-def write_text_report(stats: TextStats, path: Path) -> None:
-    """List what the text reader set aside (empty lines; OOV, bad-character and too-long words with counts) in
-    ``path``, atomically; nothing is written (and an old report is removed) when there is nothing to list."""
-    sections = [
-        ("oov", "word not in the vocabulary", stats.oov_words),
-        ("bad_chars", "character outside the alphabet", stats.bad_char_words),
-        ("too_long", "word longer than the limit", stats.too_long_words),
-    ]
-    if not stats.empty_lines and not any(c for _, _, c in sections):
-        path.unlink(missing_ok=True)
-        return
-    with atomic_open(path) as f:
-        f.write(f"# empty lines skipped: {stats.empty_lines}")
-        f.write(f" (first: {' '.join(stats.empty_examples)})\n" if stats.empty_examples else "\n")
-        for tag, what, counter in sections:
-            f.write(f"# {tag} ({what}, mapped to {UNK}): {sum(counter.values())} tokens, {len(counter)} words\n")
-            for w, c in counter.most_common():
-                f.write(f"{tag}\t{w}\t{c}\n")
 
 
 def build_arpa(
@@ -479,8 +270,6 @@ def build_arpa(
         lm = estimate_lm(texts, order, vocab, has_utt_ids, uppercase, alphabet, max_word_len)
         full = lm.ngram_counts()
         if any(cutoffs) or prune_target:
-            from asrlib.lang.prune import prune_counts, prune_entropy
-
             lm = prune_entropy(prune_counts(lm, cutoffs), prune_target)
         write_arpa(lm, out)
         info = {**lm_summary(lm), "ngrams_unpruned": full}

@@ -24,7 +24,8 @@ from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Set
 
 from asrlib.errors import AsrError, PathLike
-from asrlib.lang.ngram import BOS, Ngram, NgramLm
+from asrlib.lang.arpa import read_arpa, write_arpa
+from asrlib.lang.ngram_types import BOS, Ngram, NgramLm
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +147,6 @@ def prune_entropy(lm: NgramLm, target: int) -> NgramLm:
 def prune_arpa_file(src: PathLike, out: PathLike, target: int, order: Optional[int] = None) -> Dict[str, object]:
     """Entropy-prune the ARPA file ``src`` (any toolkit's, e.g. KenLM's ``lmplz`` for text too large for our
     estimator) to ``target`` n-grams and write ``out`` atomically; returns the n-grams per order before and after."""
-    from asrlib.lang.arpa import read_arpa
-    from asrlib.lang.ngram import write_arpa
-
     lm = read_arpa(src, max_order=order)
     pruned = prune_entropy(lm, target)
     write_arpa(pruned, out)

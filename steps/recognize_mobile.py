@@ -145,7 +145,7 @@ def main(argv=None):
             return {"text": " ".join(words)}, len(x), time.perf_counter() - t0
     else:
         from asrlib.app.cli_asr import file_progress
-        from asrlib.app.recognizer import result_of_stream
+        from asrlib.app.word_times import result_of_stream
         from asrlib.export.bundle import check_bundle
         from asrlib.lang.lexicon import read_lexicon_ids
         from asrlib.export.streaming import EndpointRules, StreamingRecognizer

@@ -149,7 +149,7 @@ def _seed_flac(d: Path) -> Path:
 
 
 def read_audio(p: Path):
-    from asrlib.app.recognizer import open_audio_blocks
+    from asrlib.app.audio_input import open_audio_blocks
 
     sr, blocks = open_audio_blocks(p, block_seconds=1.0)
     return sum(len(b) for b in blocks)

@@ -17,7 +17,9 @@ import torch
 
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table_dict
-from asrlib.app.recognizer import Recognizer, _match_edit, align_words, fbank_stream, resample_stream, token_runs
+from asrlib.app.audio_input import fbank_stream, resample_stream
+from asrlib.app.recognizer import Recognizer
+from asrlib.app.word_times import _match_edit, align_words, token_runs
 from helpers import concatenated_recordings, count_network_calls, longest_endpointer_call
 from tone_model import SR, read_texts, synth_utterance, tone_model
 

@@ -14,7 +14,7 @@ number of channels), directories (searched recursively for those extensions) or 
 
 Output (stdout, or ``-o FILE`` written atomically): ``--format text`` gives Kaldi ``text`` lines ``KEY WORD...``;
 ``--format jsonl`` gives one JSON object per input: ``{"key", "path", "text", "duration", "words": [{"word",
-"start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.app.recognizer` for how times and confidences
+"start", "end", "confidence"}]}`` (times in seconds; see :mod:`asrlib.app.word_times` for how times and confidences
 are defined) and ``"segments": [{"start", "end", "text"}]`` (the stretches decoded from a zero network state,
 cut at pauses: :mod:`asrlib.decode.segment`), or ``{"key", "path", "error"}`` for an input that could not be
 transcribed; ``--format srt`` / ``vtt`` gives subtitles (:mod:`asrlib.app.subtitles`), one file per input with ``-o
@@ -274,7 +274,7 @@ def output_file(output: Optional[Path], subtitles_dir: Optional[Path]):
 
 
 def write_result(out, fmt: str, key: str, path: str, res: Dict, subtitles_dir: Optional[Path]) -> None:
-    """One input's result (a :meth:`asrlib.app.recognizer.Result.to_dict`) in ``fmt`` (:data:`FORMATS`)."""
+    """One input's result (a :meth:`asrlib.app.results.Result.to_dict`) in ``fmt`` (:data:`FORMATS`)."""
     if fmt == "jsonl":
         out.write(json.dumps({"key": key, "path": path, **res}, ensure_ascii=False) + "\n")
     elif subtitles_dir is not None:

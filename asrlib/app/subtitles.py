@@ -35,7 +35,7 @@ def wrap(text: str) -> str:
 
 
 def cues(result: Dict) -> List[Tuple[float, float, str]]:
-    """``(start, end, text)`` of each cue of ``result`` (a :meth:`asrlib.app.recognizer.Result.to_dict`)."""
+    """``(start, end, text)`` of each cue of ``result`` (a :meth:`asrlib.app.results.Result.to_dict`)."""
     words: Sequence[Dict] = result.get("words", [])
     out: List[Tuple[float, float, str]] = []
     k = 0

@@ -13,7 +13,7 @@ The exported network (:class:`ScanAcousticModel`), from raw 80-dim fbank to CTC 
   (:func:`asrlib.features.cmvn.online_cmn`: a ``CumSum`` over time, its prior weight a constant);
 * frame stacking ×``stack`` (also the subsampling), trailing frames that do not fill a stack dropped, as in
   training;
-* the LSTM layers, in one of three forms (``recurrence``, below);
+* the LSTM layers, in one of three forms (``recurrence``, below; each in :mod:`asrlib.export.onnx_recurrence`);
 * the output layer and log-softmax; with :meth:`ScanAcousticModel.fold_search`, then the recipe's search: minus
   the blank penalty at the blank, times the acoustic scale (sherpa-onnx's CTC graph search has neither setting;
   the metadata says so, and :mod:`asrlib.export.runtime` takes it out again for log-probs).
@@ -75,15 +75,15 @@ import contextlib
 import io
 import logging
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from asrlib.export.onnx_recurrence import make_recurrence, pick_recurrence
+from asrlib.export.onnx_weights import LayerWeights, layer_weights
 from asrlib.export.runtime import (
     ONLINE_CMN_STATE,
     OnnxAcousticModel,  # noqa: F401 - re-exported: steps.export_mobile and bench/mobile.py import it from here
@@ -105,77 +105,6 @@ FBANK_SETTINGS = (
     "kaldi-native-fbank / lhotse Fbank: povey window 25 ms, shift 10 ms, dither 0, snip_edges false, "
     "low_freq 20, high_freq -400, preemph 0.97, remove_dc_offset, log power mel, no CMVN"
 )
-
-
-@dataclass
-class LayerWeights:
-    """One unidirectional LSTM(P) layer in nn.LSTM's gate order (i, f, g, o); plain tensors."""
-
-    w_ih: torch.Tensor  # (4H, in) or (4H, r) after a bottleneck
-    bias: torch.Tensor  # (4H,) = bias_ih + bias_hh
-    w_hh: torch.Tensor  # (4H, P)
-    w_hr: Optional[torch.Tensor] = None  # (P, H) recurrent projection, None when proj_size == 0
-    w_in: Optional[torch.Tensor] = None  # (r, in) low-rank input bottleneck, None when absent
-    peep: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None  # (w_ci, w_cf, w_co), each (H,)
-
-    @property
-    def hidden(self) -> int:
-        return self.w_hh.shape[0] // 4
-
-    @property
-    def state(self) -> int:
-        return self.w_hh.shape[1]
-
-
-def _lstm_layer_weights(layer: nn.Module) -> LayerWeights:
-    """Weights of one layer of StackedLstmAcousticModel (``_TorchLstmLayer`` or ``_PeepholeLayer``), or of a
-    bottleneck wrapper (``.proj`` Linear + ``.inner`` layer, see :mod:`asrlib.export.prune`)."""
-    if hasattr(layer, "inner") and hasattr(layer, "proj"):
-        lw = _lstm_layer_weights(layer.inner)
-        lw.w_in = layer.proj.weight.detach().clone()
-        return lw
-    if hasattr(layer, "lstm"):  # torch.nn.LSTM
-        lstm = layer.lstm
-        if lstm.bidirectional:
-            raise AsrError(
-                "bidirectional models cannot be exported for mobile/streaming use (they need the whole "
-                "utterance); train with model.bidirectional: false"
-            )
-        g = lambda n: getattr(lstm, n).detach().clone()  # noqa: E731
-        return LayerWeights(
-            g("weight_ih_l0"),
-            g("bias_ih_l0") + g("bias_hh_l0"),
-            g("weight_hh_l0"),
-            g("weight_hr_l0") if lstm.proj_size > 0 else None,
-        )
-    if hasattr(layer, "fwd"):  # peephole LstmpLayer
-        if layer.bwd is not None:
-            raise AsrError(
-                "bidirectional models cannot be exported for mobile/streaming use (they need the whole "
-                "utterance); train with model.bidirectional: false"
-            )
-        f = layer.fwd
-        d = lambda p: p.detach().clone()  # noqa: E731
-        return LayerWeights(
-            d(f.weight_ih),
-            d(f.bias_ih) + d(f.bias_hh),
-            d(f.weight_hh),
-            d(f.weight_hr) if f.weight_hr is not None else None,
-            None,
-            (d(f.w_ci), d(f.w_cf), d(f.w_co)) if f.peephole else None,
-        )
-    raise AsrError(f"cannot export layer of type {type(layer).__name__}")
-
-
-def _reorder_ifgo_to_ifog(w: torch.Tensor) -> torch.Tensor:
-    i, f, g, o = w.chunk(4, dim=0)
-    return torch.cat([i, f, o, g], dim=0)
-
-
-RECURRENCES = ("auto", "hybrid", "lstm", "ops")
-# > max |h| = |sigmoid(o)·tanh(c)| as ONNX Runtime computes it: its approximations reach 1.0000002 (Tanh) and
-# 1.0000001 (Sigmoid), measured; exact in float32
-H_BOUND = 1.0 + 2.0**-10
 
 
 class ScanAcousticModel(nn.Module):
@@ -213,85 +142,10 @@ class ScanAcousticModel(nn.Module):
         self.vocab_size = int(out_weight.shape[0])
         self.register_buffer("cmvn_mean", torch.as_tensor(np.asarray(cmvn_mean, np.float32)).reshape(-1))
         self.register_buffer("cmvn_inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)).reshape(-1))
-        self.has_in = [lw.w_in is not None for lw in layers]
-        self.has_hr = [lw.w_hr is not None for lw in layers]
-        self.recurrence = self._pick_recurrence(recurrence)
-        if self.recurrence != "ops":
-            self._lstm_buffers(layers, out_weight, out_bias)
-            return
-        for k, lw in enumerate(layers):
-            w_ih, b, w_hh = lw.w_ih, lw.bias, lw.w_hh
-            if not self.peephole:  # (i, f, o, g): one Sigmoid over 3H
-                w_ih, b, w_hh = _reorder_ifgo_to_ifog(w_ih), _reorder_ifgo_to_ifog(b), _reorder_ifgo_to_ifog(w_hh)
-            self.register_buffer(f"w_ih{k}", w_ih.float().contiguous())
-            self.register_buffer(f"b{k}", b.float().contiguous())
-            self.register_buffer(f"w_hh{k}", w_hh.float().contiguous())
-            if lw.w_hr is not None:
-                self.register_buffer(f"w_hr{k}", lw.w_hr.float().contiguous())
-            if lw.w_in is not None:
-                self.register_buffer(f"w_in{k}", lw.w_in.float().contiguous())
-            if lw.peep is not None:
-                for name, p in zip(("w_ci", "w_cf", "w_co"), lw.peep):
-                    self.register_buffer(f"{name}{k}", p.float().contiguous())
-        self.register_buffer("w_out", out_weight.float().contiguous())
-        self.register_buffer("b_out", out_bias.float().contiguous())
-
-    def _pick_recurrence(self, recurrence: str) -> str:
-        if recurrence not in RECURRENCES:
-            raise AsrError(f"recurrence must be one of {', '.join(RECURRENCES)}, not {recurrence!r}")
-        lstm_ok = self.frame_local and not any(self.has_hr)
-        if recurrence == "auto":
-            return "hybrid" if lstm_ok else "ops"
-        if recurrence != "ops" and not lstm_ok:
-            raise AsrError(
-                f"recurrence {recurrence!r} needs frame_local and no recurrent projection (proj_size 0): "
-                "ONNX's LSTM node has none; use recurrence 'ops'"
-            )
-        return recurrence
-
-    def _lstm_buffers(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor):
-        """Weights in ONNX ``LSTM`` layout: ``W{k}`` (1, 4H, in), ``R{k}`` (1, 4H, H), ``B{k}`` (1, 8H), ``P{k}``
-        (1, 3H), gates (i, o, f, c). Whole-sequence layers (hybrid, k > 0) get their bottleneck folded into W and
-        two zero input columns for the constant ±H_BOUND inputs; so does the output layer."""
-        from torch.onnx import ops  # noqa: F401 - registers torch.ops.onnx_symbolic
-
-        H = self.H
-        self.in_scan = 1 if self.recurrence == "hybrid" else self.num_layers  # layers run per frame in the Scan
-        # the LSTM node's one attribute, encoded as torch.ops.onnx_symbolic expects it
-        self._lstm_attrs = dict(
-            attr_keys=["hidden_size"],
-            attr_types=["i"],
-            attr_pos=[[0, 1]],
-            attr_ints=[H],
-            attr_floats=[],
-            attr_strs=[],
-            metadata_props_keys=[],
-            metadata_props_values=[],
-            domain="",
-            version=None,
-        )
-        iofc = lambda w: torch.cat([w.chunk(4, dim=0)[j] for j in (0, 3, 1, 2)], dim=0).float()  # noqa: E731
-        for k, lw in enumerate(layers):
-            whole = k >= self.in_scan
-            w_ih = lw.w_ih
-            if lw.w_in is not None and whole:  # folded: a whole-sequence layer's input must be the bounded h
-                w_ih = (lw.w_ih.double() @ lw.w_in.double()).float()
-                self.has_in[k] = False
-            if self.has_in[k]:
-                self.register_buffer(f"w_in{k}", lw.w_in.float().contiguous())
-            w = iofc(w_ih)
-            self.register_buffer(f"W{k}", (F.pad(w, (0, 2)) if whole else w)[None].contiguous())
-            self.register_buffer(f"R{k}", iofc(lw.w_hh)[None].contiguous())
-            self.register_buffer(f"B{k}", torch.cat([iofc(lw.bias), torch.zeros(4 * H)])[None].contiguous())
-            if lw.peep is not None:
-                w_ci, w_cf, w_co = lw.peep
-                self.register_buffer(f"P{k}", torch.cat([w_ci, w_co, w_cf]).float()[None].contiguous())
-        whole_out = self.recurrence == "hybrid"
-        self.register_buffer(
-            "w_out", (F.pad(out_weight.float(), (0, 2)) if whole_out else out_weight.float()).contiguous()
-        )
-        self.register_buffer("b_out", out_bias.float().contiguous())
-        self.register_buffer("h_bound", torch.tensor([-H_BOUND, H_BOUND]))
+        self.recurrence = pick_recurrence(recurrence, frame_local, [lw.w_hr is not None for lw in layers])
+        self.form = make_recurrence(self.recurrence, layers, frame_local)  # lays out the weights, runs the layers
+        for name, tensor in self.form.buffers(layers, out_weight, out_bias).items():
+            self.register_buffer(name, tensor)
 
     @classmethod
     def from_model(
@@ -307,7 +161,7 @@ class ScanAcousticModel(nn.Module):
         :mod:`asrlib.export.prune`) and its CMVN (``online_prior``: the prior weight of its online CMN, None
         without); ``frame_local``: every matrix product inside the loop (for ``recurrence`` ``ops``);
         ``recurrence``: see the module docstring."""
-        layers = [_lstm_layer_weights(layer) for layer in model.layers]
+        layers = [layer_weights(layer) for layer in model.layers]
         out = model.output
         return cls(
             layers,
@@ -322,62 +176,6 @@ class ScanAcousticModel(nn.Module):
         )
 
     # ------------------------------------------------------------------ the network
-    def _cell(
-        self, k: int, g: torch.Tensor, r: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        H = self.H
-        g = g + F.linear(r, w[f"w_hh{k}"])
-        if self.peephole:
-            gi, gf, gg, go = g.chunk(4, dim=-1)
-            c2 = torch.sigmoid(gf + w[f"w_cf{k}"] * c) * c + torch.sigmoid(gi + w[f"w_ci{k}"] * c) * torch.tanh(gg)
-            m = torch.sigmoid(go + w[f"w_co{k}"] * c2) * torch.tanh(c2)
-        else:
-            sig, gg = g.split([3 * H, H], dim=-1)
-            gi, gf, go = torch.sigmoid(sig).chunk(3, dim=-1)
-            c2 = gf * c + gi * torch.tanh(gg)
-            m = go * torch.tanh(c2)
-        r2 = F.linear(m, w[f"w_hr{k}"]) if self.has_hr[k] else m
-        return r2, c2
-
-    def _input_transform(self, k: int, x: torch.Tensor, w: Dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.has_in[k]:
-            x = F.linear(x, w[f"w_in{k}"])
-        return F.linear(x, w[f"w_ih{k}"], w[f"b{k}"])
-
-    def _lstm(
-        self, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: Dict[str, torch.Tensor]
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Layer k as one ONNX ``LSTM`` node over x (S, N, in) from h, c (1, N, H): Y (S, 1, N, H), h, c."""
-        H = self.H
-        W, R, B, P = w[f"W{k}"], w[f"R{k}"], w[f"B{k}"], w.get(f"P{k}")
-        if self._exporting:
-            # the custom op behind torch.onnx.ops.symbolic_multi_out, called directly: dynamo (which traces the
-            # Scan body) refuses to trace into torch.onnx, and folds torch.onnx.is_in_onnx_export() to False
-            y, h2, c2 = torch.ops.onnx_symbolic._symbolic_multi_out.default(
-                [x, W, R, B, None, h, c, P],
-                "LSTM",
-                [1, 1, 1],
-                shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]],
-                **self._lstm_attrs,
-            )
-            return y, h2, c2
-        gx = F.linear(x, W[0], B[0, : 4 * H])  # the same arithmetic in torch (eager use of this module)
-        ys = []
-        for t in range(x.shape[0]):
-            gi, go, gf, gc = (gx[t : t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
-            if P is not None:
-                pi, po, pf = P[0].chunk(3)
-                gi, gf = gi + pi * c, gf + pf * c
-            c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gc)
-            h = torch.sigmoid(go + (po * c if P is not None else 0.0)) * torch.tanh(c)
-            ys.append(h)
-        return torch.cat(ys, 0).unsqueeze(1), h, c
-
-    def _bounded(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., d) with two more columns, -H_BOUND and +H_BOUND: for |x| < H_BOUND (LSTM outputs) the per-tensor
-        int8 range of the result is exactly ±H_BOUND whatever the frames, so its activation scale is constant."""
-        return torch.cat([x, self.h_bound.expand(*x.shape[:-1], 2)], dim=-1)
-
     def _normalise(
         self, x: torch.Tensor, cmn_sum: Optional[torch.Tensor] = None, cmn_count: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, ...]:
@@ -394,75 +192,14 @@ class ScanAcousticModel(nn.Module):
         counts = torch.cumsum(torch.ones_like(z[:, :, :1]), dim=1) + cmn_count.unsqueeze(1)
         return z - sums / (counts + self.online_prior), sums[:, -1], counts[:, -1]
 
-    def _run_lstm(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
-        """``lstm`` / ``hybrid``: x (N, T, F) normalised fbank → log-probs, final (h, c) per layer."""
-        from torch._higher_order_ops.scan import scan
-
-        n, t, d = x.shape
-        t_out = t // self.stack
-        x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
-        w = dict(self.named_buffers())
-        ns, hybrid = self.in_scan, self.recurrence == "hybrid"
-        h0, c0 = [h.unsqueeze(0) for h in h0], [c.unsqueeze(0) for c in c0]
-
-        def step(carry, xt):  # xt (1, N, F): one frame, as the LSTM node's X
-            rs, cs = carry
-            new_r, new_c = [], []
-            inp = xt
-            for k in range(ns):
-                if self.has_in[k]:
-                    inp = F.linear(inp, w[f"w_in{k}"])
-                y, inp, c2 = self._lstm(k, inp, rs[k], cs[k], w)
-                new_r.append(inp)
-                new_c.append(c2)
-            # hybrid: the node's Y output (a copy of h written by the kernel: no extra node for the scan output)
-            return (new_r, new_c), (y if hybrid else F.linear(inp, w["w_out"], w["b_out"]))
-
-        (hs, cs), ys = scan(step, (h0[:ns], c0[:ns]), x.transpose(0, 1).unsqueeze(1))
-        hs, cs = list(hs), list(cs)
-        seq = ys.reshape(ys.shape[0], n, ys.shape[-1])  # (T, N, H), or (T, N, V) with all layers in the Scan
-        for k in range(ns, self.num_layers):  # whole-sequence layers: one LSTM node each over all frames
-            seq, h2, c2 = self._lstm(k, self._bounded(seq), h0[k], c0[k], w)
-            seq = seq.squeeze(1)
-            hs.append(h2)
-            cs.append(c2)
-        if hybrid:
-            seq = F.linear(self._bounded(seq), self.w_out, self.b_out)
-        return seq.transpose(0, 1).log_softmax(dim=-1), [h[0] for h in hs], [c[0] for c in cs]
-
     def _run(self, x: torch.Tensor, h0: List[torch.Tensor], c0: List[torch.Tensor]):
         """x: (N, T, F) normalised fbank (:meth:`_normalise`) → log-probs (N, T // stack, V), final (h, c) per
-        layer."""
-        from torch._higher_order_ops.scan import scan
-
-        if self.recurrence != "ops":
-            return self._run_lstm(x, h0, c0)
-
+        layer: frames stacked ×``stack`` (trailing frames that do not fill a stack dropped), then the layers in
+        their form (:mod:`asrlib.export.onnx_recurrence`)."""
         n, t, d = x.shape
         t_out = t // self.stack
         x = x[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
-        w = dict(self.named_buffers())
-        num_layers, local = self.num_layers, self.frame_local
-        # time-major for the scan: stacked frames (frame-local) or layer 0's input transform of all frames
-        xs = x.transpose(0, 1) if local else self._input_transform(0, x, w).transpose(0, 1)
-
-        def step(carry, xt):
-            rs, cs = carry
-            new_r, new_c = [], []
-            g = xt
-            for k in range(num_layers):
-                if k > 0 or local:
-                    g = self._input_transform(k, new_r[-1] if k > 0 else xt, w)
-                r2, c2 = self._cell(k, g, rs[k], cs[k], w)
-                new_r.append(r2)
-                new_c.append(c2)
-            y = F.linear(new_r[-1], w["w_out"], w["b_out"]) if local else new_r[-1].clone()
-            return (new_r, new_c), y
-
-        (hs, cs), ys = scan(step, (h0, c0), xs)
-        ys = ys.transpose(0, 1)
-        logits = ys if local else F.linear(ys, self.w_out, self.b_out)
-        return logits.log_softmax(dim=-1), hs, cs
+        return self.form.run(x, h0, c0, dict(self.named_buffers()), self._exporting)
 
     def fold_search(self, acoustic_scale: float, blank_penalty: float) -> "ScanAcousticModel":
         """Make the output carry a search's settings: ``(log_softmax - blank_penalty at the blank) *

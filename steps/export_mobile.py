@@ -47,6 +47,7 @@ from asrlib.export.quantize import convert_fp16_weights, quantize_int8
 from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
 from asrlib.io.stage import is_done, mark_done
+from asrlib.models.device import resolve_device
 from asrlib.models.lstm import count_parameters
 
 log = logging.getLogger("export_mobile")
@@ -86,6 +87,8 @@ def compress(a, cfg, out: Path) -> Path:
     model = saved.model
     info = {"params_before": count_parameters(model)}
     torch.set_num_threads(cfg.train.num_threads)
+    # resolved once, for both fine-tunings (none without fine-tuning: no device needed then)
+    device = resolve_device(cfg.train.device) if ex.finetune_epochs > 0 else None
     ranks = prune.low_rank_factorize(model, ex.rank_ratio)
     info["ranks"] = ranks
     if any(r is not None for r in ranks):
@@ -105,6 +108,7 @@ def compress(a, cfg, out: Path) -> Path:
             out / "compress" / "lowrank",
             train_set=a.train_set,
             dev_set=a.dev_set,
+            device=device,
         )
     info["params_after_lowrank"] = count_parameters(model)
     if ex.sparsity > 0:
@@ -120,6 +124,7 @@ def compress(a, cfg, out: Path) -> Path:
             masks=masks,
             train_set=a.train_set,
             dev_set=a.dev_set,
+            device=device,
         )
     info["sparsity"] = prune.sparsity_of(model)
     info["nonzero_params"] = prune.count_nonzero_parameters(model)

@@ -82,8 +82,9 @@ def main(argv=None):
     model = build_model(train_ds.feature_dim(), vocab, cfg.model)
     init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
     log.info("model: %d parameters", count_parameters(model))
-    algo = make_algo(cfg.train.dist, resolve_device(cfg.train.device))  # NCCL for CUDA learners
-    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo)
+    device = resolve_device(cfg.train.device)  # once, here: the algorithm (NCCL for CUDA learners) and the trainer
+    algo = make_algo(cfg.train.dist, device)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo, device=device)
     summary = trainer.fit()
     if hasattr(algo, "summary"):  # distributed: per-learner communication volume, time and waiting
         write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())

@@ -23,6 +23,7 @@ from asrlib.config import load_config
 from asrlib.features.cmvn import check_cmvn_mode
 from asrlib.errors import AsrError
 from asrlib.io.stage import mark_done
+from asrlib.models.device import resolve_device
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargets
@@ -77,7 +78,8 @@ def main(argv=None):
     train_ds, dev_ds = dataset(a.train_set), dataset(a.dev_set)
     model = build_model(train_ds.feature_dim(), num_pdfs, cfg.model)
     log.info("CE model: %d parameters, %d pdf targets", count_parameters(model), num_pdfs)
-    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, criterion=CeCriterion(stack))
+    device = resolve_device(cfg.train.device)
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, criterion=CeCriterion(stack), device=device)
     summary = trainer.fit()
     dev = [m for m in trainer.metrics if m["kind"] == "dev"]
     summary["final_dev_frame_acc"] = dev[-1].get("frame_acc") if dev else None

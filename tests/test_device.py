@@ -74,6 +74,43 @@ def test_config_rejects_a_bad_device(tmp_path):
         load_config(cfg, ["train.precision=fp8"])
 
 
+def test_the_device_is_resolved_once_where_a_step_starts(tmp_path, monkeypatch):
+    """steps.train resolves train.device once and hands the torch.device to the algorithm and the Trainer; a
+    Trainer given a device uses it as it is (the stand-in device: nothing else would pass for it) without resolving
+    anything; the backend's "CUDA when there is one" is resolve_device's auto."""
+    import asrlib.parallel.env as env
+    import asrlib.train.trainer as trainer_module
+    import steps.train as train_step
+
+    def resolved_again(*args, **kwargs):
+        raise AssertionError("train.device resolved a second time")
+
+    monkeypatch.setattr(trainer_module, "resolve_device", resolved_again)
+    setup = make_toy_ctc_setup(tmp_path / "toy", num_utts={"train": 8, "dev": 4})
+    cfg = toy_config_yaml(tmp_path / "c.yaml", epochs=1)
+    with stand_in_device() as dev:
+        assert _trainer(setup, cfg, tmp_path / "given", dev).device is dev
+    calls, algo_devices = [], []
+
+    def counted(name="auto", where="train.device"):
+        calls.append(name)
+        return resolve_device(name, where)
+
+    def make_algo(dist, device=None):
+        algo_devices.append(device)
+        return trainer_module.LocalAlgo()
+
+    monkeypatch.setattr(train_step, "resolve_device", counted)
+    monkeypatch.setattr(train_step, "make_algo", make_algo)
+    monkeypatch.setattr(train_step, "setup_logging", lambda *a, **k: None)  # leave pytest's log capture alone
+    dirs = {"--data-dir": "data", "--feats-dir": "fbank", "--lang-dir": "lang"}
+    argv = ["--config", str(cfg), "--exp-dir", str(tmp_path / "exp")]
+    assert train_step.main(argv + [x for k, d in dirs.items() for x in (k, str(setup / d))]) == 0
+    assert calls == ["auto"] and algo_devices == [torch.device("cpu")]
+    monkeypatch.setattr(env, "resolve_device", lambda name="auto", where="": torch.device("cuda", 0))
+    assert choose_backend("auto") == "nccl"  # no device given: the one resolve_device("auto") picks
+
+
 def test_cuda_rng_state_of_a_gpu_checkpoint_is_skipped_on_the_cpu():
     st = rng_state()
     assert "cuda" not in st  # no CUDA here

@@ -179,11 +179,12 @@ def finetune(
     masks: Optional[Dict[str, torch.Tensor]] = None,
     train_set: str = "train",
     dev_set: str = "dev",
+    device: Optional[torch.device] = None,
 ) -> dict:
     """Fine-tune ``model`` in place with the recipe's Trainer for ``export.finetune_epochs`` epochs at
     ``export.finetune_lr`` (short warm-up, cosine decay) over ``export.finetune_utts`` random training utterances
-    (0 = all), keeping ``masks``; resumable from ``exp_dir``. Runs on ``train.device``; ``model`` is back on the CPU
-    afterwards."""
+    (0 = all), keeping ``masks``; resumable from ``exp_dir``. Runs on ``device`` (the caller's resolved
+    ``train.device``; None: resolved by the Trainer); ``model`` is back on the CPU afterwards."""
     from asrlib.train.loader import CtcTargets, CutData, open_set
     from asrlib.train.trainer import Trainer
 
@@ -221,9 +222,8 @@ def finetune(
     train_ds = dataset(train_set)
     train_ds.keep_random(ex.finetune_utts, tcfg.seed)
     torch.manual_seed(tcfg.seed)
-    trainer = Trainer(
-        ft_cfg, model, train_ds, dataset(dev_set), exp_dir, algo=MaskedAlgo(masks) if masks else LocalAlgo()
-    )
+    algo = MaskedAlgo(masks) if masks else LocalAlgo()
+    trainer = Trainer(ft_cfg, model, train_ds, dataset(dev_set), exp_dir, algo=algo, device=device)
     summary = trainer.fit()  # on train.device
     model.cpu()  # pruning, factorising and the ONNX export work on the CPU copy
     if masks:

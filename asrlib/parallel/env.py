@@ -26,6 +26,7 @@ import torch.distributed as dist
 from asrlib.config import DistConfig
 from asrlib.errors import AsrError
 from asrlib.io.stage import die_with_parent
+from asrlib.models.device import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class DistInfo:
 def choose_backend(name: str, device: Optional[torch.device] = None) -> str:
     """``train.dist.backend`` for learners training on ``device`` (default: CUDA when there is one): ``auto`` is
     NCCL for CUDA learners, Gloo for CPU ones."""
-    cuda = device.type == "cuda" if device is not None else torch.cuda.is_available()
+    cuda = (device if device is not None else resolve_device("auto")).type == "cuda"
     if name == "auto":
         return "nccl" if cuda else "gloo"
     if name not in ("gloo", "nccl"):

@@ -132,7 +132,8 @@ class Trainer:
     ):
         self.cfg, self.tcfg = cfg, cfg.train
         self.criterion = criterion or CtcCriterion()
-        # train.device (asrlib.models.device): the model, every batch's tensors and the loss live there
+        # where the model, every batch's tensors and the loss live: ``device`` as given (a step resolves train.device
+        # once and passes it), else train.device resolved here (asrlib.models.device.resolve_device)
         self.device = device if device is not None else resolve_device(self.tcfg.device)
         self.amp_dtype = resolve_precision(self.tcfg.precision, self.device)
         self.scaler = grad_scaler(self.device, self.amp_dtype)  # fp16 only

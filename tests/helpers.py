@@ -181,7 +181,7 @@ def make_audio_ctc_setup(root: Path, num_utts: Dict[str, int] | None = None, num
             text.append((utt, " ".join(ws)))
         write_table(d / "wav.scp", rows)
         write_table(d / "text", text)
-        compute_fbank(d, root / "fbank" / name, nj=1, num_mel_bins=num_mel_bins, show_progress=False)
+        compute_fbank(d, root / "fbank" / name, nj=1, num_mel_bins=num_mel_bins, show_progress=False, compress=False)
     compute_global_cmvn(root / "fbank" / "train" / "feats.scp", root / "fbank" / "train", show_progress=False)
     write_toy_lang(root / "lang")
     return root

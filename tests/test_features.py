@@ -54,7 +54,7 @@ def _all_feats(out_dir):
 
 def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     out1 = tmp_path / "fb1"
-    res = compute_fbank(data_dir, out1, nj=1, show_progress=False)
+    res = compute_fbank(data_dir, out1, nj=1, show_progress=False, compress=False)
     assert (res.num_utts, res.num_excluded) == (5, 3)
     feats = _all_feats(out1)
     assert list(feats) == [f"good{i}" for i in range(5)]  # feats.scp sorted by utterance id
@@ -73,7 +73,7 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     assert "sample rate 8000" in excluded["rate8k"]
 
     out2 = tmp_path / "fb2"  # two jobs give identical archives' content
-    compute_fbank(data_dir, out2, nj=2, show_progress=False)
+    compute_fbank(data_dir, out2, nj=2, show_progress=False, compress=False)
     feats2 = _all_feats(out2)
     assert list(feats2) == list(feats)
     assert all(feats2[k].tobytes() == feats[k].tobytes() for k in feats)
@@ -82,16 +82,16 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
 
     mtime = (out2 / "feats.1.ark").stat().st_mtime_ns  # a rerun reuses finished jobs ...
     (out2 / ".job.2.json").unlink()  # ... and redoes unfinished ones
-    compute_fbank(data_dir, out2, nj=2, show_progress=False)
+    compute_fbank(data_dir, out2, nj=2, show_progress=False, compress=False)
     assert (out2 / "feats.1.ark").stat().st_mtime_ns == mtime and (out2 / ".job.2.json").is_file()
-    compute_fbank(data_dir, out2, nj=1, show_progress=False)  # fewer jobs: stale job files removed
+    compute_fbank(data_dir, out2, nj=1, show_progress=False, compress=False)  # fewer jobs: stale job files removed
     assert not (out2 / "feats.2.ark").exists() and _all_feats(out2).keys() == feats.keys()
 
 
 def test_fbank_segments_and_errors(data_dir, tmp_path):
     (data_dir / "segments").write_text("seg_a good2 0.0 0.75\nseg_b good2 0.5 -1\n")
     out = tmp_path / "fb"
-    compute_fbank(data_dir, out, nj=2, show_progress=False)
+    compute_fbank(data_dir, out, nj=2, show_progress=False, compress=False)
     feats = _all_feats(out)
     audio, _ = sf.read(data_dir / "wav" / "good2.wav", dtype="float32")
     ref = Fbank(FbankConfig(num_filters=80))
@@ -112,7 +112,7 @@ def test_fbank_segments_and_errors(data_dir, tmp_path):
 
 def test_cmvn_normalises_to_zero_mean_unit_variance(data_dir, tmp_path):
     out = tmp_path / "fb"
-    compute_fbank(data_dir, out, nj=1, show_progress=False)
+    compute_fbank(data_dir, out, nj=1, show_progress=False, compress=False)
     from steps.compute_cmvn import main as cmvn_main
 
     assert cmvn_main(["--feats", str(out / "feats.scp"), "--out-dir", str(out)]) == 0
@@ -148,9 +148,9 @@ def test_steps_compute_fbank_done_marker(data_dir, tmp_path, capsys):
 
 
 def test_dither_is_seeded_per_utterance(data_dir, tmp_path):
-    a = compute_fbank(data_dir, tmp_path / "a", nj=1, dither=0.01, show_progress=False)
-    compute_fbank(data_dir, tmp_path / "b", nj=2, dither=0.01, show_progress=False)
-    compute_fbank(data_dir, tmp_path / "c", nj=1, dither=0.0, show_progress=False)
+    a = compute_fbank(data_dir, tmp_path / "a", nj=1, dither=0.01, show_progress=False, compress=False)
+    compute_fbank(data_dir, tmp_path / "b", nj=2, dither=0.01, show_progress=False, compress=False)
+    compute_fbank(data_dir, tmp_path / "c", nj=1, dither=0.0, show_progress=False, compress=False)
     fa, fb, fc = (_all_feats(tmp_path / d) for d in "abc")
     assert a.num_utts == 5
     assert all(np.array_equal(fa[k], fb[k]) for k in fa)  # same noise whatever nj is
@@ -293,9 +293,29 @@ def test_online_cmn_is_causal_with_a_prior_and_chunks_exactly(tmp_path):
             load_config(cfg)
 
 
+def test_fbank_defaults_are_the_configs():
+    """One source of truth for the feature settings: compute_fbank's and FbankOptions' defaults are the config's
+    (``features.*``, ``data.sample_rate``), ``features.compress`` included."""
+    import dataclasses
+    import inspect
+
+    from asrlib.config import DataConfig, FeatureConfig
+    from asrlib.features.fbank import FbankOptions
+
+    config = {f.name: f.default for f in dataclasses.fields(FeatureConfig)}
+    config["sample_rate"] = DataConfig.sample_rate
+    params = inspect.signature(compute_fbank).parameters.values()
+    defaults = {p.name: p.default for p in params if p.name in config}
+    assert sorted(defaults) == ["compress", "dither", "nj", "num_mel_bins", "sample_rate"]
+    assert defaults == {k: config[k] for k in defaults}
+    options = dataclasses.asdict(FbankOptions())
+    assert sorted(options) == ["compress", "dither", "num_mel_bins", "sample_rate"]
+    assert options == {k: config[k] for k in options}
+
+
 def test_compressed_features_are_a_quarter_of_float32_and_close(data_dir, tmp_path):
     """features.compress: Kaldi compressed matrices, read back by the same readers, within the quantisation step."""
-    compute_fbank(data_dir, tmp_path / "f32", nj=1, show_progress=False)
+    compute_fbank(data_dir, tmp_path / "f32", nj=1, show_progress=False, compress=False)
     compute_fbank(data_dir, tmp_path / "cm", nj=1, show_progress=False, compress=True)
     full, comp = _all_feats(tmp_path / "f32"), _all_feats(tmp_path / "cm")
     assert list(full) == list(comp)

@@ -37,6 +37,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
+from asrlib.config import DataConfig, FeatureConfig
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import disk_write_error, write_json
 from asrlib.io.tables import read_table, read_table_dict, write_table
@@ -50,12 +51,14 @@ FRAME_LENGTH = 0.025  # seconds
 
 @dataclass(frozen=True)
 class FbankOptions:
-    """Settings that change the features (part of every job's hash)."""
+    """Settings that change the features (part of every job's hash); the defaults are the config's
+    (``features.*``, ``data.sample_rate``)."""
 
-    num_mel_bins: int = 80
-    dither: float = 0.0
-    sample_rate: int = 16000
-    compress: bool = False  # Kaldi compressed matrices (kaldi_io.write_compressed_matrices) instead of float32
+    num_mel_bins: int = FeatureConfig.num_mel_bins
+    dither: float = FeatureConfig.dither
+    sample_rate: int = DataConfig.sample_rate
+    # Kaldi compressed matrices (kaldi_io.write_compressed_matrices) instead of float32
+    compress: bool = FeatureConfig.compress
 
 
 @dataclass(frozen=True)
@@ -333,14 +336,16 @@ def _remove_stale_jobs(out_dir: Path, nj: int) -> None:
 def compute_fbank(
     data_dir: PathLike,
     out_dir: PathLike,
-    nj: int = 2,
-    num_mel_bins: int = 80,
-    dither: float = 0.0,
-    sample_rate: int = 16000,
+    nj: int = FeatureConfig.nj,
+    num_mel_bins: int = FeatureConfig.num_mel_bins,
+    dither: float = FeatureConfig.dither,
+    sample_rate: int = DataConfig.sample_rate,
     show_progress: bool = True,
-    compress: bool = False,
+    compress: bool = FeatureConfig.compress,
 ) -> FbankResult:
-    """Compute log-mel fbank for every utterance of ``data_dir`` into ``out_dir`` using ``nj`` processes.
+    """Compute log-mel fbank for every utterance of ``data_dir`` into ``out_dir`` using ``nj`` processes (the
+    settings' defaults are the config's: ``features.*``, ``data.sample_rate``; ``compress``: stored as Kaldi
+    compressed matrices).
 
     Each job writes ``feats.JOB.ark/scp`` atomically with one torch thread; finished jobs with the same utterances
     and settings are reused. Then ``feats.scp``, ``utt2num_frames`` and ``excluded.txt`` are written (atomically,

@@ -24,10 +24,12 @@ test-slow: install
 	$(PY) -m pytest -q --durations=25 -m slow tests; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
 	$(MAKE) bench
 
-# ruff, configured in pyproject.toml: lint, and the formatting check (`make format` applies it)
+# ruff, configured in pyproject.toml: lint, and the formatting check (`make format` applies it); then the messages
+# of the commits after tools/check_commits.py's base: subjects of at most 72 characters (CONTRIBUTING.md)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/check_commits.py
 
 format: install
 	$(VENV)/bin/ruff format .

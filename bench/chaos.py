@@ -193,8 +193,8 @@ def reference_run(cmd: List[str], work: Path) -> Dict[int, float]:
 def integrity_problems(work: Path) -> List[str]:
     """What a later stage would find broken in ``work`` right now (after a kill): [] when nothing."""
     import soundfile as sf
-    import torch
 
+    from asrlib.io.torchfile import load_torch
     from asrlib.kaldi_io import MatrixReader
 
     problems = []
@@ -213,7 +213,7 @@ def integrity_problems(work: Path) -> List[str]:
                     for line in f:
                         json.loads(line)
             elif p.suffix == ".pt":
-                torch.load(p, map_location="cpu", weights_only=True)
+                load_torch(p, "checkpoint")
             elif p.name.endswith(".done") or p.name == ".validated":
                 json.loads(p.read_text())
         except Exception as e:  # anything at all: that is what the check is for
@@ -258,9 +258,9 @@ def _same(a: Any, b: Any) -> bool:
 def _content(p: Path) -> Any:
     """A file's content in comparable form: checkpoints and JSON as objects without timing fields, else bytes."""
     if p.suffix == ".pt":
-        import torch
+        from asrlib.io.torchfile import load_torch
 
-        return _untimed(torch.load(p, map_location="cpu", weights_only=True))
+        return _untimed(load_torch(p, "checkpoint"))
     raw = p.read_bytes()
     if p.name.endswith(".gz"):
         raw = gzip.decompress(raw)

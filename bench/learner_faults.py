@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from asrlib.io.torchfile import load_torch  # noqa: E402
 from asrlib.parallel.harness import (
     learner_pids,
     restart_report,
@@ -223,7 +224,7 @@ def kill_run(
 
     same = None
     if (exp / "final.pt").is_file() and (ref / "final.pt").is_file():
-        a, b = (torch.load(e / "final.pt", weights_only=True)["model"] for e in (ref, exp))
+        a, b = (load_torch(e / "final.pt")["model"] for e in (ref, exp))
         same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     return {
         "algo": "sync",

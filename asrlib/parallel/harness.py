@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from asrlib.io.torchfile import save_torch
+from asrlib.io.torchfile import load_torch, save_torch
 from asrlib.cli import option_values
 
 
@@ -138,7 +138,7 @@ def _run_once(fn, world, args, timeout, env, threads, join, attempt) -> List[Any
             raise RuntimeError(f"learners exited abnormally: {bad}")
         if hung:
             raise TimeoutError(f"learners {hung} still running after {timeout:.0f} s (deadlock?)")
-        return [torch.load(Path(tmp, f"result.{r}.pt"), weights_only=True) for r in range(world)]
+        return [load_torch(Path(tmp, f"result.{r}.pt"), "learner result") for r in range(world)]
 
 
 def identical_groups(algo) -> Optional[List[List[int]]]:

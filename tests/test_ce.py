@@ -1,7 +1,6 @@
 """Cross-entropy training on GMM alignments and CTC initialised from it (one trainer loop, two criteria)."""
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -93,10 +92,9 @@ def test_dataset_lists_what_it_cannot_use(tmp_path):
 
 
 def test_mono_align_ce_then_ctc_from_ce_end_to_end(tmp_path):
-    """The whole path on 2 cores in well under 3 minutes: GMM alignments -> CE (dev frame accuracy) -> CTC."""
+    """The whole path: GMM alignments -> CE (dev frame accuracy) -> CTC initialised from the CE model."""
     from steps import train, train_ce
 
-    t0 = time.time()
     root, _ = make_gmm_toy(tmp_path / "toy", {"train": 60, "dev": 12})
     cfg = gmm_toy_config(root / "c.yaml")
     _, ali = run_mono_and_align(root, cfg)
@@ -144,7 +142,6 @@ def test_mono_align_ce_then_ctc_from_ce_end_to_end(tmp_path):
     info = torch.load(root / "exp" / "ctc" / "final.pt", weights_only=True)["info"]
     assert info["init"] == "ce" and info["init_tensors"] > 0 and info["final_dev_loss"] < 1.0
     assert read_int_vectors(ali / "dev" / "pdf.scp")
-    assert time.time() - t0 < 180
 
 
 def test_recipe_stage_train_runs_gmm_and_ce_first_when_init_is_ce(tmp_path):

@@ -122,6 +122,7 @@ def _run_once(fn, world, args, timeout, env, threads, join, attempt) -> List[Any
             time.sleep(0.05)
         bad = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        cut_short = bool(hung) and time.time() < deadline  # a failure's peers, stopped before the timeout
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -133,7 +134,8 @@ def _run_once(fn, world, args, timeout, env, threads, join, attempt) -> List[Any
             r, tb = sorted(errors.items())[0]
             if not any(Path(tmp, f"joined.{k}").exists() for k in range(world)):
                 raise _RendezvousFailed(f"learner {r} failed:\n{tb}")
-            raise RuntimeError(f"learner {r} failed:\n{tb}")
+            stopped = f" (the others were stopped {FAILED_PEERS_GRACE_S:.0f} s after it)" if cut_short else ""
+            raise RuntimeError(f"learner {r} failed{stopped}:\n{tb}")
         if bad:
             raise RuntimeError(f"learners exited abnormally: {bad}")
         if hung:

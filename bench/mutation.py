@@ -1,0 +1,518 @@
+"""Mutation testing of the modules where a silent error changes results: how many sampled mutants the tests kill.
+
+    python bench/mutation.py [--quick] [--groups decode,app] [--per-group 30] [--seed 73] [--shard 1/2]
+                             [--out-dir bench/results/mutation] [--list] [--report]
+
+A mutant is one small change to the code, made by cosmic-ray's operators (pinned in requirements.txt): an operator
+replaced (``+`` by ``-``, ``<`` by ``<=``), a number moved by one, a condition negated, ``True`` for ``False``, a
+loop that never runs, a decorator removed, an ``except`` that catches nothing. The modules are in groups
+(:data:`GROUPS`: decode, export, app, lang graphs, parallel, train); each group has the test files of the suite
+(``make test``'s tier, ``-m "not slow"``) that exercise it, the most direct first. Every mutation site of a group's
+modules is listed (not in annotations, log calls or docstrings, which cannot change a result; nor on a line marked
+``# pragma: no mutate``), and ``--per-group`` sites are sampled: those whose hash with ``--seed`` is smallest, so
+the sample stays the same while the code around a site does not change. At each sampled site one of its mutants is
+made (again by hash).
+
+Each mutant is written into a scratch copy of the work tree (the files git knows of, with ``.venv``,
+``recipes/digits/{data,exp}`` and ``../shared`` linked), and its group's tests run there in one process
+(``pytest -x -q -n 0 -m "not slow"``, ``PYTHONDONTWRITEBYTECODE=1`` so no stale byte code is used): the mutant is
+**killed** when they fail, **survived** when they pass, **timed out** when they run past ``--timeout-factor`` times
+the unmutated run (measured first, once per set of test files: it must pass, with tests that ran, or the group is
+not scored). A mutant that the tests do not kill is either killed by a new test or listed in docs/testing.md's
+triage table as **equivalent** (no input can tell it apart), with its id and the reason; this tool reads that table.
+The score of a group is (killed + timed out) / (sampled - equivalent).
+
+Every result is appended to ``<out-dir>/mutants[.shardK].jsonl`` as it comes (with the hash of the module it
+mutated), so a killed run goes on where it stopped and a rerun redoes only mutants whose module changed. Two shards
+(``--shard 1/2``, ``--shard 2/2``) split the sample for two cores; ``--report`` merges what is there. The last line
+printed is one JSON object: per group sampled / killed / survived / timed_out / equivalent / pending / score, and
+the wall time. ``--quick`` (under a minute) mutates ``asrlib/score.py`` at three sites against tests/test_score.py
+in a temporary directory, as a check that the machinery works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIAGE = ROOT / "docs" / "testing.md"
+
+# group -> modules (globs under ROOT) and the test files that exercise them, the most direct first (with -x, a
+# killed mutant stops at its first failing test). Per-module test files go in front of the group's.
+GROUPS: Dict[str, Dict[str, object]] = {
+    "decode": {
+        "modules": ["asrlib/decode/*.py"],
+        "tests": ["test_search.py", "test_segment.py", "test_endpoint.py", "test_isolated.py", "test_lm_scale.py"],
+        "per_module": {
+            "asrlib/decode/search.py": ["test_search.py", "test_ngram_lm.py"],
+            "asrlib/decode/search_scores.py": ["test_search.py"],
+            "asrlib/decode/segment.py": ["test_segment.py"],
+            "asrlib/decode/endpoint.py": ["test_endpoint.py", "test_recognizer.py"],
+            "asrlib/decode/isolated.py": ["test_isolated.py"],
+        },
+    },
+    "export": {
+        "modules": ["asrlib/export/*.py"],
+        "tests": ["test_export_prune.py", "test_export_onnx.py", "test_export_streaming.py", "test_sherpa.py"],
+        "per_module": {
+            "asrlib/export/prune.py": ["test_export_prune.py"],
+            "asrlib/export/onnx_model.py": ["test_export_onnx.py"],
+            "asrlib/export/quantize.py": ["test_export_onnx.py"],
+            "asrlib/export/streaming.py": ["test_export_streaming.py"],
+            "asrlib/export/bundle.py": ["test_sherpa.py", "test_transcribe_bundle.py"],
+            "asrlib/export/runtime.py": ["test_export_onnx.py"],
+        },
+    },
+    "app": {
+        "modules": ["asrlib/app/*.py"],
+        "tests": ["test_recognizer.py", "test_cli_asr.py", "test_transcribe_bundle.py"],
+        "per_module": {"asrlib/app/subtitles.py": ["test_segment.py"]},
+    },
+    "lang": {
+        "modules": ["asrlib/lang/graphs.py"],
+        "tests": ["test_lang.py", "test_search.py", "test_lm_scale.py", "test_isolated.py"],
+        "per_module": {},
+    },
+    "parallel": {
+        "modules": ["asrlib/parallel/*.py"],
+        "tests": ["test_dist_comm.py", "test_dist_equivalence.py", "test_dist_algorithms.py", "test_dist_resume.py"],
+        "per_module": {
+            "asrlib/parallel/timing.py": ["test_dist_timing.py"],
+            "asrlib/parallel/harness.py": ["test_harness.py"],
+            "asrlib/parallel/env.py": ["test_device.py", "test_dist_launch.py"],
+        },
+    },
+    "train": {
+        "modules": ["asrlib/train/*.py"],
+        "tests": ["test_train_resume.py", "test_train_data.py", "test_concat.py", "test_jitter.py", "test_ce.py"],
+        "per_module": {
+            "asrlib/train/noise_aug.py": ["test_noise_aug.py"],
+            "asrlib/train/noise_mix.py": ["test_noise_mix.py"],
+            "asrlib/train/speaker_adapt.py": ["test_speaker_adapt.py"],
+            "asrlib/train/census.py": ["test_census.py"],
+            "asrlib/train/augment.py": ["test_train_data.py", "test_device.py"],
+            "asrlib/train/checkpoint.py": ["test_train_resume.py", "test_device.py"],
+        },
+    },
+}
+QUICK = {"quick": {"modules": ["asrlib/score.py"], "tests": ["test_score.py"], "per_module": {}}}
+EXCLUDED_OPERATORS = ("core/NoOp",)  # (and every operator that needs arguments: VariableReplacer, VariableInserter)
+LOG_CALLS = re.compile(r"^(log|logger|logging|warnings)\.(debug|info|warning|warn|error|exception|critical)$")
+NO_MUTATE = "pragma: no mutate"
+
+
+# ------------------------------------------------------------------------------------------------ mutation sites
+@dataclass(frozen=True)
+class Mutant:
+    id: str  # stable: module, enclosing definition, operator, the line's text, column, and k-th of the same
+    group: str
+    module: str  # relative to ROOT
+    operator: str
+    occurrence: int  # cosmic-ray's: the k-th position of this operator in the module
+    line: int
+    col: int
+    definition: Optional[str]
+    site: str  # the mutants at one site share it (module, position, operator family)
+
+
+def _family(operator: str) -> str:
+    """``core/ReplaceBinaryOperator_Add_Mul`` -> ``ReplaceBinaryOperator_Add``: the variants at one site."""
+    name = operator.split("/", 1)[1]
+    parts = name.split("_")
+    return "_".join(parts[:2]) if len(parts) > 2 else name
+
+
+def _is_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+
+def _excluded_spans(source: str) -> Tuple[list, list]:
+    """(start, end) positions (line, character column) of code where a mutant cannot change a result, or only
+    crashes: annotations, log calls and docstrings; and the operators between a string and anything (a path
+    joined with ``/``, text with ``+`` or ``%``), which any other operator turns into a TypeError."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+
+    def pos(lineno: int, byte_col: int) -> Tuple[int, int]:
+        text = lines[lineno - 1].encode()[:byte_col].decode(errors="ignore") if lineno <= len(lines) else ""
+        return lineno, len(text)
+
+    def span(node: ast.AST):
+        return pos(node.lineno, node.col_offset), pos(node.end_lineno, node.end_col_offset)
+
+    spans, text_ops = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and (_is_text(node.left) or _is_text(node.right)):
+            text_ops.append((span(node.left)[1], span(node.right)[0]))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+                if a is not None and a.annotation is not None:
+                    spans.append(span(a.annotation))
+            if node.returns is not None:
+                spans.append(span(node.returns))
+        elif isinstance(node, ast.AnnAssign):
+            spans.append(span(node.annotation))
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+            if LOG_CALLS.match(name):
+                spans.append(span(node))
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                spans.append(span(first))
+    return spans, text_ops
+
+
+def _inside(p: Tuple[int, int], spans) -> bool:
+    return any(a <= p < b for a, b in spans)
+
+
+def _operators():
+    import cosmic_ray.plugins
+
+    for name in cosmic_ray.plugins.operator_names():
+        cls = cosmic_ray.plugins.get_operator(name)
+        if name in EXCLUDED_OPERATORS or cls.arguments():
+            continue
+        yield name, cls()
+
+
+def list_mutants(group: str, modules: Sequence[str]) -> List[Mutant]:
+    """Every mutant of ``modules`` (paths relative to ROOT), in a stable order."""
+    from cosmic_ray.ast import ast_nodes, get_ast
+    from cosmic_ray.ast.ast_query import ASTQuery
+
+    out = []
+    for module in modules:
+        source = (ROOT / module).read_text()
+        lines = source.splitlines()
+        spans, text_ops = _excluded_spans(source)
+        tree = get_ast(source)
+        nodes = list(ast_nodes(tree))
+        seen: Dict[str, int] = {}
+        for name, op in _operators():
+            occurrence = 0
+            for node in nodes:
+                for start, _end in op.mutation_positions(node):
+                    k = occurrence
+                    occurrence += 1
+                    line = lines[start[0] - 1] if start[0] <= len(lines) else ""
+                    if _inside(tuple(start), spans) or NO_MUTATE in line:
+                        continue
+                    if "BinaryOperator" in name and _inside(tuple(start), text_ops):
+                        continue
+                    definition = ASTQuery(node).get_definition_name()
+                    indent = len(line) - len(line.lstrip())
+                    key = f"{module}|{definition}|{name}|{line.strip()}|{start[1] - indent}"
+                    seen[key] = seen.get(key, -1) + 1
+                    mid = "m" + hashlib.sha1(f"{key}|{seen[key]}".encode()).hexdigest()[:8]
+                    site = f"{module}:{start[0]}:{start[1]}:{_family(name)}"
+                    out.append(Mutant(mid, group, module, name, k, start[0], start[1], definition, site))
+    return out
+
+
+def _rank(seed: int, text: str) -> str:
+    return hashlib.sha1(f"{seed}:{text}".encode()).hexdigest()
+
+
+def sample(mutants: Sequence[Mutant], n: int, seed: int) -> List[Mutant]:
+    """``n`` sites of ``mutants`` (those of smallest hash) and one mutant at each (again by hash). A site's hash
+    uses its line's text rather than its line number, so edits elsewhere in a module leave the sample as it was."""
+    by_site: Dict[str, List[Mutant]] = {}
+    for m in mutants:
+        by_site.setdefault(m.site, []).append(m)
+    keyed = {min(_rank(seed, m.id) for m in ms): ms for ms in by_site.values()}
+    chosen = [min(keyed[k], key=lambda m: _rank(seed + 1, m.id)) for k in sorted(keyed)[:n]]
+    return sorted(chosen, key=lambda m: (m.module, m.line, m.col, m.operator))
+
+
+def mutated_source(m: Mutant, source: str) -> Optional[str]:
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import mutate_code
+
+    return mutate_code(source, cosmic_ray.plugins.get_operator(m.operator)(), m.occurrence)
+
+
+def diff_of(m: Mutant, source: str) -> str:
+    import difflib
+
+    new = mutated_source(m, source) or source
+    return "".join(
+        line
+        for line in difflib.unified_diff(source.splitlines(True), new.splitlines(True), m.module, m.module, n=0)
+        if not line.startswith(("---", "+++"))
+    )
+
+
+def group_modules(spec: Dict[str, object]) -> List[str]:
+    out = []
+    for pattern in spec["modules"]:
+        for p in sorted(ROOT.glob(pattern)):
+            rel = p.relative_to(ROOT).as_posix()
+            if p.name != "__init__.py" and rel not in out:
+                out.append(rel)
+    return out
+
+
+def tests_for(spec: Dict[str, object], module: str) -> List[str]:
+    """The test files a mutant of ``module`` is run against: the module's own, then the group's."""
+    own = [t for pat, ts in spec["per_module"].items() if fnmatch.fnmatch(module, pat) for t in ts]
+    out = []
+    for t in own + list(spec["tests"]):
+        if t not in out and (ROOT / "tests" / t).is_file():
+            out.append(t)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running
+def scratch_tree(where: Path) -> Path:
+    """A copy of the work tree's files (tracked and untracked, not ignored) under ``where/tree``, with the
+    virtual environment, the digits recipe's data and model and ../shared linked in."""
+    tree = where / "tree"
+    if tree.exists():
+        shutil.rmtree(tree)
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for f in filter(None, files):
+        src, dst = ROOT / f.decode(), tree / f.decode()
+        if src.is_file() and not src.is_symlink():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    for link in (".venv", "recipes/digits/data", "recipes/digits/exp"):
+        if (ROOT / link).exists() and not (tree / link).exists():
+            (tree / link).parent.mkdir(parents=True, exist_ok=True)
+            (tree / link).symlink_to((ROOT / link).resolve())
+    shared = ROOT.parent / "shared"
+    if shared.exists() and not (where / "shared").exists():
+        (where / "shared").symlink_to(shared.resolve())
+    return tree
+
+
+def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Tuple[str, float, str]:
+    """('passed' | 'failed' | 'timeout', seconds, last lines of output) of the tests in ``tree``."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow"]
+    cmd += ["--no-header", "-o", "addopts=", "-W", "ignore"] + [f"tests/{t}" for t in tests]
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the run and anything it started (learners, steps)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        out.seek(0)
+        tail = out.read().decode(errors="replace")[-1500:]
+    secs = time.monotonic() - t0
+    if rc is None:
+        return "timeout", secs, tail
+    return ("passed" if rc == 0 else "failed"), secs, tail
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def read_records(out_dir: Path) -> Dict[str, dict]:
+    recs: Dict[str, dict] = {}
+    for f in sorted(out_dir.glob("mutants*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            recs[r["id"]] = r
+    return recs
+
+
+def read_equivalent(path: Path = TRIAGE) -> Dict[str, str]:
+    """Mutant id -> reason, from the triage table of docs/testing.md (rows ``| mXXXXXXXX | ... | equivalent |
+    reason |``)."""
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and re.fullmatch(r"`?m[0-9a-f]{8}`?", cells[0]) and "equivalent" in cells[-2].lower():
+                out[cells[0].strip("`")] = cells[-1]
+    return out
+
+
+def plan(groups: Dict[str, Dict[str, object]], names: Sequence[str], per_group: int, seed: int) -> List[Mutant]:
+    chosen = []
+    for g in names:
+        chosen += sample(list_mutants(g, group_modules(groups[g])), per_group, seed)
+    return chosen
+
+
+def execute(
+    groups, mutants: Sequence[Mutant], out_dir: Path, shard: Tuple[int, int], factor: float, work: Path
+) -> None:
+    k, n = shard
+    mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
+    done = read_records(out_dir)
+    todo = [m for m in mine if done.get(m.id, {}).get("module_sha") != _sha(ROOT / m.module)]
+    print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
+    if not todo:
+        return
+    tree = scratch_tree(work)
+    log = out_dir / ("mutants.jsonl" if n == 1 else f"mutants.shard{k}.jsonl")
+    baselines: Dict[Tuple[str, ...], Tuple[str, float, str]] = {}
+    for i, m in enumerate(todo):
+        tests = tests_for(groups[m.group], m.module)
+        key = tuple(tests)
+        if key not in baselines:
+            baselines[key] = run_tests(tree, tests, 3600)
+            status, secs, tail = baselines[key]
+            ok = status == "passed" and re.search(r"\b[1-9]\d* passed", tail)
+            print(f"mutation: baseline {' '.join(tests)}: {status} in {secs:.0f} s", flush=True)
+            if not ok:
+                print(tail, file=sys.stderr)
+        status, base_s, _ = baselines[key]
+        if status != "passed":
+            continue  # the group is not scored while its unmutated tests fail
+        path = tree / m.module
+        source = path.read_text()
+        new = mutated_source(m, source)
+        if new is None or new == source:
+            outcome, secs, tail = "no_mutation", 0.0, ""
+        else:
+            path.write_text(new)
+            try:
+                outcome, secs, tail = run_tests(tree, tests, max(60.0, factor * base_s))
+            finally:
+                path.write_text(source)
+            outcome = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[outcome]
+        rec = {**asdict(m), "outcome": outcome, "seconds": round(secs, 1), "baseline_s": round(base_s, 1)}
+        rec.update(tests=list(tests), module_sha=_sha(ROOT / m.module), diff=diff_of(m, source))
+        if outcome == "killed":
+            rec["failure"] = " ".join(re.findall(r"^(?:FAILED|ERROR) (\S+)", tail, re.M)[:3])
+        with open(log, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        print(f"mutation: [{i + 1}/{len(todo)}] {m.id} {m.module}:{m.line} {m.operator}: {outcome} ({secs:.0f} s)")
+        sys.stdout.flush()
+
+
+def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, str]) -> Dict[str, dict]:
+    recs = read_records(out_dir)
+    out: Dict[str, dict] = {}
+    for m in mutants:
+        g = out.setdefault(
+            m.group, {"sampled": 0, "killed": 0, "survived": 0, "timed_out": 0, "equivalent": 0, "pending": 0}
+        )
+        g["sampled"] += 1
+        r = recs.get(m.id)
+        if r is None or r.get("module_sha") != _sha(ROOT / m.module):
+            g["pending"] += 1
+        elif r["outcome"] == "survived" and m.id in equivalent:
+            g["equivalent"] += 1
+        elif r["outcome"] in ("killed", "survived", "timed_out"):
+            g[r["outcome"]] += 1
+        else:  # no_mutation: the operator had nothing to change there after all
+            g["sampled"] -= 1
+    for g in out.values():
+        scored = g["killed"] + g["timed_out"] + g["survived"]
+        g["score"] = round((g["killed"] + g["timed_out"]) / scored, 3) if scored else None
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="three mutants of asrlib/score.py (under a minute)")
+    ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated groups (default: all)")
+    ap.add_argument("--per-group", type=int, default=30, help="sites sampled per group")
+    ap.add_argument("--seed", type=int, default=73)
+    ap.add_argument("--shard", default="1/1", help="K/N: run every N-th sampled mutant from the K-th")
+    ap.add_argument("--timeout-factor", type=float, default=3.0, help="x the unmutated run's time")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "mutation")
+    ap.add_argument("--work", type=Path, default=None, help="scratch dir (default: a temporary one)")
+    ap.add_argument("--list", action="store_true", help="print the sample (id, site, diff) and stop")
+    ap.add_argument("--report", action="store_true", help="summarise what the results files hold; run nothing")
+    ap.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs after the summary")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    groups = QUICK if args.quick else GROUPS
+    names = list(groups) if args.quick else [g for g in args.groups.split(",") if g]
+    unknown = [g for g in names if g not in groups]
+    if unknown:
+        ap.error(f"unknown group(s) {unknown}; known: {', '.join(groups)}")
+    per_group = 3 if args.quick else args.per_group
+    k, n = (int(x) for x in args.shard.split("/"))
+    if not 1 <= k <= n:
+        ap.error("--shard must be K/N with 1 <= K <= N")
+    mutants = plan(groups, names, per_group, args.seed)
+    if args.list:
+        for m in mutants:
+            print(f"{m.id} {m.group} {m.module}:{m.line}:{m.col} {m.definition} {m.operator}")
+            print(diff_of(m, (ROOT / m.module).read_text()))
+        return 0
+    tmp = None
+    if args.quick:
+        tmp = tempfile.TemporaryDirectory(prefix="mutation-quick.")
+        out_dir, work = Path(tmp.name) / "out", Path(tmp.name) / "work"
+    else:
+        out_dir = args.out_dir
+        work = args.work or Path(tempfile.mkdtemp(prefix="mutation.")) if not args.report else None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if not args.report:
+            work.mkdir(parents=True, exist_ok=True)
+            execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work)
+        equivalent = read_equivalent()
+        summary = summarise(mutants, out_dir, equivalent)
+        if args.survivors:
+            recs = read_records(out_dir)
+            for m in mutants:
+                r = recs.get(m.id)
+                if r and r["outcome"] == "survived" and m.id not in equivalent:
+                    print(f"\n{m.id} {m.group} {m.module}:{m.line} {m.definition} {m.operator}\n{r['diff']}")
+        result = {
+            "bench": "mutation",
+            "quick": args.quick,
+            "seed": args.seed,
+            "per_group": per_group,
+            "groups": summary,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "load": round(os.getloadavg()[0], 2),
+        }
+        if not args.quick and not args.report and n == 1:
+            (out_dir / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+        elif args.work is None and work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.quick:  # the machinery works: every quick mutant got an outcome and the tests killed some
+        g = summary.get("quick", {})
+        if g.get("pending") or not g.get("killed"):
+            print("mutation --quick: the tests killed no mutant, or some got no outcome", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,8 +27,16 @@ def test_full_rank_factorisation_is_exact_and_low_rank_is_smaller(peephole):
     with torch.no_grad():
         assert (full(x, lens)[0] - ref).abs().max() < 1e-5
     n0 = count_parameters(m)
+    before = [prune._input_weight(layer).detach().double().clone() for layer in m.layers]
     ranks = prune.low_rank_factorize(m, rank_ratio=0.2)  # W_ih0 96x60 -> rank 12, W_ih1 96x12 -> rank 3
     assert ranks == [12, 3]
+    for w, layer, r in zip(before, m.layers, ranks):
+        # the bottleneck is the best rank-r approximation (Eckart-Young): the error's energy is exactly that of
+        # the singular values left out, the r largest kept (a factorisation that kept others would miss this)
+        approx_w = prune._input_weight(layer.inner).double() @ layer.proj.weight.double()
+        s = torch.linalg.svdvals(w)
+        assert float(((w - approx_w) ** 2).sum()) == pytest.approx(float((s[r:] ** 2).sum()), rel=1e-4)
+        assert torch.allclose(torch.linalg.svdvals(approx_w)[:r], s[:r], rtol=1e-4)
     assert count_parameters(m) == n0 - 96 * 60 + 12 * (96 + 60) - 96 * 12 + 3 * (96 + 12)
     with torch.no_grad():
         approx = m(x, lens)[0]

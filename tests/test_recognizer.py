@@ -118,6 +118,55 @@ def test_bidirectional_model_runs_in_overlapping_windows(tm, tmp_path):
     assert not np.allclose(windowed, whole, atol=1e-3)  # (really windowed)
 
 
+def _distance_to_a_cut(num_frames: int, window: int, context: int) -> np.ndarray:
+    """Per output frame, how many frames lie between it and the nearest end of its window's input that cuts the
+    recording (a window's input reaching the recording's start or end is not cut there)."""
+    dist = np.full(num_frames, num_frames)
+    for s in range(0, num_frames, window):
+        e = min(s + window, num_frames)
+        a, b = max(0, s - context), min(num_frames, e + context)
+        for t in range(s, e):
+            dist[t] = min(t - a if a > 0 else num_frames, b - 1 - t if b < num_frames else num_frames)
+    return dist
+
+
+def test_overlapping_windows_match_the_whole_utterance_away_from_the_window_edges():
+    """The windows of a bidirectional model (_WholeRecordingStream) give each frame the log-probs of one pass over
+    the whole recording, up to the state the network would have carried in from beyond its window's context: an
+    error that decays with the frame's distance from the nearest cut (measured: 2e-3 at 8 frames, 5e-5 at 16, 1e-6
+    from 23 on) and with the context. A window whose outputs were taken from the wrong place (the context offset
+    dropped, off by one) is wrong by the difference of frames apart, 1e-2 and more."""
+    from asrlib.app.model_dir import _WholeRecordingStream
+    from asrlib.config import ModelConfig
+    from asrlib.features.fbank import FbankExtractor, FbankOptions
+    from asrlib.models.lstm import build_model
+    from asrlib.models.saved import SavedModel
+
+    torch.manual_seed(0)
+    model = build_model(24, 5, ModelConfig(num_layers=1, hidden_size=16, proj_size=0, stack=3, bidirectional=True))
+    x = np.random.default_rng(0).normal(0, 0.1, 3 * SR).astype(np.float32)
+    feats = FbankExtractor(FbankOptions(num_mel_bins=24, sample_rate=SR)).features(x)
+    saved = SavedModel(model.eval(), feats.mean(0), 1 / feats.std(0))  # network inputs of unit scale
+    whole = saved.log_probs(feats)
+    assert len(whole) == 100
+    errors = {}
+    for context in (8, 16):
+        stream = _WholeRecordingStream(saved, window=20, context=context)
+        stream.accept(feats[:137])
+        stream.accept(feats[137:])
+        windowed = stream.finish()
+        assert windowed.shape == whole.shape
+        err = np.abs(windowed - whole).max(axis=1)
+        dist = _distance_to_a_cut(len(whole), 20, context)
+        assert (dist >= context).all()  # every frame has its context
+        assert err.max() < 1e-2, (context, err.round(4))
+        assert err[dist >= 16].max() < 5e-4, (context, err.round(5), dist)
+        assert err[dist >= 24].max() < 2e-5, (context, err.round(6), dist)
+        errors[context] = err.max()
+    assert errors[16] < errors[8] / 5  # more context, closer
+    assert errors[8] > 1e-4  # (really windowed: the first frames' state was not carried in)
+
+
 # ------------------------------------------------------------------------------------------------ decoding
 @pytest.mark.parametrize("method", ["tlg", "greedy"])
 def test_same_words_as_the_decode_stage(tm, tmp_path, method):

@@ -155,8 +155,9 @@ def test_nj_and_fatal_errors(tm, capsys, tmp_path, monkeypatch):
 
 
 def test_console_script_installed():
+    """`make install` (pip install -e .) puts the `asr` command beside the interpreter: its absence is the failure
+    this test is for, so it fails rather than skips."""
     exe = Path(sys.executable).parent / "asr"
-    if not exe.is_file():
-        pytest.skip("the `asr` console script is not installed (pip install -e .)")
+    assert exe.is_file(), f"the `asr` console script is not installed at {exe} (make install: pip install -e .)"
     r = subprocess.run([str(exe), "transcribe", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--format {text,jsonl,srt,vtt}" in r.stdout

@@ -52,65 +52,135 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "docs" / "testing.md"
 
-# group -> modules (globs under ROOT) and the test files that exercise them, the most direct first (with -x, a
-# killed mutant stops at its first failing test). Per-module test files go in front of the group's.
+# group -> its modules (globs under ROOT); per module (glob), the test files that exercise it most directly, run
+# first against each mutant (with -x a killed mutant stops at its first failing test; "*": the group's default);
+# "wide": the group's other test files of `make test`'s tier, run against the mutants the first ones left alive
+# (killed there is killed by `make test`). Every file named must exist (a renamed test file fails the bench).
 GROUPS: Dict[str, Dict[str, object]] = {
     "decode": {
         "modules": ["asrlib/decode/*.py"],
-        "tests": ["test_search.py", "test_segment.py", "test_endpoint.py", "test_isolated.py", "test_lm_scale.py"],
-        "per_module": {
-            "asrlib/decode/search.py": ["test_search.py", "test_ngram_lm.py"],
-            "asrlib/decode/search_scores.py": ["test_search.py"],
+        "direct": {
+            "asrlib/decode/search*.py": ["test_search.py", "test_lm_scale.py"],
             "asrlib/decode/segment.py": ["test_segment.py"],
-            "asrlib/decode/endpoint.py": ["test_endpoint.py", "test_recognizer.py"],
-            "asrlib/decode/isolated.py": ["test_isolated.py"],
+            "asrlib/decode/endpoint.py": ["test_endpoint.py"],
+            "asrlib/decode/isolated.py": ["test_isolated.py", "test_combine_logprobs.py"],
+            "*": ["test_search.py"],
         },
+        "wide": [
+            "test_search.py",
+            "test_lm_scale.py",
+            "test_segment.py",
+            "test_endpoint.py",
+            "test_isolated.py",
+            "test_combine_logprobs.py",
+            "test_ngram_lm.py",
+            "test_speaker_adapt.py",
+            "test_recognizer.py",
+        ],
     },
     "export": {
         "modules": ["asrlib/export/*.py"],
-        "tests": ["test_export_prune.py", "test_export_onnx.py", "test_export_streaming.py", "test_sherpa.py"],
-        "per_module": {
+        "direct": {
             "asrlib/export/prune.py": ["test_export_prune.py"],
             "asrlib/export/onnx_model.py": ["test_export_onnx.py"],
             "asrlib/export/quantize.py": ["test_export_onnx.py"],
+            "asrlib/export/runtime.py": ["test_export_onnx.py"],
             "asrlib/export/streaming.py": ["test_export_streaming.py"],
             "asrlib/export/bundle.py": ["test_sherpa.py", "test_transcribe_bundle.py"],
-            "asrlib/export/runtime.py": ["test_export_onnx.py"],
+            "*": ["test_export_onnx.py"],
         },
+        "wide": [
+            "test_export_prune.py",
+            "test_export_onnx.py",
+            "test_export_streaming.py",
+            "test_sherpa.py",
+            "test_transcribe_bundle.py",
+            "test_security.py",
+        ],
     },
     "app": {
         "modules": ["asrlib/app/*.py"],
-        "tests": ["test_recognizer.py", "test_cli_asr.py", "test_transcribe_bundle.py"],
-        "per_module": {"asrlib/app/subtitles.py": ["test_segment.py"]},
+        "direct": {
+            "asrlib/app/cli_asr.py": ["test_cli_asr.py"],
+            "asrlib/app/subtitles.py": ["test_segment.py", "test_cli_asr.py"],
+            "*": ["test_recognizer.py"],
+        },
+        "wide": [
+            "test_recognizer.py",
+            "test_cli_asr.py",
+            "test_transcribe_bundle.py",
+            "test_security.py",
+            "test_segment.py",
+            "test_fuzz_readers.py",
+            "test_endpoint.py",
+        ],
     },
     "lang": {
         "modules": ["asrlib/lang/graphs.py"],
-        "tests": ["test_lang.py", "test_search.py", "test_lm_scale.py", "test_isolated.py"],
-        "per_module": {},
+        "direct": {"*": ["test_lang.py", "test_search.py"]},
+        "wide": [
+            "test_lang.py",
+            "test_search.py",
+            "test_lm_scale.py",
+            "test_isolated.py",
+            "test_ngram_lm.py",
+            "test_gmm.py",
+            "test_graph_scale.py",
+            "test_lang_units.py",
+        ],
     },
     "parallel": {
         "modules": ["asrlib/parallel/*.py"],
-        "tests": ["test_dist_comm.py", "test_dist_equivalence.py", "test_dist_algorithms.py", "test_dist_resume.py"],
-        "per_module": {
+        "direct": {
             "asrlib/parallel/timing.py": ["test_dist_timing.py"],
             "asrlib/parallel/harness.py": ["test_harness.py"],
-            "asrlib/parallel/env.py": ["test_device.py", "test_dist_launch.py"],
+            "asrlib/parallel/env.py": ["test_dist_launch.py"],
+            "asrlib/parallel/[mqs][eup]*.py": ["test_dist_comm.py"],  # meter, quant, sparse, stats
+            "asrlib/parallel/[pdt][oio]*.py": ["test_dist_comm.py"],  # powersgd, diloco, topk (not ddp)
+            "*": ["test_dist_equivalence.py", "test_dist_algorithms.py"],
         },
+        "wide": [
+            "test_dist_equivalence.py",
+            "test_dist_algorithms.py",
+            "test_dist_comm.py",
+            "test_dist_resume.py",
+            "test_dist_timing.py",
+            "test_harness.py",
+            "test_dist_launch.py",
+            "test_device.py",
+        ],
     },
     "train": {
         "modules": ["asrlib/train/*.py"],
-        "tests": ["test_train_resume.py", "test_train_data.py", "test_concat.py", "test_jitter.py", "test_ce.py"],
-        "per_module": {
+        "direct": {
+            "asrlib/train/loader.py": ["test_train_data.py"],
+            "asrlib/train/augment.py": ["test_train_data.py"],
+            "asrlib/train/batch_plan.py": ["test_jitter.py", "test_train_data.py"],
+            "asrlib/train/concat.py": ["test_concat.py"],
+            "asrlib/train/jitter.py": ["test_jitter.py"],
+            "asrlib/train/ce.py": ["test_ce.py"],
+            "asrlib/train/criterion.py": ["test_ce.py", "test_train_resume.py"],
             "asrlib/train/noise_aug.py": ["test_noise_aug.py"],
             "asrlib/train/noise_mix.py": ["test_noise_mix.py"],
             "asrlib/train/speaker_adapt.py": ["test_speaker_adapt.py"],
             "asrlib/train/census.py": ["test_census.py"],
-            "asrlib/train/augment.py": ["test_train_data.py", "test_device.py"],
-            "asrlib/train/checkpoint.py": ["test_train_resume.py", "test_device.py"],
+            "*": ["test_train_resume.py"],
         },
+        "wide": [
+            "test_train_resume.py",
+            "test_train_data.py",
+            "test_concat.py",
+            "test_jitter.py",
+            "test_ce.py",
+            "test_noise_aug.py",
+            "test_noise_mix.py",
+            "test_speaker_adapt.py",
+            "test_census.py",
+            "test_device.py",
+        ],
     },
 }
-QUICK = {"quick": {"modules": ["asrlib/score.py"], "tests": ["test_score.py"], "per_module": {}}}
+QUICK = {"quick": {"modules": ["asrlib/score.py"], "direct": {"*": ["test_score.py"]}, "wide": ["test_score.py"]}}
 EXCLUDED_OPERATORS = ("core/NoOp",)  # (and every operator that needs arguments: VariableReplacer, VariableInserter)
 LOG_CALLS = re.compile(r"^(log|logger|logging|warnings)\.(debug|info|warning|warn|error|exception|critical)$")
 NO_MUTATE = "pragma: no mutate"
@@ -272,13 +342,24 @@ def group_modules(spec: Dict[str, object]) -> List[str]:
 
 
 def tests_for(spec: Dict[str, object], module: str) -> List[str]:
-    """The test files a mutant of ``module`` is run against: the module's own, then the group's."""
-    own = [t for pat, ts in spec["per_module"].items() if fnmatch.fnmatch(module, pat) for t in ts]
-    out = []
-    for t in own + list(spec["tests"]):
-        if t not in out and (ROOT / "tests" / t).is_file():
-            out.append(t)
-    return out
+    """The test files run first against a mutant of ``module``: those of the first pattern that matches it."""
+    for pattern, tests in spec["direct"].items():
+        if pattern == "*" or fnmatch.fnmatch(module, pattern):
+            return list(tests)
+    raise AssertionError(f"no tests for {module}")
+
+
+def wide_tests(spec: Dict[str, object], module: str) -> List[str]:
+    """The group's test files not in :func:`tests_for`: run against the mutants those left alive."""
+    first = tests_for(spec, module)
+    return [t for t in spec["wide"] if t not in first]
+
+
+def missing_test_files(groups: Dict[str, Dict[str, object]]) -> List[str]:
+    named = {t for g in groups.values() for ts in g["direct"].values() for t in ts} | {
+        t for g in groups.values() for t in g["wide"]
+    }
+    return sorted(t for t in named if not (ROOT / "tests" / t).is_file())
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -368,55 +449,105 @@ def plan(groups: Dict[str, Dict[str, object]], names: Sequence[str], per_group: 
     return chosen
 
 
-def execute(
-    groups, mutants: Sequence[Mutant], out_dir: Path, shard: Tuple[int, int], factor: float, work: Path
-) -> None:
-    k, n = shard
-    mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
-    done = read_records(out_dir)
-    todo = [m for m in mine if done.get(m.id, {}).get("module_sha") != _sha(ROOT / m.module)]
-    print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
-    if not todo:
-        return
-    tree = scratch_tree(work)
-    log = out_dir / ("mutants.jsonl" if n == 1 else f"mutants.shard{k}.jsonl")
-    baselines: Dict[Tuple[str, ...], Tuple[str, float, str]] = {}
-    for i, m in enumerate(todo):
-        tests = tests_for(groups[m.group], m.module)
+def tests_sha(tests: Sequence[str]) -> str:
+    """A hash of the test files' contents (and the shared test helpers): a survivor is tried again when they change."""
+    h = hashlib.sha256()
+    for t in sorted(set(tests)) + ["helpers.py", "tone_model.py"]:
+        f = ROOT / "tests" / t
+        h.update(t.encode() + (f.read_bytes() if f.is_file() else b""))
+    return h.hexdigest()[:16]
+
+
+def is_current(rec: Optional[dict], m: Mutant, groups) -> bool:
+    """Whether a stored result still holds: the module is as it was, and for a mutant the tests did not kill, the
+    tests too (a new test may kill it now)."""
+    if rec is None or rec.get("module_sha") != _sha(ROOT / m.module):
+        return False
+    if rec["outcome"] in ("killed", "timed_out", "no_mutation"):
+        return True
+    spec = groups[m.group]
+    return rec.get("tests_sha") == tests_sha(tests_for(spec, m.module) + wide_tests(spec, m.module))
+
+
+class Baselines:
+    """The unmutated run of each set of test files, once: its outcome and time (a mutant's timeout is a multiple
+    of it). A set that fails unmutated, or runs no test, scores nothing."""
+
+    def __init__(self, tree: Path):
+        self.tree, self.runs = tree, {}
+
+    def seconds(self, tests: Sequence[str]) -> Optional[float]:
         key = tuple(tests)
-        if key not in baselines:
-            baselines[key] = run_tests(tree, tests, 3600)
-            status, secs, tail = baselines[key]
-            ok = status == "passed" and re.search(r"\b[1-9]\d* passed", tail)
+        if key not in self.runs:
+            status, secs, tail = run_tests(self.tree, tests, 3600)
+            ok = status == "passed" and re.search(r"\b[1-9]\d* passed", tail) is not None
             print(f"mutation: baseline {' '.join(tests)}: {status} in {secs:.0f} s", flush=True)
             if not ok:
                 print(tail, file=sys.stderr)
-        status, base_s, _ = baselines[key]
-        if status != "passed":
-            continue  # the group is not scored while its unmutated tests fail
-        path = tree / m.module
-        source = path.read_text()
-        new = mutated_source(m, source)
-        if new is None or new == source:
-            outcome, secs, tail = "no_mutation", 0.0, ""
-        else:
-            path.write_text(new)
-            try:
-                outcome, secs, tail = run_tests(tree, tests, max(60.0, factor * base_s))
-            finally:
-                path.write_text(source)
-            outcome = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[outcome]
-        rec = {**asdict(m), "outcome": outcome, "seconds": round(secs, 1), "baseline_s": round(base_s, 1)}
-        rec.update(tests=list(tests), module_sha=_sha(ROOT / m.module), diff=diff_of(m, source))
+            self.runs[key] = secs if ok else None
+        return self.runs[key]
+
+
+def run_mutant(m: Mutant, groups, tree: Path, base: Baselines, factor: float) -> Optional[dict]:
+    """Make ``m`` in ``tree``, run its direct tests, and if it survives them the group's wide ones; the record
+    (None when a baseline failed)."""
+    spec = groups[m.group]
+    phases = [tests_for(spec, m.module), wide_tests(spec, m.module)]
+    path = tree / m.module
+    source = path.read_text()
+    new = mutated_source(m, source)
+    rec = {**asdict(m), "module_sha": _sha(ROOT / m.module), "diff": diff_of(m, source)}
+    rec["tests_sha"] = tests_sha(phases[0] + phases[1])
+    if new is None or new == source:
+        return {**rec, "outcome": "no_mutation", "seconds": 0.0}
+    total = 0.0
+    for phase, tests in enumerate(phases):
+        if not tests:
+            continue
+        base_s = base.seconds(tests)
+        if base_s is None:
+            return None
+        path.write_text(new)
+        try:
+            status, secs, tail = run_tests(tree, tests, max(60.0, factor * base_s))
+        finally:
+            path.write_text(source)
+        total += secs
+        outcome = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[status]
+        rec.update(outcome=outcome, seconds=round(total, 1), tests=tests, phase=("direct", "wide")[phase])
         if outcome == "killed":
             rec["failure"] = " ".join(re.findall(r"^(?:FAILED|ERROR) (\S+)", tail, re.M)[:3])
+        if outcome != "survived":
+            break
+    return rec
+
+
+def execute(groups, mutants: Sequence[Mutant], out_dir: Path, shard, factor: float, work: Path, budget_s: float):
+    k, n = shard
+    mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
+    done = read_records(out_dir)
+    todo = [m for m in mine if not is_current(done.get(m.id), m, groups)]
+    print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
+    if not todo:
+        return
+    t0 = time.monotonic()
+    tree = scratch_tree(work)
+    base = Baselines(tree)
+    log = out_dir / ("mutants.jsonl" if n == 1 else f"mutants.shard{k}.jsonl")
+    for i, m in enumerate(todo):
+        if time.monotonic() - t0 > budget_s:
+            print(f"mutation: --budget-min spent; {len(todo) - i} mutants left for the next run", flush=True)
+            break
+        rec = run_mutant(m, groups, tree, base, factor)
+        if rec is None:
+            continue  # the group is not scored while its unmutated tests fail
         with open(log, "a") as f:
             f.write(json.dumps(rec) + "\n")
-        print(f"mutation: [{i + 1}/{len(todo)}] {m.id} {m.module}:{m.line} {m.operator}: {outcome} ({secs:.0f} s)")
-        sys.stdout.flush()
+        where = f"{m.module}:{m.line} {m.operator}"
+        print(f"mutation: [{i + 1}/{len(todo)}] {m.id} {where}: {rec['outcome']} ({rec['seconds']:.0f} s)", flush=True)
 
 
-def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, str]) -> Dict[str, dict]:
+def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, str], groups) -> Dict[str, dict]:
     recs = read_records(out_dir)
     out: Dict[str, dict] = {}
     for m in mutants:
@@ -425,7 +556,7 @@ def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, st
         )
         g["sampled"] += 1
         r = recs.get(m.id)
-        if r is None or r.get("module_sha") != _sha(ROOT / m.module):
+        if not is_current(r, m, groups):
             g["pending"] += 1
         elif r["outcome"] == "survived" and m.id in equivalent:
             g["equivalent"] += 1
@@ -447,6 +578,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=73)
     ap.add_argument("--shard", default="1/1", help="K/N: run every N-th sampled mutant from the K-th")
     ap.add_argument("--timeout-factor", type=float, default=3.0, help="x the unmutated run's time")
+    ap.add_argument("--budget-min", type=float, default=1e9, help="start no mutant after this many minutes")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "mutation")
     ap.add_argument("--work", type=Path, default=None, help="scratch dir (default: a temporary one)")
     ap.add_argument("--list", action="store_true", help="print the sample (id, site, diff) and stop")
@@ -459,6 +591,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [g for g in names if g not in groups]
     if unknown:
         ap.error(f"unknown group(s) {unknown}; known: {', '.join(groups)}")
+    if missing_test_files(groups):
+        ap.error(f"test files named in GROUPS are missing: {missing_test_files(groups)}")
     per_group = 3 if args.quick else args.per_group
     k, n = (int(x) for x in args.shard.split("/"))
     if not 1 <= k <= n:
@@ -480,9 +614,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if not args.report:
             work.mkdir(parents=True, exist_ok=True)
-            execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work)
+            execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work, 60 * args.budget_min)
         equivalent = read_equivalent()
-        summary = summarise(mutants, out_dir, equivalent)
+        summary = summarise(mutants, out_dir, equivalent, groups)
         if args.survivors:
             recs = read_records(out_dir)
             for m in mutants:

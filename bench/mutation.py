@@ -581,6 +581,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--budget-min", type=float, default=1e9, help="start no mutant after this many minutes")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "mutation")
     ap.add_argument("--work", type=Path, default=None, help="scratch dir (default: a temporary one)")
+    ap.add_argument("--only", default="", help="comma-separated mutant ids of the sample: run (or list) just those")
     ap.add_argument("--list", action="store_true", help="print the sample (id, site, diff) and stop")
     ap.add_argument("--report", action="store_true", help="summarise what the results files hold; run nothing")
     ap.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs after the summary")
@@ -598,6 +599,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not 1 <= k <= n:
         ap.error("--shard must be K/N with 1 <= K <= N")
     mutants = plan(groups, names, per_group, args.seed)
+    if args.only:
+        wanted = set(args.only.split(","))
+        mutants = [m for m in mutants if m.id in wanted]
+        if {m.id for m in mutants} != wanted:
+            ap.error(f"not in the sample: {sorted(wanted - {m.id for m in mutants})}")
     if args.list:
         for m in mutants:
             print(f"{m.id} {m.group} {m.module}:{m.line}:{m.col} {m.definition} {m.operator}")
@@ -632,7 +638,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "wall_s": round(time.monotonic() - t0, 1),
             "load": round(os.getloadavg()[0], 2),
         }
-        if not args.quick and not args.report and n == 1:
+        if not args.quick and not args.report and n == 1 and not args.only:
             (out_dir / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result))
     finally:

@@ -117,7 +117,7 @@ GROUPS: Dict[str, Dict[str, object]] = {
     },
     "lang": {
         "modules": ["asrlib/lang/graphs.py"],
-        "direct": {"*": ["test_lang.py", "test_search.py"]},
+        "direct": {"*": ["test_lang.py", "test_search.py", "test_graph_timed.py"]},
         "wide": [
             "test_lang.py",
             "test_search.py",

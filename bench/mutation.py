@@ -61,7 +61,7 @@ GROUPS: Dict[str, Dict[str, object]] = {
         "modules": ["asrlib/decode/*.py"],
         "direct": {
             "asrlib/decode/search*.py": ["test_search.py", "test_lm_scale.py"],
-            "asrlib/decode/segment.py": ["test_segment.py"],
+            "asrlib/decode/segment.py": ["test_segment.py", "test_segment_energy.py"],
             "asrlib/decode/endpoint.py": ["test_endpoint.py"],
             "asrlib/decode/isolated.py": ["test_isolated.py", "test_combine_logprobs.py"],
             "*": ["test_search.py"],
@@ -70,6 +70,7 @@ GROUPS: Dict[str, Dict[str, object]] = {
             "test_search.py",
             "test_lm_scale.py",
             "test_segment.py",
+            "test_segment_energy.py",
             "test_endpoint.py",
             "test_isolated.py",
             "test_combine_logprobs.py",

@@ -182,3 +182,11 @@ def test_steps_decode_isolated_with_several_models(tmp_path, ten):
                 str(archives[1]),
             ]
         )
+
+
+def test_log_probabilities_of_another_rank_are_a_clear_error(ten):
+    """One frame's vector, or a batch, instead of one utterance's [T, V] matrix: the shape error, not an IndexError."""
+    scorer = IsolatedWordScorer(ten)
+    for shape in ((len(scorer.tokens),), (2, 5, len(scorer.tokens))):
+        with pytest.raises(AsrError, match=r"log-probabilities have shape"):
+            scorer.scores(np.zeros(shape, np.float32))

@@ -185,6 +185,7 @@ QUICK = {"quick": {"modules": ["asrlib/score.py"], "direct": {"*": ["test_score.
 EXCLUDED_OPERATORS = ("core/NoOp",)  # (and every operator that needs arguments: VariableReplacer, VariableInserter)
 LOG_CALLS = re.compile(r"^(log|logger|logging|warnings)\.(debug|info|warning|warn|error|exception|critical)$")
 NO_MUTATE = "pragma: no mutate"
+MIN_TIMEOUT_S = 60.0  # a mutant's tests may always run this long (a fast set's 3x would be cut by the start-up)
 
 
 # ------------------------------------------------------------------------------------------------ mutation sites
@@ -510,7 +511,7 @@ def run_mutant(m: Mutant, groups, tree: Path, base: Baselines, factor: float, di
             return None
         path.write_text(new)
         try:
-            status, secs, tail = run_tests(tree, tests, max(60.0, factor * base_s))
+            status, secs, tail = run_tests(tree, tests, max(MIN_TIMEOUT_S, factor * base_s))
         finally:
             path.write_text(source)
         total += secs

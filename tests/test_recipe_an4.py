@@ -37,12 +37,16 @@ def test_an4_recipe_end_to_end(tmp_path):
     spk = {s: {ln.split()[1] for ln in (data / s / "utt2spk").read_text().splitlines()} for s in ("train", "dev")}
     assert len(spk["train"]) == 3 and len(spk["dev"]) == 3 and not spk["train"] & spk["dev"]  # held-out speakers
 
-    # the WER table: every eval set and search, scored against the corpus's own transcripts
+    # the WER table: every eval set and search, scored against the corpus's own transcripts. One epoch on 3
+    # speakers learns next to nothing (measured: greedy 100.0 / 99.6, TLG 100.0 / 99.1 on dev / test), so the bound
+    # near it is 100: no search may add words beyond the references' count (the recipe's accuracy is in
+    # recipes/an4/RESULTS.md)
     results = (exp / "RESULTS.md").read_text()
     for s in ("dev", "test"):
         assert f"| {s} |" in results
         for m in ("greedy", "tlg"):
             w = json.loads((exp / f"decode_{s}_{m}" / "wer.json").read_text())
+            assert w["wer"] <= 100.0, (s, m, w)
             assert w["num_words"] == sum(len(ln.split()) - 1 for ln in (data / s / "text").read_text().splitlines()), (
                 s,
                 m,

@@ -174,3 +174,13 @@ def test_quantised_diloco_payload(tmp_path):
     assert main([*args, "--link", "eth10", "--max-n", "8", "--out-dir", str(tmp_path / "out")]) == 0
     out = json.loads((tmp_path / "out" / "scaling.json").read_text())
     assert out["params"]["diloco_payload"] == pytest.approx(3.3e6) and out["params"]["diloco_period"] == 32
+
+
+def test_collectives_of_one_learner_cost_nothing_and_grow_with_the_ring():
+    """A ring all-gather or all-reduce among n learners takes n - 1 (2(n - 1)) link steps; one learner sends
+    nothing, so its collectives take no time (a negative or non-zero time would shift every n = 1 prediction)."""
+    p = _params()
+    assert p.allgather(1, 1e6) == 0.0 and p.allreduce(1) == 0.0
+    step = p.link.latency + 1e6 / p.link.bandwidth
+    for n in (2, 3, 8):
+        assert p.allgather(n, 1e6) == pytest.approx((n - 1) * step)

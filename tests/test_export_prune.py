@@ -79,3 +79,13 @@ def test_compressed_file_with_bottleneck_round_trip(tmp_path):
         prune.load_compressed(tmp_path / "nope.pt")
     with pytest.raises(AsrError, match="sparsity"):
         prune.magnitude_prune(m, 1.0)
+
+
+def test_nonzero_parameters_count_negative_and_positive_weights():
+    """The bundle's figure of what pruning kept (steps.export_mobile's nonzero_params): every weight that is not
+    zero, whatever its sign."""
+    layer = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[-1.0, 0.0], [2.0, 0.0]]))
+        layer.bias.copy_(torch.tensor([0.0, -3.0]))
+    assert prune.count_nonzero_parameters(layer) == 3

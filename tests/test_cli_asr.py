@@ -161,3 +161,23 @@ def test_console_script_installed():
     assert exe.is_file(), f"the `asr` console script is not installed at {exe} (make install: pip install -e .)"
     r = subprocess.run([str(exe), "transcribe", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--format {text,jsonl,srt,vtt}" in r.stdout
+
+
+def test_the_summary_counts_the_inputs_transcribed_and_times_them(tm, capsys, tmp_path, monkeypatch):
+    """The closing line on stderr: inputs transcribed of all, seconds of audio, the wall time from the model's
+    loading on and the RTF (on a clock the test sets: model loaded at 100.25 - 100.0, the inputs 202.5 - 200.0)."""
+    from asrlib.app import cli_asr
+
+    good = sorted((tm.root / "wav" / "test").glob("*.wav"))[:3]
+    scp = tmp_path / "wav.scp"
+    scp.write_text("".join(f"ok{i} {p}\n" for i, p in enumerate(good)) + f"missing {tmp_path / 'nope.wav'}\n")
+    ticks = [100.0, 100.25, 200.0]
+    monkeypatch.setattr(cli_asr.time, "perf_counter", lambda: ticks.pop(0) if ticks else 202.5)
+    rc, out, err = _run(capsys, "transcribe", tm.exp, scp, "--method", "greedy")
+    audio = sum(sf.info(p).duration for p in good)
+    assert rc == 1 and len(out.splitlines()) == 3
+    summary = next(line for line in err.splitlines() if line.startswith("asr transcribe: "))
+    assert summary == (
+        f"asr transcribe: 3 of 4 inputs transcribed ({audio:.1f} s of audio in 2.50 s, RTF {2.5 / audio:.3f}, "
+        f"nj=1; model loaded in 0.25 s)"
+    )

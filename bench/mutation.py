@@ -55,7 +55,8 @@ TRIAGE = ROOT / "docs" / "testing.md"
 # group -> its modules (globs under ROOT); per module (glob), the test files that exercise it most directly, run
 # first against each mutant (with -x a killed mutant stops at its first failing test; "*": the group's default);
 # "wide": the group's other test files of `make test`'s tier, run against the mutants the first ones left alive
-# (killed there is killed by `make test`). Every file named must exist (a renamed test file fails the bench).
+# (killed there is killed by `make test`). Every file named must exist (a renamed test file fails the bench); an
+# entry may name one test of a file (``file.py::test``), for modules whose file holds much slower tests besides.
 GROUPS: Dict[str, Dict[str, object]] = {
     "decode": {
         "modules": ["asrlib/decode/*.py"],
@@ -136,7 +137,21 @@ GROUPS: Dict[str, Dict[str, object]] = {
             "asrlib/parallel/timing.py": ["test_dist_timing.py"],
             "asrlib/parallel/harness.py": ["test_harness.py"],
             "asrlib/parallel/env.py": ["test_dist_launch.py"],
-            "asrlib/parallel/[mqs][eup]*.py": ["test_dist_comm.py"],  # meter, quant, sparse, stats
+            "asrlib/parallel/quant.py": [
+                "test_dist_comm.py::test_quantise_roundtrip_and_packing",
+                "test_dist_comm.py::test_quantised_mean_is_shared_and_error_feedback_keeps_the_sum",
+                "test_dist_comm.py::test_diloco_dense_rest_average_meets_the_models_and_keeps_the_rounding",
+            ],
+            "asrlib/parallel/sparse.py": [
+                "test_dist_comm.py::test_sparse_mean_is_shared_keeps_per_parameter_tops_and_loses_nothing",
+                "test_dist_comm.py::test_sparse_mean_with_16bit_positions_selects_per_block_and_decodes_offsets",
+                "test_dist_comm.py::test_sparse_message_round_trips_with_an_odd_count",
+            ],
+            "asrlib/parallel/stats.py": ["test_comm_stats.py"],
+            "asrlib/parallel/meter.py": [
+                "test_comm_stats.py",
+                "test_dist_comm.py::test_meter_counts_what_is_handed_to_torch_distributed",
+            ],
             "asrlib/parallel/[pdt][oio]*.py": ["test_dist_comm.py"],  # powersgd, diloco, topk (not ddp)
             "*": ["test_dist_equivalence.py", "test_dist_algorithms.py"],
         },
@@ -144,6 +159,7 @@ GROUPS: Dict[str, Dict[str, object]] = {
             "test_dist_equivalence.py",
             "test_dist_algorithms.py",
             "test_dist_comm.py",
+            "test_comm_stats.py",
             "test_dist_resume.py",
             "test_dist_timing.py",
             "test_harness.py",
@@ -362,7 +378,7 @@ def missing_test_files(groups: Dict[str, Dict[str, object]]) -> List[str]:
     named = {t for g in groups.values() for ts in g["direct"].values() for t in ts} | {
         t for g in groups.values() for t in g["wide"]
     }
-    return sorted(t for t in named if not (ROOT / "tests" / t).is_file())
+    return sorted(t for t in named if not (ROOT / "tests" / t.split("::")[0]).is_file())
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -456,7 +472,7 @@ def tests_sha(tests: Sequence[str]) -> str:
     """A hash of the test files' contents (and the shared test helpers): a survivor is tried again when they change."""
     h = hashlib.sha256()
     for t in sorted(set(tests)) + ["helpers.py", "tone_model.py"]:
-        f = ROOT / "tests" / t
+        f = ROOT / "tests" / t.split("::")[0]
         h.update(t.encode() + (f.read_bytes() if f.is_file() else b""))
     return h.hexdigest()[:16]
 

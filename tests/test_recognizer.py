@@ -150,7 +150,11 @@ def test_overlapping_windows_match_the_whole_utterance_away_from_the_window_edge
     whole = saved.log_probs(feats)
     assert len(whole) == 100
     errors = {}
+    calls = []
+    one_pass = saved.log_probs
+    saved.log_probs = lambda f: calls.append(len(f)) or one_pass(f)
     for context in (8, 16):
+        calls.clear()
         stream = _WholeRecordingStream(saved, window=20, context=context)
         stream.accept(feats[:137])
         stream.accept(feats[137:])
@@ -163,6 +167,8 @@ def test_overlapping_windows_match_the_whole_utterance_away_from_the_window_edge
         assert err[dist >= 16].max() < 5e-4, (context, err.round(5), dist)
         assert err[dist >= 24].max() < 2e-5, (context, err.round(6), dist)
         errors[context] = err.max()
+        # bounded work: 5 windows, each over its 20 frames and at most `context` more on each side (3 fbank each)
+        assert len(calls) == 5 and max(calls) <= (20 + 2 * context) * 3, (context, calls)
     assert errors[16] < errors[8] / 5  # more context, closer
     assert errors[8] > 1e-4  # (really windowed: the first frames' state was not carried in)
 
@@ -531,6 +537,27 @@ def test_model_dir_problems_are_clear_errors(tm, tmp_path):
     (moved / "model.json").write_text(json.dumps({**meta, "files": {}}))
     with pytest.raises(AsrError, match="no TLG.fst"):
         Recognizer.from_dir(moved)
+
+
+def test_a_model_dirs_file_table_and_token_count_are_checked(tm, tmp_path):
+    """model.json's "files" entries must each be {"size": int, "sha256": str}; packaging refuses a lang dir whose
+    token count is not the model's output size, more tokens or fewer."""
+    from asrlib.app.model_dir import open_model_dir, package_model
+
+    pkg = package_model(tm.exp, tm.lang, tmp_path / "pkg")
+    meta = json.loads((pkg / "model.json").read_text())
+    name = next(iter(meta["files"]))
+    for bad in ({"size": "12", "sha256": "ab"}, {"size": 12, "sha256": 5}):
+        (pkg / "model.json").write_text(json.dumps({**meta, "files": {**meta["files"], name: bad}}))
+        with pytest.raises(AsrError, match='"files" must map names to'):
+            open_model_dir(pkg)
+    tokens = (tm.lang / "tokens.txt").read_text().splitlines()
+    for k, lines in (("more", tokens + [f"EXTRA {len(tokens)}"]), ("fewer", tokens[:-1])):
+        lang = tmp_path / f"lang_{k}"
+        shutil.copytree(tm.lang, lang)
+        (lang / "tokens.txt").write_text("\n".join(lines) + "\n")
+        with pytest.raises(AsrError, match="this lang dir is not the one the model was trained with"):
+            package_model(tm.exp, lang, tmp_path / f"pkg_{k}")
 
 
 def test_experiment_dir_finds_relative_lang_dir(tm, tmp_path, monkeypatch):

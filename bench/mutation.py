@@ -104,11 +104,13 @@ GROUPS: Dict[str, Dict[str, object]] = {
         "modules": ["asrlib/app/*.py"],
         "direct": {
             "asrlib/app/cli_asr.py": ["test_cli_asr.py"],
+            "asrlib/app/audio_input.py": ["test_audio_input.py", "test_recognizer.py"],
             "asrlib/app/subtitles.py": ["test_segment.py", "test_cli_asr.py"],
             "*": ["test_recognizer.py"],
         },
         "wide": [
             "test_recognizer.py",
+            "test_audio_input.py",
             "test_cli_asr.py",
             "test_transcribe_bundle.py",
             "test_security.py",

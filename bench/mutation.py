@@ -105,12 +105,14 @@ GROUPS: Dict[str, Dict[str, object]] = {
         "direct": {
             "asrlib/app/cli_asr.py": ["test_cli_asr.py"],
             "asrlib/app/audio_input.py": ["test_audio_input.py", "test_recognizer.py"],
+            "asrlib/app/word_times.py": ["test_word_times.py", "test_recognizer.py"],
             "asrlib/app/subtitles.py": ["test_segment.py", "test_cli_asr.py"],
             "*": ["test_recognizer.py"],
         },
         "wide": [
             "test_recognizer.py",
             "test_audio_input.py",
+            "test_word_times.py",
             "test_cli_asr.py",
             "test_transcribe_bundle.py",
             "test_security.py",
@@ -457,7 +459,7 @@ def read_equivalent(path: Path = TRIAGE) -> Dict[str, str]:
     out = {}
     if path.is_file():
         for line in path.read_text().splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]  # (\| is a cell's |)
             if len(cells) >= 3 and re.fullmatch(r"`?m[0-9a-f]{8}`?", cells[0]) and "equivalent" in cells[-2].lower():
                 out[cells[0].strip("`")] = cells[-1]
     return out

@@ -87,6 +87,13 @@ class LangConfig:
     lm_count_cutoffs: Optional[List[int]] = None
     lm_prune_target: int = 0  # entropy-prune the n-gram to this many n-grams in all orders (0 = no pruning)
     lm_toolkit: str = "ours"  # ours (pure Python) | kenlm (KenLM's lmplz, tools/install_kenlm.sh: text of any size)
+    # an open vocabulary (asrlib/lang/open_vocab.py): "" = the transcripts' words (and lang.lexicon's) only |
+    # wordfreq: also the lang.vocab_size most frequent English words of the wordfreq package that CMUdict pronounces
+    vocab_source: str = ""
+    vocab_size: int = 0  # lang.vocab_source: how many of its words join the vocabulary
+    # lang.vocab_source: weight of its words' unigram (their frequencies) linearly interpolated into G's n-gram (0 =
+    # the words join the vocabulary with only the n-gram's uniform share of the unigram mass)
+    vocab_lm_weight: float = 0.0
     # the words G may emit (digit_loop, one_word, words_N): a task's closed vocabulary inside a larger lexicon (FSDD's
     # ten digits in a model trained with TIDIGITS' OH as well); None = every word of words.txt. Per eval set:
     # decode.set_words

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Iterable, Optional
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import LangConfig, config_to_dict, lm_texts, load_config, set_lang_config
@@ -33,6 +34,7 @@ from asrlib.io.stage import is_done, mark_done
 from asrlib.io.tables import read_table
 from asrlib.lang.graphs import build_tlg, check_grammar
 from asrlib.lang.lexicon import build_lexicon, build_lexicon_from, read_pronunciations, write_lang_files
+from asrlib.lang.open_vocab import background_words, check_weight
 
 
 def vocabulary(text: Path) -> set[str]:
@@ -51,10 +53,11 @@ def data_path(p: str, lang_dir: Path) -> Path:
     return q if q.is_absolute() else lang_dir.parent / q
 
 
-def make_lexicon(cfg: LangConfig, text: Path, lang_dir: Path):
-    """The lexicon of the vocabulary (the words of ``text`` and of ``lang.lexicon``) in ``lang.units``, and
-    ``{word: source}``. With a G2P, the words it pronounced are listed in ``lang_dir/g2p_words.txt``."""
-    words = vocabulary(text)
+def make_lexicon(cfg: LangConfig, text: Path, lang_dir: Path, extra: Iterable[str] = ()):
+    """The lexicon of the vocabulary (the words of ``text``, of ``lang.lexicon`` and ``extra``: an open
+    vocabulary's) in ``lang.units``, and ``{word: source}``. With a G2P, the words it pronounced are listed in
+    ``lang_dir/g2p_words.txt``."""
+    words = vocabulary(text) | set(extra)
     given = read_pronunciations(data_path(cfg.lexicon, lang_dir)) if cfg.lexicon else {}
     words |= set(given)
     if cfg.units in ("bpe", "char"):
@@ -91,6 +94,42 @@ def make_lexicon(cfg: LangConfig, text: Path, lang_dir: Path):
     return lexicon, sources
 
 
+def open_vocab_arpa(cfg: LangConfig, lang_dir: Path, lm_text, background) -> Optional[Path]:
+    """With ``lang.vocab_lm_weight`` > 0: the transcripts' n-gram (over the whole vocabulary, into
+    ``lm_<order>gram_text.arpa``) interpolated with the open vocabulary's unigram into ``lm_<order>gram.arpa``
+    (asrlib/lang/open_vocab.py); None otherwise (G's n-gram is estimated as usual)."""
+    if cfg.vocab_lm_weight <= 0 or cfg.grammar != "arpa" or cfg.arpa:
+        return None
+    from asrlib.lang.arpa import read_arpa
+    from asrlib.lang.ngram import build_arpa, write_arpa
+    from asrlib.lang.open_vocab import interpolate, unigram_lm
+
+    text_arpa = lang_dir / f"lm_{cfg.ngram_order}gram_text.arpa"
+    info = build_arpa(
+        lm_text,
+        text_arpa,
+        cfg.ngram_order,
+        words=lang_dir / "words.txt",
+        has_utt_ids=cfg.lm_text_has_utt_ids,
+        uppercase=True,
+        prune_target=cfg.lm_prune_target,
+        cutoffs=cfg.lm_count_cutoffs or (),
+        toolkit=cfg.lm_toolkit,
+    )
+    eos = info["sentences"] / (info["tokens"] + info["sentences"])
+    mixed = interpolate(read_arpa(text_arpa), unigram_lm(background, eos), cfg.vocab_lm_weight)
+    out = lang_dir / f"lm_{cfg.ngram_order}gram.arpa"
+    write_arpa(mixed, out)
+    logging.getLogger("prepare_lang").info(
+        "G: %s interpolated with %d words' unigram (weight %g) -> %s",
+        text_arpa.name,
+        len(background),
+        cfg.vocab_lm_weight,
+        out,
+    )
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
@@ -110,12 +149,14 @@ def main(argv=None):
     check_grammar(cfg.grammar, cfg.arpa, lm_text)
     setup_logging(a.lang_dir / "log" / "prepare_lang.log")
     t0 = time.perf_counter()
-    lexicon, sources = make_lexicon(cfg, a.text, a.lang_dir)
+    check_weight(cfg.vocab_lm_weight, [cfg.vocab_source])
+    background = background_words(cfg.vocab_source, cfg.vocab_size)
+    lexicon, sources = make_lexicon(cfg, a.text, a.lang_dir, background)
     write_lang_files(a.lang_dir, lexicon)
     tlg = build_tlg(
         a.lang_dir,
         grammar=cfg.grammar,
-        arpa=cfg.arpa,
+        arpa=cfg.arpa or open_vocab_arpa(cfg, a.lang_dir, lm_text, background),
         ngram_order=cfg.ngram_order,
         lm_text=lm_text,
         lm_text_has_utt_ids=cfg.lm_text_has_utt_ids,
@@ -129,6 +170,7 @@ def main(argv=None):
         "pronunciations": sum(len(v) for v in lexicon.values()),
         "tokens": len({ph for v in lexicon.values() for p in v for ph in p}) + 1,
         "units": cfg.units,
+        "open_vocabulary": len(background),
         "sources": {k: sum(1 for v in sources.values() if v == k) for k in sorted(set(sources.values()))},
         "lang": config_to_dict(cfg),
         "tlg": str(tlg),

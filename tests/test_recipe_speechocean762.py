@@ -13,6 +13,7 @@ from helpers import ROOT, run_recipe, tiny_config
 
 from asrlib.errors import AsrError
 from local.speechocean762 import default_dev_speakers, prepare_speechocean762
+from local.speechocean762_report import report, score_groups
 
 MINI = ROOT.parent / "shared" / "data" / "speechocean762_mini"
 needs_mini = pytest.mark.skipif(
@@ -62,6 +63,14 @@ def test_speechocean762_recipe_end_to_end(tmp_path):
     info = json.loads((data / "lang" / ".done").read_text())
     assert info["open_vocabulary"] == 2000 and info["words"] >= 2000
     assert (data / "lang" / "lm_3gram_text.arpa").is_file() and (data / "lang" / "lm_3gram.arpa").is_file()
+    # the report: overall, children (0003, aged 6) and adults (1030) separately, their words adding up
+    text, nums = report(data, [exp])
+    assert "| exp | tlg |" in text and "OOV rate" in text and "substitutions" in text
+    te = score_groups(data / "test", exp / "decode_test_tlg" / "hyp.txt")
+    assert te["children"]["words"] + te["adults"]["words"] == te["all"]["words"] == w["num_words"]
+    assert nums["methods"]["tlg"]["test"] == [
+        pytest.approx(json.loads((exp / "decode_test_tlg/wer.json").read_text())["wer"])
+    ]
     # the 3-gram was estimated on the training transcripts alone (not dev's, not test's)
     lm_text = (data / "local" / "lm" / "train_text.txt").read_text().splitlines()
     assert sorted(lm_text) == sorted(" ".join(w) for w in _texts(data / "train").values())

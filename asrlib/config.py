@@ -36,6 +36,9 @@ class DataConfig:
     speed_perturb: List[float] = field(default_factory=list)  # e.g. [0.9, 1.0, 1.1]: train set perturbed (Kaldi sp)
     eval_sets: List[str] = field(default_factory=lambda: ["dev", "test"])  # sets decoded and scored
     mix_weights: List[float] = field(default_factory=list)  # multi-corpus train sets: sampling weight per corpus
+    # local.pooled: the corpora pooled into one training set and their folders ({an4: DIR, speechocean762: DIR};
+    # relative folders are relative to the config file), each prepared by its own local.<name>
+    pool: Dict[str, str] = field(default_factory=dict)
     level_db: float = 0.0  # < 0: scale every recording to this RMS level in dBFS in data prep (0 = keep levels)
     # local.kaldi_import: run the `cmd |` entries of an imported wav.scp (they run any program the file names; off:
     # such an entry is an error naming its line)

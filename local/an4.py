@@ -34,10 +34,11 @@ from asrlib.config import DataConfig
 from asrlib.data.corpus import (
     check_speed_factors,
     corpus_main,
-    load_manifest,
-    save_manifest,
+    hold_out_speakers,
+    load_set_manifests,
+    whole_file_manifests,
     write_excluded,
-    write_kaldi_dir,
+    write_sets,
 )
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_open
@@ -104,6 +105,10 @@ def default_dev_speakers(speakers: Sequence[str], n: int = NUM_DEV_SPEAKERS) -> 
     return [spk[int((i + 0.5) * len(spk) / n)] for i in range(n)]
 
 
+def _gender(spk: str) -> Optional[str]:
+    return spk[0].upper() if spk[0] in "fm" else None
+
+
 def scan_part(corpus_dir: Path, part: str) -> Tuple[Dict[str, Tuple[str, str, Path]], List[Tuple[str, str]]]:
     """``{utt-id: (speaker, words, flac)}`` of one AN4 part and the excluded items with their reasons."""
     trans_name, wav_name = PARTS[part]
@@ -135,9 +140,6 @@ def prepare_an4(
 ) -> Dict[str, Dict[str, object]]:
     """Manifests and Kaldi data dirs of AN4 (see the module docstring); returns lhotse's
     ``{"train"|"dev"|"test": {"recordings": RecordingSet, "supervisions": SupervisionSet}}``."""
-    import soundfile as sf
-    from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
-
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     factors = check_speed_factors(speed_perturb)
     perturb = bool(factors) and factors != [1.0]
@@ -153,15 +155,7 @@ def prepare_an4(
     sets = ("train", "dev", "test")
     if is_done(marker, fingerprint=fp):
         log.info("AN4 data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
-        return {
-            s: {
-                "recordings": load_manifest(mdir / f"an4_recordings_{s}.jsonl.gz", RecordingSet),
-                "supervisions": load_manifest(mdir / f"an4_supervisions_{s}.jsonl.gz", SupervisionSet),
-            }
-            for s in sets
-        }
-    if max_speakers < 0:
-        raise AsrError(f"data.max_speakers must be >= 0, got {max_speakers}")
+        return load_set_manifests(mdir, "an4", sets)
     bad: List[Tuple[str, str]] = []
     parts: Dict[str, Dict[str, Tuple[str, str, Path]]] = {}
     for part in PARTS:
@@ -172,55 +166,19 @@ def prepare_an4(
     unknown = sorted(set(dev_spk) - set(train_spk))
     if unknown:
         raise AsrError(f"data.dev_speakers {unknown} are not AN4 training speakers ({' '.join(train_spk)})")
-    split = {
-        "train": {u: v for u, v in parts["train"].items() if v[0] not in dev_spk},
-        "dev": {u: v for u, v in parts["train"].items() if v[0] in dev_spk},
-        "test": parts["test"],
-    }
-    if max_speakers:
-        for s, utts in split.items():
-            keep = sorted({v[0] for v in utts.values()})[:max_speakers]
-            split[s] = {u: v for u, v in utts.items() if v[0] in keep}
+    split = hold_out_speakers(parts["train"], parts["test"], dev_spk, max_speakers, lambda v: v[0])
     manifests: Dict[str, Dict[str, object]] = {}
     for s in sets:
-        recs, sups = [], []
-        for utt, (spk, words, flac) in sorted(split[s].items()):
-            uid = f"{spk}-{utt}"
-            try:
-                info = sf.info(str(flac))
-            except RuntimeError as e:
-                bad.append((uid, f"unreadable: {flac}: {str(e).splitlines()[-1][:100]}"))
-                continue
-            if info.samplerate != sample_rate or info.channels != 1:
-                got = f"{info.samplerate} Hz, {info.channels} channel(s)"
-                bad.append((uid, f"format: {got}, expected {sample_rate} Hz mono (data.sample_rate)"))
-                continue
-            rec = Recording.from_file(flac, recording_id=uid)
-            recs.append(rec)
-            sups.append(
-                SupervisionSegment(
-                    id=uid,
-                    recording_id=uid,
-                    start=0.0,
-                    duration=rec.duration,
-                    channel=0,
-                    text=words,
-                    speaker=spk,
-                    language="English",
-                    gender=spk[0].upper() if spk[0] in "fm" else None,
-                )
-            )
-        if not recs:
+        entries = [
+            (f"{spk}-{utt}", flac, {"text": words, "speaker": spk, "language": "English", "gender": _gender(spk)})
+            for utt, (spk, words, flac) in sorted(split[s].items())
+        ]
+        m = whole_file_manifests(entries, sample_rate, bad)
+        if m is None:
             raise AsrError(f"AN4 {s} set is empty (excluded items in {out_dir / 'excluded.txt'})")
-        manifests[s] = {
-            "recordings": RecordingSet.from_recordings(recs),
-            "supervisions": SupervisionSet.from_segments(sups),
-        }
+        manifests[s] = m
     out_dir.mkdir(parents=True, exist_ok=True)
-    for s, m in manifests.items():
-        save_manifest(m["recordings"], mdir / f"an4_recordings_{s}.jsonl.gz")
-        save_manifest(m["supervisions"], mdir / f"an4_supervisions_{s}.jsonl.gz")
-        write_kaldi_dir(out_dir / ("train_nosp" if s == "train" and perturb else s), m["recordings"], m["supervisions"])
+    write_sets(out_dir, "an4", manifests, perturb)
     if perturb:
         from asrlib.data.speed_perturb import speed_perturb_data_dir
 

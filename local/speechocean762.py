@@ -33,10 +33,11 @@ from asrlib.config import DataConfig
 from asrlib.data.corpus import (
     check_speed_factors,
     corpus_main,
-    load_manifest,
-    save_manifest,
+    hold_out_speakers,
+    load_set_manifests,
+    whole_file_manifests,
     write_excluded,
-    write_kaldi_dir,
+    write_sets,
 )
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_open
@@ -166,9 +167,6 @@ def prepare_speechocean762(
 ) -> Dict[str, Dict[str, object]]:
     """Manifests and Kaldi data dirs of speechocean762 (see the module docstring); returns lhotse's
     ``{"train"|"dev"|"test": {"recordings": RecordingSet, "supervisions": SupervisionSet}}``."""
-    import soundfile as sf
-    from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
-
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir)
     factors = check_speed_factors(speed_perturb)
     perturb = bool(factors) and factors != [1.0]
@@ -184,15 +182,7 @@ def prepare_speechocean762(
     sets = ("train", "dev", "test")
     if is_done(marker, fingerprint=fp):
         log.info("speechocean762 data in %s is complete; skipping (delete %s to redo)", out_dir, marker)
-        return {
-            s: {
-                "recordings": load_manifest(mdir / f"{NAME}_recordings_{s}.jsonl.gz", RecordingSet),
-                "supervisions": load_manifest(mdir / f"{NAME}_supervisions_{s}.jsonl.gz", SupervisionSet),
-            }
-            for s in sets
-        }
-    if max_speakers < 0:
-        raise AsrError(f"data.max_speakers must be >= 0, got {max_speakers}")
+        return load_set_manifests(mdir, NAME, sets)
     check_layout(corpus_dir)
     bad: List[Tuple[str, str]] = []
     parts: Dict[str, Dict[str, Utt]] = {}
@@ -210,58 +200,22 @@ def prepare_speechocean762(
     unknown = sorted(set(dev_spk) - set(train_ages))
     if unknown:
         raise AsrError(f"data.dev_speakers {unknown} are not training speakers ({' '.join(sorted(train_ages))})")
-    split = {
-        "train": {u: v for u, v in parts["train"].items() if v.speaker not in dev_spk},
-        "dev": {u: v for u, v in parts["train"].items() if v.speaker in dev_spk},
-        "test": parts["test"],
-    }
-    if max_speakers:
-        for s, utts in split.items():
-            keep = sorted({v.speaker for v in utts.values()})[:max_speakers]
-            split[s] = {u: v for u, v in utts.items() if v.speaker in keep}
+    split = hold_out_speakers(parts["train"], parts["test"], dev_spk, max_speakers, lambda v: v.speaker)
     manifests: Dict[str, Dict[str, object]] = {}
     for s in sets:
-        recs, sups = [], []
+        entries = []
         for utt, (spk, words, audio) in sorted(split[s].items()):
-            uid = f"{spk}-{utt}"
-            try:
-                info = sf.info(str(audio))
-            except RuntimeError as e:
-                bad.append((uid, f"unreadable: {audio}: {str(e).splitlines()[-1][:100]}"))
-                continue
-            if info.samplerate != sample_rate or info.channels != 1:
-                got = f"{info.samplerate} Hz, {info.channels} channel(s)"
-                bad.append((uid, f"format: {got}, expected {sample_rate} Hz mono (data.sample_rate)"))
-                continue
-            rec = Recording.from_file(audio, recording_id=uid)
-            recs.append(rec)
             g = genders.get(spk, "").upper()
-            sups.append(
-                SupervisionSegment(
-                    id=uid,
-                    recording_id=uid,
-                    start=0.0,
-                    duration=rec.duration,
-                    channel=0,
-                    text=words,
-                    speaker=spk,
-                    language="English",
-                    gender=g if g in ("F", "M") else None,
-                    custom={"age": ages[spk]},
-                )
-            )
-        if not recs:
+            fields = {"text": words, "speaker": spk, "language": "English", "custom": {"age": ages[spk]}}
+            entries.append((f"{spk}-{utt}", audio, {**fields, "gender": g if g in ("F", "M") else None}))
+        m = whole_file_manifests(entries, sample_rate, bad)
+        if m is None:
             raise AsrError(f"speechocean762 {s} set is empty (excluded items in {out_dir / 'excluded.txt'})")
-        manifests[s] = {
-            "recordings": RecordingSet.from_recordings(recs),
-            "supervisions": SupervisionSet.from_segments(sups),
-        }
+        manifests[s] = m
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_sets(out_dir, NAME, manifests, perturb)
     for s, m in manifests.items():
-        save_manifest(m["recordings"], mdir / f"{NAME}_recordings_{s}.jsonl.gz")
-        save_manifest(m["supervisions"], mdir / f"{NAME}_supervisions_{s}.jsonl.gz")
         d = out_dir / ("train_nosp" if s == "train" and perturb else s)
-        write_kaldi_dir(d, m["recordings"], m["supervisions"])
         spks = sorted({sup.speaker for sup in m["supervisions"]})
         write_table(d / "spk2age", [(k, str(ages[k])) for k in spks])
         write_table(d / "spk2gender", [(k, genders[k]) for k in spks if k in genders])

@@ -24,7 +24,20 @@ import tarfile
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import DataConfig, load_config
@@ -39,6 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 PrepareFn = Callable[[Path, Path, DataConfig, int], object]
 
 
@@ -277,6 +291,78 @@ def write_kaldi_dir(
         used = {r for r, _, _ in segs.values()}
         write_tables(data_dir, {r: p for r, p in wav.items() if r in used}, text, utt2spk, segs)
     return len(text)
+
+
+def hold_out_speakers(
+    train: Mapping[str, T], test: Mapping[str, T], dev_speakers: Sequence[str], max_speakers: int, speaker: Callable
+) -> Dict[str, Dict[str, T]]:
+    """``{"train", "dev", "test": {utt: item}}``: the training utterances of ``dev_speakers`` (``speaker(item)``)
+    held out as dev; with ``max_speakers`` > 0 only the first that many speakers (sorted) of each set kept."""
+    if max_speakers < 0:
+        raise AsrError(f"data.max_speakers must be >= 0, got {max_speakers}")
+    held = set(dev_speakers)
+    split = {
+        "train": {u: v for u, v in train.items() if speaker(v) not in held},
+        "dev": {u: v for u, v in train.items() if speaker(v) in held},
+        "test": dict(test),
+    }
+    if max_speakers:
+        for s, utts in split.items():
+            keep = set(sorted({speaker(v) for v in utts.values()})[:max_speakers])
+            split[s] = {u: v for u, v in utts.items() if speaker(v) in keep}
+    return split
+
+
+def whole_file_manifests(
+    entries: Iterable[Tuple[str, Path, Dict[str, object]]], sample_rate: int, bad: List[Tuple[str, str]]
+) -> Optional[Dict[str, object]]:
+    """``{"recordings": RecordingSet, "supervisions": SupervisionSet}`` of whole-file utterances ``(id, audio file,
+    supervision fields: text, speaker, gender, custom, ...)``, read where they lie; a file soundfile cannot read, or
+    not ``sample_rate`` mono, is listed in ``bad`` with its reason instead. None when no utterance is left."""
+    import soundfile as sf
+    from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+    recs, sups = [], []
+    for uid, audio, fields in entries:
+        try:
+            info = sf.info(str(audio))
+        except RuntimeError as e:
+            bad.append((uid, f"unreadable: {audio}: {str(e).splitlines()[-1][:100]}"))
+            continue
+        if info.samplerate != sample_rate or info.channels != 1:
+            got = f"{info.samplerate} Hz, {info.channels} channel(s)"
+            bad.append((uid, f"format: {got}, expected {sample_rate} Hz mono (data.sample_rate)"))
+            continue
+        rec = Recording.from_file(audio, recording_id=uid)
+        recs.append(rec)
+        sups.append(SupervisionSegment(id=uid, recording_id=uid, start=0.0, duration=rec.duration, channel=0, **fields))
+    if not recs:
+        return None
+    return {"recordings": RecordingSet.from_recordings(recs), "supervisions": SupervisionSet.from_segments(sups)}
+
+
+def load_set_manifests(mdir: PathLike, name: str, sets: Sequence[str]) -> Dict[str, Dict[str, object]]:
+    """The manifests :func:`write_sets` saved: ``{set: {"recordings": ..., "supervisions": ...}}``."""
+    from lhotse import RecordingSet, SupervisionSet
+
+    return {
+        s: {
+            "recordings": load_manifest(Path(mdir) / f"{name}_recordings_{s}.jsonl.gz", RecordingSet),
+            "supervisions": load_manifest(Path(mdir) / f"{name}_supervisions_{s}.jsonl.gz", SupervisionSet),
+        }
+        for s in sets
+    }
+
+
+def write_sets(out_dir: PathLike, name: str, manifests: Mapping[str, Mapping[str, object]], perturb: bool) -> None:
+    """Save each set's manifests (``out_dir/manifests/<name>_{recordings,supervisions}_<set>.jsonl.gz``) and write
+    its Kaldi data dir ``out_dir/<set>``; with ``perturb`` the training set's goes to ``train_nosp`` (the caller
+    writes its speed-perturbed copy to ``train``: asrlib.data.speed_perturb)."""
+    out_dir = Path(out_dir)
+    for s, m in manifests.items():
+        save_manifest(m["recordings"], out_dir / "manifests" / f"{name}_recordings_{s}.jsonl.gz")
+        save_manifest(m["supervisions"], out_dir / "manifests" / f"{name}_supervisions_{s}.jsonl.gz")
+        write_kaldi_dir(out_dir / ("train_nosp" if s == "train" and perturb else s), m["recordings"], m["supervisions"])
 
 
 def read_kaldi_tables(data_dir: PathLike) -> Dict[str, Dict[str, str]]:

@@ -3,12 +3,13 @@ data dir's ``spk2age``), the errors' breakdown (insertions, deletions, substitut
 confusions), the OOV rate of each set against the vocabulary of a lang dir, and training minutes.
 
     python -m local.speechocean762 report --data DATA --exp EXP [EXP ...] [--methods tlg greedy] [--lang-dir L]
-        [--decode-name decode_{set}_{method}]
+        [--decode-name decode_{set}_{method}] [--sets dev test]
 
 ``--exp`` are the runs of one configuration (seeds): each gets a row, then their mean ± half-range. A run's decoding
 of set S with search M is ``EXP/decode_S_M/hyp.txt`` (``--decode-name`` for another layout, e.g. a decoding with
 another lang dir). The OOV rate is the share of a set's running words that are not in ``--lang-dir``'s
-``words.txt`` (default ``DATA/lang``).
+``words.txt`` (default ``DATA/lang``). ``--sets``: the dev and test sets' names (a pooled recipe's
+``dev_speechocean762 test_speechocean762``); a set without ``spk2age`` is reported without groups.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ GROUPS = ("children", "adults")
 
 
 def speaker_groups(data_set: Path) -> Dict[str, str]:
-    """``{utt: children|adults}`` of a data dir, from its ``utt2spk`` and ``spk2age``."""
+    """``{utt: children|adults}`` of a data dir, from its ``utt2spk`` and ``spk2age`` ({} without one)."""
+    if not (data_set / "spk2age").is_file():
+        return {}
     ages = {s: int(a) for s, a in read_table_dict(data_set / "spk2age").items()}
     return {u: GROUPS[0] if is_child(ages[s]) else GROUPS[1] for u, s in read_table_dict(data_set / "utt2spk").items()}
 
@@ -47,7 +50,7 @@ def score_groups(data_set: Path, hyp_txt: Path) -> Dict[str, object]:
     out: Dict[str, object] = {}
     pairs: List[Tuple[str, str]] = []
     for name, keep in (("all", None), *((g, g) for g in GROUPS)):
-        r = {u: t for u, t in ref.items() if keep is None or group[u] == keep}
+        r = {u: t for u, t in ref.items() if keep is None or group.get(u) == keep}
         if not r:
             continue
         h = {u: t for u, t in hyp.items() if u in r}
@@ -78,12 +81,13 @@ def report(
     methods: Sequence[str] = ("tlg", "greedy"),
     lang_dir: Optional[Path] = None,
     decode_name: str = "decode_{set}_{method}",
+    sets: Tuple[str, str] = ("dev", "test"),
 ) -> Tuple[str, Dict[str, object]]:
     """A markdown report (and its numbers) of the runs ``exps`` of one configuration (see the module docstring)."""
     lang_dir = lang_dir or data / "lang"
     lines = []
     if (lang_dir / "words.txt").is_file():
-        rates = {s: oov_rate(data / s / "text", lang_dir / "words.txt") for s in ("dev", "test")}
+        rates = {s: oov_rate(data / s / "text", lang_dir / "words.txt") for s in sets}
         lines.append(
             f"Vocabulary {lang_dir.name}/words.txt: OOV rate "
             + ", ".join(f"{s} {r:.2f} % ({n} of {t} words)" for s, (r, n, t) in rates.items())
@@ -100,10 +104,10 @@ def report(
     for exp in exps:
         t = training_seconds(exp)
         for m in methods:
-            hyp = {s: exp / decode_name.format(set=s, method=m) / "hyp.txt" for s in ("dev", "test")}
-            if not all(h.is_file() for h in hyp.values()):
+            hyp = [exp / decode_name.format(set=s, method=m) / "hyp.txt" for s in sets]
+            if not all(h.is_file() for h in hyp):
                 continue
-            d, te = score_groups(data / "dev", hyp["dev"]), score_groups(data / "test", hyp["test"])
+            d, te = score_groups(data / sets[0], hyp[0]), score_groups(data / sets[1], hyp[1])
             a = acc.setdefault(m, {k: [] for k in ("dev", "test", "cer", *GROUPS, "min")})
             a["dev"].append(d["all"]["wer"])
             a["test"].append(te["all"]["wer"])
@@ -146,10 +150,11 @@ def report_main(argv: List[str]) -> int:
     p.add_argument("--methods", nargs="+", default=["tlg", "greedy"])
     p.add_argument("--lang-dir", type=Path, help="the vocabulary's lang dir (default DATA/lang)")
     p.add_argument("--decode-name", default="decode_{set}_{method}", help="a decoding's folder in an exp dir")
+    p.add_argument("--sets", nargs=2, default=["dev", "test"], help="the dev and test sets' data dirs in --data")
 
     def main(args_in):
         a = p.parse_args(args_in)
-        text, _ = report(a.data, a.exp, a.methods, a.lang_dir, a.decode_name)
+        text, _ = report(a.data, a.exp, a.methods, a.lang_dir, a.decode_name, tuple(a.sets))
         print(text)
         return 0
 

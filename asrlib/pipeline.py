@@ -144,6 +144,15 @@ def train_launch(cfg: RecipeConfig, lay: Layout, python: str) -> List[str]:
     return []
 
 
+def validation_vocab(cfg: RecipeConfig, data_set: str) -> str:
+    """What stage 1's validation holds a set's words to: ``cmudict`` for the training set when CMUdict alone
+    pronounces the words (phone units, no ``lang.lexicon``, no ``lang.g2p``: an utterance with another word could
+    not be trained on), else ``none``. An eval set is scored whole: a word outside the vocabulary is an error of the
+    recognizer, not a reason to drop the utterance."""
+    cmudict_only = cfg.lang.units == "phone" and not cfg.lang.lexicon and not cfg.lang.g2p
+    return "cmudict" if data_set == "train" and cmudict_only else "none"
+
+
 def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
     """Every step of stages 1-7 for ``cfg`` laid out as ``lay``, in the order run.sh runs them."""
     d, e, c = lay.data, lay.exp, lay.config
@@ -190,7 +199,7 @@ def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
                     "--data-dir",
                     f"{d}/{s}",
                     "--vocab",
-                    "cmudict",
+                    validation_vocab(cfg, s),
                     "--sample-rate",
                     str(cfg.data.sample_rate),
                     "--min-duration",

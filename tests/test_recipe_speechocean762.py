@@ -165,3 +165,18 @@ def test_default_dev_speakers_children_and_adults():
     assert len(default_dev_speakers({"a": 6, "b": 30})) == 1
     with pytest.raises(AsrError, match="too few"):
         default_dev_speakers({"a": 6})
+
+
+def test_validation_keeps_words_outside_cmudict():
+    """The G2P pronounces the transcripts' words CMUdict lacks, so no training utterance is dropped for one; and an
+    eval set is scored whole (its OOV words are the recognizer's errors). CMUdict alone still filters training."""
+    from asrlib.config import load_config
+    from asrlib.pipeline import Layout, plan
+
+    def vocab(config, s):
+        cfg = load_config(ROOT / "recipes" / config)
+        step = next(x for x in plan(cfg, Layout(config=str(config))) if x.name == f"validate_{s}")
+        return step.args[step.args.index("--vocab") + 1]
+
+    assert [vocab("speechocean762/config.yaml", s) for s in ("train", "dev", "test")] == ["none"] * 3
+    assert [vocab("digits/config.yaml", s) for s in ("train", "test")] == ["cmudict", "none"]

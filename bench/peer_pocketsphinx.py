@@ -186,4 +186,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 if __name__ == "__main__":
     np.seterr(all="ignore")
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except AsrError as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        sys.exit(2)

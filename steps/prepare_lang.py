@@ -100,8 +100,8 @@ def open_vocab_arpa(cfg: LangConfig, lang_dir: Path, lm_text, background) -> Opt
     (asrlib/lang/open_vocab.py); None otherwise (G's n-gram is estimated as usual)."""
     if cfg.vocab_lm_weight <= 0 or cfg.grammar != "arpa" or cfg.arpa:
         return None
-    from asrlib.lang.arpa import read_arpa
-    from asrlib.lang.ngram import build_arpa, write_arpa
+    from asrlib.lang.arpa import read_arpa, write_arpa
+    from asrlib.lang.ngram import build_arpa
     from asrlib.lang.open_vocab import interpolate, unigram_lm
 
     text_arpa = lang_dir / f"lm_{cfg.ngram_order}gram_text.arpa"

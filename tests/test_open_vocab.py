@@ -7,9 +7,9 @@ import math
 import pytest
 
 from asrlib.errors import AsrError
-from asrlib.lang.arpa import read_arpa
+from asrlib.lang.arpa import read_arpa, write_arpa
 from asrlib.lang.lexicon import cmudict_words
-from asrlib.lang.ngram import count_ngrams, estimate_kn, write_arpa
+from asrlib.lang.ngram import count_ngrams, estimate_kn
 from asrlib.lang.open_vocab import check_weight, interpolate, unigram_lm, wordfreq_words
 
 TEXT = ["THE CAT SAT", "THE DOG SAT DOWN", "A CAT RAN", "THE CAT RAN DOWN THE HILL", "I SAW A DOG"]

@@ -23,7 +23,7 @@ import re
 from typing import Dict, List, Sequence
 
 from asrlib.errors import AsrError
-from asrlib.lang.ngram import EOS, Ngram, NgramLm, TextStats
+from asrlib.lang.ngram_types import EOS, Ngram, NgramLm, TextStats
 
 log = logging.getLogger(__name__)
 

@@ -196,6 +196,17 @@ def throughput_gomp(d: dict) -> str:
     return "trainer ÷ bare loop by libgomp setting: " + ", ".join(f"{r['setting']} {r['ratio']}" for r in d["runs"])
 
 
+def open_vocab_lm(d: dict) -> str:
+    """OOV rates (dev / test) of the training words alone and of each open-vocabulary size; dev perplexity by weight."""
+    sizes = sorted((k for k in d if k.isdigit()), key=int)
+    parts = [f"closed {d['closed']['oov_dev']} / {d['closed']['oov_test']} %"]
+    for n in sizes:
+        ppl = d[n]["ppl_dev"]
+        best = min(ppl, key=ppl.get)
+        parts.append(f"{n} words {d[n]['oov_dev']} / {d[n]['oov_test']} % (dev ppl {ppl[best]} at λ {best})")
+    return f"{d['corpus']} OOV dev / test: " + "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -205,6 +216,12 @@ class Result:
 
 
 RESULTS: List[Result] = [
+    Result(
+        "open_vocab_lm_speechocean762.json",
+        "open_vocab_lm.py",
+        open_vocab_lm,
+        "python bench/open_vocab_lm.py --data DATA --out bench/results/open_vocab_lm_speechocean762.json",
+    ),
     Result("augment_speed.json", "augment_speed.py", augment_speed, "python bench/augment_speed.py"),
     Result(
         "augment_speed_20x300.json",

@@ -150,6 +150,11 @@ def main(argv=None):
     setup_logging(a.lang_dir / "log" / "prepare_lang.log")
     t0 = time.perf_counter()
     check_weight(cfg.vocab_lm_weight, [cfg.vocab_source])
+    if cfg.vocab_lm_weight > 0 and (cfg.grammar != "arpa" or cfg.arpa):
+        raise AsrError(
+            "lang.vocab_lm_weight mixes the open vocabulary into the n-gram estimated from lang.lm_text "
+            "(lang.grammar arpa without lang.arpa); set it to 0 here"
+        )
     background = background_words(cfg.vocab_source, cfg.vocab_size)
     lexicon, sources = make_lexicon(cfg, a.text, a.lang_dir, background)
     write_lang_files(a.lang_dir, lexicon)

@@ -74,3 +74,18 @@ def test_settings_are_checked():
     with pytest.raises(AsrError, match="weight"):
         interpolate(*_models()[:2], 1.5)
     check_weight(0.0, [""])
+
+
+def test_prepare_lang_refuses_a_weight_it_cannot_apply(tmp_path):
+    """lang.vocab_lm_weight mixes into the n-gram estimated from lang.lm_text: with another grammar, or a given ARPA
+    file, it would be silently ignored, so it is an error."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT, env_with_root
+
+    (tmp_path / "text").write_text("u1 HELLO WORLD\n")
+    cmd = [sys.executable, "-m", "steps.prepare_lang", "--config", str(ROOT / "recipes/speechocean762/config.yaml")]
+    cmd += ["--set", "lang.grammar=digit_loop", "--text", str(tmp_path / "text"), "--lang-dir", str(tmp_path / "lang")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env_with_root(ROOT), cwd=ROOT)
+    assert r.returncode != 0 and "lang.vocab_lm_weight" in r.stderr and "Traceback" not in r.stderr

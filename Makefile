@@ -48,20 +48,22 @@ system-packages:
 # The virtual environment with pinned requirements (torch pinned to the CPU build 2.13.0). uv (pinned in
 # requirements.txt) installs them, downloading and unpacking in parallel, from the sources pip is configured with
 # (tools/uv_args.py: pip's indexes and the --find-links folder holding torch's CPU wheel); INSTALLER=pip, or uv
-# failing, installs with pip instead. `pip check` then confirms that every requirement of every package is met.
+# failing, installs with pip instead. `uv pip check` (or `pip check`) then confirms that every package's requirements are
+# met.
 INSTALLER ?= uv
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 UV := $(VENV)/bin/uv pip install -q --python $(PY)
+CHECK = if [ $$by = uv ]; then $(VENV)/bin/uv pip check -q --python $(PY); else $(PY) -m pip check; fi
 $(STAMP): requirements.txt pyproject.toml tools/uv_args.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); by=$(INSTALLER); \
-	if [ $$by = uv ] && $(PIP) "$$(grep -m1 '^uv==' requirements.txt)" && sources=$$($(PY) tools/uv_args.py) \
+	if [ $$by = uv ] && $(PIP) -q "$$(grep -m1 '^uv==' requirements.txt)" && sources=$$($(PY) tools/uv_args.py) \
 	  && mapfile -t sources <<< "$$sources" && $(UV) "$${sources[@]}" -r requirements.txt \
 	  && $(UV) --no-build-isolation --no-deps -e .; then :; \
 	else \
 	  [ $$by != uv ] || echo "uv failed (above): installing with pip instead"; by=pip; \
 	  $(PIP) -r requirements.txt && $(PIP) --no-build-isolation --no-deps -e .; \
-	fi && { check=$$($(PY) -m pip check --disable-pip-version-check) || { echo "$$check" >&2; false; }; } && \
+	fi && { check=$$($(CHECK)) || { echo "$$check" >&2; false; }; } && \
 	echo "python packages installed in $$(( $$(date +%s) - start )) s ($$by)"
 	@touch $@
 

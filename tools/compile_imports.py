@@ -26,6 +26,7 @@ LAZY = (
     "kaldi_native_fbank",
     "sherpa_onnx",
     "torch.utils.tensorboard",
+    "wordfreq",
 )
 
 

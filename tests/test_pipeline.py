@@ -1,6 +1,9 @@
 """The pipeline declared once (asrlib/pipeline.py): for every recipe config the steps form a DAG in run order (each
-input made by an earlier step), names and outputs are unique, and steps.plan prints and runs the stages asked for."""
+input made by an earlier step), names and outputs are unique, the plan of every config and layout is the one recorded
+in tests/data/pipeline_plan.json, and steps.plan prints and runs the stages asked for."""
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pipeline_snapshot import LAYOUTS, SNAPSHOT, canonical, planned
 
 from asrlib.cli import env_with_root
 from asrlib.config import load_config
@@ -34,6 +38,25 @@ def test_steps_run_in_an_order_that_respects_every_input(config):
     assert wanted <= set(names)
     assert ("train_mono" in names) == (cfg.train.init == "ce")
     assert ("export_mobile" in names) == (not cfg.model.bidirectional)
+
+
+SNAP = json.loads(SNAPSHOT.read_text())
+
+
+@pytest.mark.parametrize("key", sorted(SNAP["sha256"]))
+def test_the_plan_of_every_config_and_layout_is_the_recorded_one(key):
+    config, layout = key.split("|")
+    steps = planned(ROOT / config, layout)
+    if key in SNAP["plans"]:
+        assert steps == SNAP["plans"][key]  # pytest shows the differing steps
+    assert hashlib.sha256(canonical(steps).encode()).hexdigest() == SNAP["sha256"][key], (
+        f"{key}: the plan differs from tests/data/pipeline_plan.json (python tests/pipeline_snapshot.py --show '{key}'"
+        " prints it; regenerate the file only for a change meant to alter the steps)"
+    )
+
+
+def test_the_recorded_plans_cover_every_config_and_layout():
+    assert set(SNAP["sha256"]) == {f"{c.relative_to(ROOT)}|{lay}" for c in CONFIGS for lay in LAYOUTS}
 
 
 def test_a_bidirectional_model_has_no_export_step_but_a_message():

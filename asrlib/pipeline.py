@@ -2,8 +2,9 @@
 
 Both ways of running a recipe read this module: ``recipes/<corpus>/run.sh --stage N --stop-stage M`` runs the steps
 of stages N..M in order (``python -m steps.plan --run``), and the ``Snakefile`` turns every step into a rule whose
-inputs and outputs make the DAG (``snakemake --cores all train``). A new stage or step is added here, in
-:func:`plan`, and nowhere else.
+inputs and outputs make the DAG (``snakemake --cores all train``). :func:`plan` runs the stage builders of
+:data:`BUILDERS` in order (one small function per stage or group of steps); a new stage or step is added there, and
+nowhere else.
 
 =====  ==============================================================================================================
 stage  steps (``python -m ...``; every step skips work it finds finished)
@@ -28,7 +29,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import RecipeConfig, lm_texts, set_decode_methods, set_lang_dir
 
@@ -153,191 +154,174 @@ def validation_vocab(cfg: RecipeConfig, data_set: str) -> str:
     return "cmudict" if data_set == "train" and cmudict_only else "none"
 
 
-def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
-    """Every step of stages 1-7 for ``cfg`` laid out as ``lay``, in the order run.sh runs them."""
-    d, e, c = lay.data, lay.exp, lay.config
-    conf = ["--config", c, *[w for o in lay.overrides for w in ("--set", o)]]
-    nj = str(lay.nj or cfg.features.nj)
-    eval_sets = list(cfg.data.eval_sets)
-    sets = list(dict.fromkeys(["train", "dev", *eval_sets]))  # dev: the training step logs its loss
-    mono, ce = mono_dir(e), e + "_ce"
-    ali = mono + "_ali"
-    spk_cmn = cfg.features.cmvn == "speaker"
-    lm_text = [str(p) for p in lm_texts(cfg.lang, d)]
-    steps: List[Step] = []
+@dataclass
+class Ctx:
+    """What every stage builder reads: the config, the layout and the paths both give."""
 
-    def feats(s: str) -> List[str]:  # what a reader of <data>/fbank/<s>/feats.scp needs
-        return [f"{d}/fbank/{s}/.done"] + ([f"{d}/fbank/{s}/cmvn_spk.scp"] if spk_cmn and s != "train" else [])
+    cfg: RecipeConfig
+    lay: Layout
+    python: str
 
-    # 1: data
-    if lay.prepare:
-        steps.append(
-            Step(
-                "prepare_data",
-                1,
-                f"local.{cfg.data.corpus}",
-                [
-                    "--config",
-                    c,
-                    "--out-dir",
-                    d,
-                    "--nj",
-                    nj,
-                    *(["--corpus-dir", lay.corpus_dir] if lay.corpus_dir else []),
-                ],
-                outputs=[f"{d}/{s}/wav.scp" for s in sets]
-                + [p for p in lm_text if not os.path.isabs(p) or p.startswith(d)],
-            )
-        )
-    for s in sets:
-        steps.append(
-            Step(
-                f"validate_{s}",
-                1,
-                "steps.validate_data_dir",
-                [
-                    "--data-dir",
-                    f"{d}/{s}",
-                    "--vocab",
-                    validation_vocab(cfg, s),
-                    "--sample-rate",
-                    str(cfg.data.sample_rate),
-                    "--min-duration",
-                    str(cfg.data.min_duration),
-                    "--max-duration",
-                    str(cfg.data.max_duration),
-                ],
-                [f"{d}/{s}/wav.scp"],
-                [f"{d}/{s}/.validated"],
-            )
-        )
-    # 2: features
-    for s in sets:
-        steps.append(
-            Step(
-                f"fbank_{s}",
-                2,
-                "steps.compute_fbank",
-                [*conf, "--data-dir", f"{d}/{s}", "--out-dir", f"{d}/fbank/{s}", "--nj", nj],
-                [f"{d}/{s}/.validated"],
-                [f"{d}/fbank/{s}/.done"],
-                threads=int(nj),
-            )
-        )
-        if spk_cmn and s != "train":  # per-speaker stats of every set; train's come with the global ones
-            steps.append(
-                Step(
-                    f"spk_cmvn_{s}",
-                    2,
-                    "steps.compute_cmvn",
-                    [
-                        "--feats",
-                        f"{d}/fbank/{s}/feats.scp",
-                        "--utt2spk",
-                        f"{d}/{s}/utt2spk",
-                        "--out-dir",
-                        f"{d}/fbank/{s}",
-                        "--speaker-only",
-                    ],
-                    [f"{d}/fbank/{s}/.done"],
-                    [f"{d}/fbank/{s}/cmvn_spk.scp"],
-                )
-            )
-    mode = {"speaker": ["--utt2spk", f"{d}/train/utt2spk"], "utterance": ["--cmn", "utterance"]}
-    steps.append(
+    def __post_init__(self) -> None:
+        cfg, lay = self.cfg, self.lay
+        self.d, self.e, self.c = lay.data, lay.exp, lay.config
+        self.conf = ["--config", lay.config, *[w for o in lay.overrides for w in ("--set", o)]]
+        self.nj = str(lay.nj or cfg.features.nj)
+        self.eval_sets = list(cfg.data.eval_sets)
+        self.sets = list(dict.fromkeys(["train", "dev", *self.eval_sets]))  # dev: the training step logs its loss
+        self.mono = mono_dir(self.e)
+        self.ali, self.ce = self.mono + "_ali", self.e + "_ce"
+        self.spk_cmn = cfg.features.cmvn == "speaker"
+        self.lm_text = [str(p) for p in lm_texts(cfg.lang, self.d)]
+        self.lang = f"{self.d}/lang"
+        self.feats_args = ["--data-dir", self.d, "--feats-dir", f"{self.d}/fbank", "--lang-dir", self.lang]
+
+    def feats(self, s: str) -> List[str]:
+        """What a reader of ``<data>/fbank/<s>/feats.scp`` needs."""
+        spk = [f"{self.d}/fbank/{s}/cmvn_spk.scp"] if self.spk_cmn and s != "train" else []
+        return [f"{self.d}/fbank/{s}/.done", *spk]
+
+    def methods(self, s: str) -> List[str]:
+        return set_decode_methods(self.cfg, s)
+
+    def searches(self) -> List[Tuple[str, str, str]]:
+        """(eval set, search method, decode dir) of every decoding, in run order."""
+        return [(s, m, f"{self.e}/decode_{s}_{m}") for s in self.eval_sets for m in self.methods(s)]
+
+
+# --- stage 1: data
+
+
+def prepare_data(x: Ctx) -> List[Step]:
+    if not x.lay.prepare:
+        return []
+    corpus_dir = ["--corpus-dir", x.lay.corpus_dir] if x.lay.corpus_dir else []
+    outputs = [f"{x.d}/{s}/wav.scp" for s in x.sets] + [
+        p for p in x.lm_text if not os.path.isabs(p) or p.startswith(x.d)
+    ]
+    args = ["--config", x.c, "--out-dir", x.d, "--nj", x.nj, *corpus_dir]
+    return [Step("prepare_data", 1, f"local.{x.cfg.data.corpus}", args, outputs=outputs)]
+
+
+def validate_data(x: Ctx) -> List[Step]:
+    data = x.cfg.data
+    limits = ["--sample-rate", str(data.sample_rate), "--min-duration", str(data.min_duration)]
+    limits += ["--max-duration", str(data.max_duration)]
+    return [
         Step(
-            "cmvn",
-            2,
-            "steps.compute_cmvn",
-            [
-                "--feats",
-                f"{d}/fbank/train/feats.scp",
-                "--out-dir",
-                f"{d}/fbank/train",
-                *mode.get(cfg.features.cmvn, []),
-            ],
-            [f"{d}/fbank/train/.done"],
-            [f"{d}/fbank/train/cmvn.scp"] + ([f"{d}/fbank/train/cmvn_spk.scp"] if spk_cmn else []),
+            f"validate_{s}",
+            1,
+            "steps.validate_data_dir",
+            ["--data-dir", f"{x.d}/{s}", "--vocab", validation_vocab(x.cfg, s), *limits],
+            [f"{x.d}/{s}/wav.scp"],
+            [f"{x.d}/{s}/.validated"],
         )
-    )
-    # 3: lang dirs (data/lang; data/lang_<grammar> or data/lang_<set> for eval sets with their own G)
-    lang = f"{d}/lang"
-    steps.append(
+        for s in x.sets
+    ]
+
+
+# --- stage 2: features
+
+
+def fbank(x: Ctx) -> List[Step]:
+    """Filterbanks of every set, and the per-speaker CMVN stats of every set but train (whose come with the global)."""
+    steps = []
+    for s in x.sets:
+        fb = f"{x.d}/fbank/{s}"
+        args = [*x.conf, "--data-dir", f"{x.d}/{s}", "--out-dir", fb, "--nj", x.nj]
+        steps.append(
+            Step(f"fbank_{s}", 2, "steps.compute_fbank", args, [f"{x.d}/{s}/.validated"], [f"{fb}/.done"], int(x.nj))
+        )
+        if x.spk_cmn and s != "train":
+            args = ["--feats", f"{fb}/feats.scp", "--utt2spk", f"{x.d}/{s}/utt2spk", "--out-dir", fb, "--speaker-only"]
+            steps.append(Step(f"spk_cmvn_{s}", 2, "steps.compute_cmvn", args, [f"{fb}/.done"], [f"{fb}/cmvn_spk.scp"]))
+    return steps
+
+
+def global_cmvn(x: Ctx) -> List[Step]:
+    fb = f"{x.d}/fbank/train"
+    mode = {"speaker": ["--utt2spk", f"{x.d}/train/utt2spk"], "utterance": ["--cmn", "utterance"]}
+    args = ["--feats", f"{fb}/feats.scp", "--out-dir", fb, *mode.get(x.cfg.features.cmvn, [])]
+    outputs = [f"{fb}/cmvn.scp"] + ([f"{fb}/cmvn_spk.scp"] if x.spk_cmn else [])
+    return [Step("cmvn", 2, "steps.compute_cmvn", args, [f"{fb}/.done"], outputs)]
+
+
+# --- stage 3: lang dirs (data/lang; data/lang_<grammar> or data/lang_<set> for eval sets with their own G)
+
+
+def lang_dirs(x: Ctx) -> List[Step]:
+    text = ["--text", f"{x.d}/train/text"]
+    steps = [
         Step(
             "lang",
             3,
             "steps.prepare_lang",
-            [*conf, "--text", f"{d}/train/text", "--lang-dir", lang],
-            [f"{d}/train/.validated", *lm_text],
-            [f"{lang}/.done"],
+            [*x.conf, *text, "--lang-dir", x.lang],
+            [f"{x.d}/train/.validated", *x.lm_text],
+            [f"{x.lang}/.done"],
         )
-    )
+    ]
     set_langs: Dict[str, str] = {}
-    for s in sorted(set(cfg.decode.set_grammars) | set(cfg.decode.set_words)):
-        set_langs.setdefault(str(set_lang_dir(lang, cfg.decode, s)), s)
+    for s in sorted(set(x.cfg.decode.set_grammars) | set(x.cfg.decode.set_words)):
+        set_langs.setdefault(str(set_lang_dir(x.lang, x.cfg.decode, s)), s)
     for dir_, s in set_langs.items():
-        if dir_ != lang:
+        if dir_ != x.lang:
             steps.append(
                 Step(
                     f"lang_{os.path.basename(dir_)[len('lang_') :]}",
                     3,
                     "steps.prepare_lang",
-                    [*conf, "--eval-set", s, "--text", f"{d}/train/text", "--lang-dir", dir_],
-                    [f"{d}/train/.validated"],
+                    [*x.conf, "--eval-set", s, *text, "--lang-dir", dir_],
+                    [f"{x.d}/train/.validated"],
                     [f"{dir_}/.done"],
                 )
             )
-    # 4: training (train.init: ce — GMM-HMM, alignments and a cross-entropy model first)
-    feats_args = ["--data-dir", d, "--feats-dir", f"{d}/fbank", "--lang-dir", lang]
-    init = []
-    if cfg.train.init == "ce":
-        steps.append(
-            Step(
-                "train_mono",
-                4,
-                "steps.train_mono",
-                [*conf, *feats_args, "--exp-dir", mono, "--train-set", "train"],
-                [f"{d}/fbank/train/cmvn.scp", f"{lang}/.done"],
-                [f"{mono}/.done"],
-            )
-        )
-        steps.append(
-            Step(
-                "align",
-                4,
-                "steps.align",
-                [*conf, "--model", f"{mono}/final.mdl", *feats_args, "--out-dir", ali, "--sets", "train", "dev"],
-                [f"{mono}/.done", *feats("dev")],
-                [f"{ali}/train/.done", f"{ali}/dev/.done"],
-            )
-        )
-        steps.append(
-            Step(
-                "train_ce",
-                4,
-                "steps.train_ce",
-                [
-                    *conf,
-                    "--feats-dir",
-                    f"{d}/fbank",
-                    "--ali-dir",
-                    ali,
-                    "--exp-dir",
-                    ce,
-                    "--train-set",
-                    "train",
-                    "--dev-set",
-                    "dev",
-                ],
-                [f"{ali}/train/.done", f"{ali}/dev/.done"],
-                [f"{ce}/.train.done"],
-                threads=None,
-                training=True,
-            )
-        )
-        init = ["--init-model", f"{ce}/final.pt"]
+    return steps
+
+
+# --- stage 4: training
+
+
+def ce_init(x: Ctx) -> List[Step]:
+    """``train.init: ce``: a GMM-HMM, its alignments and a cross-entropy model, which the CTC training starts from."""
+    if x.cfg.train.init != "ce":
+        return []
+    sets = ["--train-set", "train"]
+    ali_done = [f"{x.ali}/train/.done", f"{x.ali}/dev/.done"]
+    return [
+        Step(
+            "train_mono",
+            4,
+            "steps.train_mono",
+            [*x.conf, *x.feats_args, "--exp-dir", x.mono, *sets],
+            [f"{x.d}/fbank/train/cmvn.scp", f"{x.lang}/.done"],
+            [f"{x.mono}/.done"],
+        ),
+        Step(
+            "align",
+            4,
+            "steps.align",
+            [*x.conf, "--model", f"{x.mono}/final.mdl", *x.feats_args, "--out-dir", x.ali, "--sets", "train", "dev"],
+            [f"{x.mono}/.done", *x.feats("dev")],
+            ali_done,
+        ),
+        Step(
+            "train_ce",
+            4,
+            "steps.train_ce",
+            [*x.conf, "--feats-dir", f"{x.d}/fbank", "--ali-dir", x.ali, "--exp-dir", x.ce, *sets, "--dev-set", "dev"],
+            ali_done,
+            [f"{x.ce}/.train.done"],
+            threads=None,
+            training=True,
+        ),
+    ]
+
+
+def train_resources(cfg: RecipeConfig) -> Dict[str, object]:
+    """The training rule's Snakemake resources, from the config's ``cluster`` section."""
     cl = cfg.cluster
-    res = {
+    return {
         "nodes": cl.nodes,
         "tasks": cl.nodes,
         "cpus_per_task": cl.cpus_per_learner * cl.learners_per_node,
@@ -346,140 +330,117 @@ def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
         **({"slurm_partition": cl.partition} if cl.partition else {}),
         **({"slurm_extra": f"'--gres=gpu:{cl.gpus_per_node}'"} if cl.gpus_per_node else {}),
     }
-    steps.append(
+
+
+def train_model(x: Ctx) -> List[Step]:
+    ce = x.cfg.train.init == "ce"
+    init = ["--init-model", f"{x.ce}/final.pt"] if ce else []
+    return [
         Step(
             "train_model",
             4,
             "steps.train",
-            [*conf, *feats_args, "--exp-dir", e, "--train-set", "train", "--dev-set", "dev", *init],
-            [f"{d}/fbank/train/cmvn.scp", *feats("dev"), f"{lang}/.done", *([f"{ce}/.train.done"] if init else [])],
-            [f"{e}/.train.done"],
+            [*x.conf, *x.feats_args, "--exp-dir", x.e, "--train-set", "train", "--dev-set", "dev", *init],
+            [
+                f"{x.d}/fbank/train/cmvn.scp",
+                *x.feats("dev"),
+                f"{x.lang}/.done",
+                *([f"{x.ce}/.train.done"] if ce else []),
+            ],
+            [f"{x.e}/.train.done"],
             threads=None,
-            launch=train_launch(cfg, lay, python),
+            launch=train_launch(x.cfg, x.lay, x.python),
             training=True,
-            resources=res,
+            resources=train_resources(x.cfg),
         )
+    ]
+
+
+# --- stages 5-6: decoding and scoring of every eval set, each through its lang dir
+
+
+def logprobs(x: Ctx, s: str) -> Step:
+    """The network's log-probabilities of eval set ``s`` (what every search but ``mono`` reads)."""
+    lp = f"{x.e}/logprobs_{s}"
+    args = ["--model", f"{x.e}/final.pt", "--feats", f"{x.d}/fbank/{s}/feats.scp", "--out-dir", lp]
+    args += ["--num-threads", str(x.cfg.decode.num_threads), "--device", x.cfg.train.device]
+    return Step(
+        f"logprobs_{s}", 5, "steps.compute_logprobs", args, [f"{x.e}/.train.done", *x.feats(s)], [f"{lp}/.done"]
     )
-    # 5-6: decoding and scoring of every eval set, each through its lang dir
-    scores = []
-    for s in eval_sets:
-        steps.append(
-            Step(
-                f"logprobs_{s}",
-                5,
-                "steps.compute_logprobs",
-                [
-                    "--model",
-                    f"{e}/final.pt",
-                    "--feats",
-                    f"{d}/fbank/{s}/feats.scp",
-                    "--out-dir",
-                    f"{e}/logprobs_{s}",
-                    "--num-threads",
-                    str(cfg.decode.num_threads),
-                    "--device",
-                    cfg.train.device,
-                ],
-                [f"{e}/.train.done", *feats(s)],
-                [f"{e}/logprobs_{s}/.done"],
-            )
+
+
+def search(x: Ctx, s: str, m: str) -> Step:
+    """One search ``m`` over eval set ``s``, through the set's lang dir."""
+    out, set_lang = f"{x.e}/decode_{s}_{m}", str(set_lang_dir(x.lang, x.cfg.decode, s))
+    done = [f"{out}/.decode.done"]
+    if m == "mono":  # the GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
+        graph = f"{x.mono}/graph{set_lang[len(x.lang) :]}"
+        args = [*x.conf, "--model", f"{x.mono}/final.mdl", "--lang-dir", set_lang]
+        args += ["--feats", f"{x.d}/fbank/{s}/feats.scp", "--graph-dir", graph, "--out-dir", out]
+        return Step(
+            f"decode_{s}_{m}", 5, "steps.decode_gmm", args, [f"{x.mono}/.done", *x.feats(s), f"{set_lang}/.done"], done
         )
-        set_lang = str(set_lang_dir(lang, cfg.decode, s))
-        for m in set_decode_methods(cfg, s):
-            out = f"{e}/decode_{s}_{m}"
-            if m == "mono":  # the GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
-                steps.append(
-                    Step(
-                        f"decode_{s}_{m}",
-                        5,
-                        "steps.decode_gmm",
-                        [
-                            *conf,
-                            "--model",
-                            f"{mono}/final.mdl",
-                            "--lang-dir",
-                            set_lang,
-                            "--feats",
-                            f"{d}/fbank/{s}/feats.scp",
-                            "--graph-dir",
-                            f"{mono}/graph{set_lang[len(lang) :]}",
-                            "--out-dir",
-                            out,
-                        ],
-                        [f"{mono}/.done", *feats(s), f"{set_lang}/.done"],
-                        [f"{out}/.decode.done"],
-                    )
-                )
-            else:
-                steps.append(
-                    Step(
-                        f"decode_{s}_{m}",
-                        5,
-                        "steps.decode",
-                        [
-                            *conf,
-                            "--method",
-                            m,
-                            "--logprobs",
-                            f"{e}/logprobs_{s}/logprobs.scp",
-                            "--lang-dir",
-                            set_lang,
-                            "--out-dir",
-                            out,
-                        ],
-                        [f"{e}/logprobs_{s}/.done", f"{set_lang}/.done"],
-                        [f"{out}/.decode.done"],
-                    )
-                )
-            scores.append(
-                Step(
-                    f"score_{s}_{m}",
-                    6,
-                    "steps.score",
-                    ["--ref", f"{d}/{s}/text", "--hyp", f"{out}/hyp.txt", "--out-dir", out],
-                    [f"{out}/.decode.done"],
-                    [f"{out}/wer.json"],
-                )
-            )
-    steps += scores
-    steps.append(
-        Step("results", 6, "steps.make_results", ["--exp-dir", e], [s.outputs[0] for s in scores], [f"{e}/RESULTS.md"])
-    )
-    # 7: mobile export
-    if cfg.model.bidirectional:  # a BLSTM needs the whole utterance: no streaming on-device model to export
-        steps.append(
-            Step(
-                "export_mobile",
-                7,
-                "",
-                message=(
-                    f"stage 7 (mobile export) skipped: {c} has a bidirectional model, which cannot stream on a device "
-                    "(set model.bidirectional: false to get a mobile bundle)"
-                ),
-            )
+    lp = f"{x.e}/logprobs_{s}"
+    args = [*x.conf, "--method", m, "--logprobs", f"{lp}/logprobs.scp", "--lang-dir", set_lang, "--out-dir", out]
+    return Step(f"decode_{s}_{m}", 5, "steps.decode", args, [f"{lp}/.done", f"{set_lang}/.done"], done)
+
+
+def decode(x: Ctx) -> List[Step]:
+    return [step for s in x.eval_sets for step in (logprobs(x, s), *[search(x, s, m) for m in x.methods(s)])]
+
+
+def score(x: Ctx) -> List[Step]:
+    return [
+        Step(
+            f"score_{s}_{m}",
+            6,
+            "steps.score",
+            ["--ref", f"{x.d}/{s}/text", "--hyp", f"{out}/hyp.txt", "--out-dir", out],
+            [f"{out}/.decode.done"],
+            [f"{out}/wer.json"],
         )
-    else:
-        steps.append(
-            Step(
-                "export_mobile",
-                7,
-                "steps.export_mobile",
-                [
-                    *conf,
-                    "--model",
-                    f"{e}/final.pt",
-                    *feats_args,
-                    "--out-dir",
-                    f"{e}/mobile",
-                    "--train-set",
-                    "train",
-                    "--dev-set",
-                    "dev",
-                ],
-                [f"{e}/.train.done", f"{d}/fbank/dev/.done", f"{lang}/.done"],
-                [f"{e}/mobile/.export.done"],
-                threads=None,
-                training=False,
-            )
+        for s, m, out in x.searches()
+    ]
+
+
+def results(x: Ctx) -> List[Step]:
+    scores = [f"{out}/wer.json" for _, _, out in x.searches()]
+    return [Step("results", 6, "steps.make_results", ["--exp-dir", x.e], scores, [f"{x.e}/RESULTS.md"])]
+
+
+# --- stage 7: mobile export
+
+
+def export_mobile(x: Ctx) -> List[Step]:
+    if x.cfg.model.bidirectional:  # a BLSTM needs the whole utterance: no streaming on-device model to export
+        why = (
+            f"stage 7 (mobile export) skipped: {x.c} has a bidirectional model, which cannot stream on a device "
+            "(set model.bidirectional: false to get a mobile bundle)"
         )
-    return steps
+        return [Step("export_mobile", 7, "", message=why)]
+    args = [*x.conf, "--model", f"{x.e}/final.pt", *x.feats_args, "--out-dir", f"{x.e}/mobile"]
+    args += ["--train-set", "train", "--dev-set", "dev"]
+    inputs = [f"{x.e}/.train.done", f"{x.d}/fbank/dev/.done", f"{x.lang}/.done"]
+    return [Step("export_mobile", 7, "steps.export_mobile", args, inputs, [f"{x.e}/mobile/.export.done"], threads=None)]
+
+
+# Every stage's builders in run order; a new step goes into one of them (or a new builder here), nowhere else.
+BUILDERS: List[Callable[[Ctx], List[Step]]] = [
+    prepare_data,
+    validate_data,
+    fbank,
+    global_cmvn,
+    lang_dirs,
+    ce_init,
+    train_model,
+    decode,
+    score,
+    results,
+    export_mobile,
+]
+
+
+def plan(cfg: RecipeConfig, lay: Layout, python: str = "python") -> List[Step]:
+    """Every step of stages 1-7 for ``cfg`` laid out as ``lay``, in the order run.sh runs them."""
+    x = Ctx(cfg, lay, python)
+    return [step for build in BUILDERS for step in build(x)]

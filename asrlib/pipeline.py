@@ -27,13 +27,22 @@ GMM system, when there is one, beside it (``<dirname exp>/mono``, ``mono_ali``) 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from asrlib.config import RecipeConfig, lm_texts, set_decode_methods, set_lang_dir
+from asrlib.errors import AsrError
 
 STAGES = range(1, 8)
+# a config value that names a file, a rule or a SLURM partition (a set, a corpus): no shell syntax, no path separator
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+class Shell(str):
+    """A word the pipeline itself writes for the shell to expand (the job's ``$SLURM_NNODES``, ``$(scontrol ...)``):
+    the only words :meth:`Step.shell` leaves unquoted. Never made from a config value or an option."""
 
 
 @dataclass
@@ -63,7 +72,7 @@ class Step:
 
     def shell(self, python: str, prefix: str = "") -> str:
         """The command as one shell line (``prefix``: a launcher such as ``srun --ntasks=1``)."""
-        words = [w if "$" in w else shlex.quote(w) for w in self.argv(python)]  # $VARS: expanded by the shell
+        words = [w if isinstance(w, Shell) else shlex.quote(w) for w in self.argv(python)]
         return (prefix + " " if prefix else "") + " ".join(words)
 
 
@@ -98,20 +107,23 @@ def train_launch(cfg: RecipeConfig, lay: Layout, python: str) -> List[str]:
         cl = cfg.cluster
         if cl.nodes > 1:  # one torchrun per node (srun), c10d rendezvous on the job's first node
             return [
-                *"srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1".split(),
+                "srun",
+                Shell("--nodes=$SLURM_NNODES"),
+                "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1",
                 python,
                 "-m",
                 "steps.train_dist",
                 "--nnodes",
-                "$SLURM_NNODES",
+                Shell("$SLURM_NNODES"),
                 "--num-learners",
                 str(cl.learners_per_node),
                 "--rdzv-id",
-                "$SLURM_JOB_ID",
+                Shell("$SLURM_JOB_ID"),
                 "--max-restarts",
                 str(cl.max_restarts),
                 "--rdzv-endpoint",
-                "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400",
+                Shell("$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400"),
                 "--",
             ]
         if cl.learners_per_node > 1 or cl.max_restarts > 0:
@@ -154,6 +166,20 @@ def validation_vocab(cfg: RecipeConfig, data_set: str) -> str:
     return "cmudict" if data_set == "train" and cmudict_only else "none"
 
 
+def check_names(cfg: RecipeConfig, where: str) -> None:
+    """The config values that become file names, rule names or sbatch options are plain names (:data:`NAME`); one
+    holding shell syntax (``$``, backticks, ``;``, spaces) or a ``/`` is refused here, before any command is built."""
+    names = [("data.corpus", cfg.data.corpus)] + [("data.eval_sets", s) for s in cfg.data.eval_sets]
+    names += [(f"decode.{k}", s) for k in ("set_grammars", "set_words") for s in getattr(cfg.decode, k)]
+    names += [("cluster.partition", cfg.cluster.partition)] if cfg.cluster.partition else []
+    for key, value in names:
+        if not NAME.fullmatch(str(value)):
+            raise AsrError(
+                f"{where}: {key}: {value!r} is not a plain name (letters, digits, '_', '.', '+', '-'; it names files, "
+                "Snakemake rules and SLURM options)"
+            )
+
+
 @dataclass
 class Ctx:
     """What every stage builder reads: the config, the layout and the paths both give."""
@@ -164,6 +190,7 @@ class Ctx:
 
     def __post_init__(self) -> None:
         cfg, lay = self.cfg, self.lay
+        check_names(cfg, lay.config)
         self.d, self.e, self.c = lay.data, lay.exp, lay.config
         self.conf = ["--config", lay.config, *[w for o in lay.overrides for w in ("--set", o)]]
         self.nj = str(lay.nj or cfg.features.nj)

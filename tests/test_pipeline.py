@@ -92,3 +92,81 @@ def test_run_stops_at_the_first_failing_step_with_its_status(tmp_path):
     assert r.returncode != 0
     assert "+ steps.validate_data_dir" in r.stderr and "step validate_train failed" in r.stderr
     assert "compute_fbank" not in r.stderr  # nothing after the failure
+
+
+HOSTILE = "$(touch {mark})`touch {mark}`;touch {mark}"
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("data.eval_sets", ["test", HOSTILE]),
+        ("data.corpus", HOSTILE),
+        ("decode.set_words", {HOSTILE: ["ONE"]}),
+        ("cluster.partition", HOSTILE),
+        ("data.eval_sets", ["../test"]),
+    ],
+)
+def test_a_config_name_with_shell_syntax_is_refused_before_any_command(key, value, tmp_path):
+    mark = tmp_path / "x"
+    cfg = yaml.safe_load((ROOT / "recipes/digits/config.yaml").read_text())
+    section, leaf = key.split(".")
+    cfg.setdefault(section, {})[leaf] = yaml.safe_load(yaml.safe_dump(value).replace("{mark}", str(mark)))
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "steps.plan", "--config", str(conf)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env_with_root(ROOT), cwd=tmp_path)
+    assert r.returncode != 0 and f"{key}:" in r.stderr and "not a plain name" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not mark.exists()
+
+
+def _through_bash(line: str, tmp_path: Path) -> list:
+    """The words a shell line gives its command: PY, srun and scontrol are shell functions that print their arguments
+    (srun's up to the command it starts), as a SLURM job of 2 nodes would see them."""
+    fake = (
+        "export SLURM_NNODES=2 SLURM_JOB_ID=7 SLURM_JOB_NODELIST=n[1-2]; scontrol() { echo n1; echo n2; }; "
+        'PY() { printf "%s\\0" PY "$@"; }; srun() { printf "%s\\0" srun "$1" "$2" "$3"; shift 3; "$@"; }; '
+    )
+    r = subprocess.run(["bash", "-c", fake + line], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("layout", ["run.sh", "snakefile-2-nodes"])
+def test_user_values_reach_a_shell_command_quoted_and_only_the_pipelines_own_words_expand(layout, tmp_path):
+    mark = tmp_path / "x"
+    hostile = HOSTILE.replace("{mark}", str(mark))
+    conf = tmp_path / hostile / "c y.yaml"  # the config's own path, and a free-form value given with --set
+    conf.parent.mkdir(parents=True)
+    conf.write_text((ROOT / "recipes/digits/config.yaml").read_text())
+    overrides = [f"data.download_url={hostile}", "cluster.nodes=2"]
+    cfg = load_config(conf, overrides)
+    lay = Layout(config=str(conf), exp=f"exp/{hostile}", overrides=tuple(overrides), slurm=layout != "run.sh")
+    steps = [s for s in plan(cfg, lay, "PY") if s.module]
+    expanded = {"--nodes=$SLURM_NNODES": "--nodes=2", "$SLURM_NNODES": "2", "$SLURM_JOB_ID": "7"}
+    expanded["$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400"] = "n1:29400"
+    reached = 0
+    for s in steps:
+        words = _through_bash(s.shell("PY"), tmp_path)
+        assert words == [expanded.get(w, w) for w in s.argv("PY")], s.name
+        reached += any(hostile in w for w in words)
+    assert reached > len(steps) // 2 and not mark.exists()
+    train = next(s for s in steps if s.name == "train_model")
+    assert ("$SLURM_JOB_ID" in train.shell("PY")) == (layout != "run.sh")  # the job's variables stay unquoted
+
+
+def test_snakemake_runs_a_rule_with_a_config_path_holding_shell_syntax_literally(tmp_path):
+    mark = tmp_path / "x"
+    conf = tmp_path / HOSTILE.replace("{mark}", str(mark)) / "c.yaml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text((ROOT / "recipes/digits/config.yaml").read_text())
+    fake = tmp_path / "python"  # records its arguments and fails, as a step that breaks
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv.txt\nexit 3\n')
+    fake.chmod(0o755)
+    cmd = [sys.executable, "-m", "snakemake", "prepare_data", "--snakefile", str(ROOT / "Snakefile"), "--cores", "1",
+           "--config", f"recipe_config={conf}", f"workdir={tmp_path / 'w'}", f"python={fake}"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env_with_root(ROOT), cwd=tmp_path)
+    assert r.returncode != 0 and "Error in rule prepare_data" in r.stdout + r.stderr, r.stderr[-2000:]
+    argv = (tmp_path / "argv.txt").read_text().splitlines()
+    assert argv[:4] == ["-m", "local.digits", "--config", str(conf)]
+    assert not mark.exists()

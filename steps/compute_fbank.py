@@ -5,8 +5,9 @@
 
 Writes OUT_DIR/feats.scp (+ feats.JOB.ark/scp), utt2num_frames, excluded.txt, the lazy lhotse manifest of the
 set's cuts cuts.jsonl.gz (asrlib.data.cuts) and, last, OUT_DIR/.done; a finished
-directory is skipped. The ``features`` section of the config gives num_mel_bins, nj and dither; ``data.sample_rate``
-the expected sample rate.
+directory is skipped. ``--job J`` computes job J of the ``--nj`` split alone (its feats.J.* and .job.J.json, as one
+cluster job of Kaldi's JOB=1:nj); the run without ``--job`` then reuses the finished jobs and merges them. The
+``features`` section of the config gives num_mel_bins, nj and dither; ``data.sample_rate`` the expected sample rate.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--data-dir", required=True, help="Kaldi data directory with wav.scp (and optional segments)")
     p.add_argument("--out-dir", required=True, help="output directory for the archives")
     p.add_argument("--nj", type=int, default=None, help="parallel jobs (overrides features.nj)")
+    p.add_argument("--job", type=int, default=None, help="compute only job J of the nj (no merge, no .done)")
     add_config_args(p)
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.overrides)
@@ -52,10 +54,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
         print(f"{out_dir}: features already computed ({done.get('num_utts')} utterances), skipping")
         return 0
+    nj = args.nj if args.nj is not None else cfg.features.nj
+    if args.job is not None:
+        setup_logging(out_dir / "log" / f"compute_fbank.{args.job}.log")
+        from asrlib.features.fbank import compute_fbank_job
+
+        marker = compute_fbank_job(args.data_dir, out_dir, args.job, nj, **settings)
+        print(f"{out_dir}: job {args.job} of {nj} done ({marker.read_text().strip()})")
+        return 0
     setup_logging(out_dir / "log" / "compute_fbank.log")
     from asrlib.features.fbank import compute_fbank
 
-    nj = args.nj if args.nj is not None else cfg.features.nj
     res = compute_fbank(args.data_dir, out_dir, nj=nj, **settings)
     from asrlib.data.cuts import CUTS_NAME, write_cuts
 

@@ -10,7 +10,7 @@ import soundfile as sf
 from lhotse import Fbank, FbankConfig
 
 from asrlib.features.cmvn import Cmvn, accumulate_cmvn_stats, load_cmvn
-from asrlib.features.fbank import compute_fbank
+from asrlib.features.fbank import compute_fbank, compute_fbank_job
 from asrlib.errors import AsrError
 from asrlib.io.tables import read_table, read_table_dict
 from asrlib.kaldi_io import MatrixReader
@@ -86,6 +86,26 @@ def test_fbank_matches_lhotse_and_excludes_bad_audio(data_dir, tmp_path):
     assert (out2 / "feats.1.ark").stat().st_mtime_ns == mtime and (out2 / ".job.2.json").is_file()
     compute_fbank(data_dir, out2, nj=1, show_progress=False, compress=False)  # fewer jobs: stale job files removed
     assert not (out2 / "feats.2.ark").exists() and _all_feats(out2).keys() == feats.keys()
+
+
+def test_fbank_jobs_run_alone_then_merged_equal_one_run(data_dir, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    compute_fbank(data_dir, whole, nj=3, show_progress=False)
+    for job in (3, 1, 2, 4):  # as separate cluster jobs, in any order
+        compute_fbank_job(data_dir, split, job, nj=4)
+    assert all((split / f".job.{j}.json").is_file() for j in (1, 2, 3, 4))
+    mtimes = {p.name: p.stat().st_mtime_ns for p in split.glob("feats.*.ark")}
+    compute_fbank(data_dir, split, nj=4, show_progress=False)  # the merge reuses every job
+    assert {p.name: p.stat().st_mtime_ns for p in split.glob("feats.*.ark")} == mtimes
+    a, b = _all_feats(whole), _all_feats(split)
+    assert list(a) == list(b) and all(a[k].tobytes() == b[k].tobytes() for k in a)
+    assert (split / "excluded.txt").read_text() == (whole / "excluded.txt").read_text()
+    few = tmp_path / "few"  # more jobs than utterances: the jobs past the split write an empty marker, kept
+    compute_fbank_job(data_dir, few, 9, nj=9)
+    compute_fbank(data_dir, few, nj=9, show_progress=False)
+    assert json.loads((few / ".job.9.json").read_text())["num_utts"] == 0 and _all_feats(few).keys() == a.keys()
+    with pytest.raises(AsrError, match="job must be in 1..2"):
+        compute_fbank_job(data_dir, few, 3, nj=2)
 
 
 def test_fbank_segments_and_errors(data_dir, tmp_path):

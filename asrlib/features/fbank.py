@@ -333,6 +333,54 @@ def _remove_stale_jobs(out_dir: Path, nj: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ driver
+def _plan_jobs(
+    data_dir: Path, out_dir: Path, nj: int, num_mel_bins: int, dither: float, sample_rate: int, compress: bool
+) -> Tuple[List[Segment], FbankOptions, List[List[Segment]]]:
+    """The utterances, the settings and the split into jobs; ``out_dir`` made and cleared of temporary files."""
+    if nj < 1:
+        raise AsrError(f"nj must be >= 1, got {nj}")
+    if num_mel_bins < 1 or dither < 0:
+        raise AsrError(f"bad fbank settings num_mel_bins={num_mel_bins} dither={dither}")
+    segs = read_segments(data_dir)
+    if not segs:
+        raise AsrError(f"{data_dir} has no utterances")
+    opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate, compress=compress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for tmp in out_dir.glob(".tmp*.feats.*"):  # left by a killed earlier run (never a final file)
+        tmp.unlink(missing_ok=True)
+    return segs, opts, split_jobs(segs, nj)
+
+
+def compute_fbank_job(
+    data_dir: PathLike,
+    out_dir: PathLike,
+    job: int,
+    nj: int,
+    num_mel_bins: int = 80,
+    dither: float = 0.0,
+    sample_rate: int = 16000,
+    compress: bool = False,
+) -> Path:
+    """Job ``job`` of ``nj`` alone (Kaldi's ``JOB=1:nj`` as separate cluster jobs): its ``feats.JOB.*`` files and,
+    last, its marker ``.job.JOB.json``, which is returned; :func:`compute_fbank` with the same ``nj`` then reuses
+    the finished jobs and only merges. A job past the split (a set of fewer than ``nj`` utterances) writes an empty
+    marker."""
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    if not 1 <= job <= nj:
+        raise AsrError(f"job must be in 1..{nj}, got {job}")
+    segs, opts, jobs = _plan_jobs(data_dir, out_dir, nj, num_mel_bins, dither, sample_rate, compress)
+    marker = _job_files(out_dir, job)["marker"]
+    if job > len(jobs):
+        write_json(marker, {"hash": None, "num_utts": 0, "num_excluded": 0})
+        return marker
+    h = _job_hash(jobs[job - 1], opts)
+    if _job_is_complete(out_dir, job, h):
+        log.info("fbank job %d of %d already complete in %s", job, nj, out_dir)
+    else:
+        _run_jobs([(job, jobs[job - 1], h)], opts, out_dir, show_progress=False)
+    return marker
+
+
 def compute_fbank(
     data_dir: PathLike,
     out_dir: PathLike,
@@ -354,19 +402,7 @@ def compute_fbank(
     """
     t0 = time.time()
     data_dir, out_dir = Path(data_dir), Path(out_dir)
-    if nj < 1:
-        raise AsrError(f"nj must be >= 1, got {nj}")
-    if num_mel_bins < 1 or dither < 0:
-        raise AsrError(f"bad fbank settings num_mel_bins={num_mel_bins} dither={dither}")
-    segs = read_segments(data_dir)
-    if not segs:
-        raise AsrError(f"{data_dir} has no utterances")
-    opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate, compress=compress)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for tmp in out_dir.glob(".tmp*.feats.*"):  # left by a killed earlier run (never a final file)
-        tmp.unlink(missing_ok=True)
-
-    jobs = split_jobs(segs, nj)
+    segs, opts, jobs = _plan_jobs(data_dir, out_dir, nj, num_mel_bins, dither, sample_rate, compress)
     todo = []
     for job, job_segs in enumerate(jobs, 1):
         h = _job_hash(job_segs, opts)
@@ -375,7 +411,7 @@ def compute_fbank(
         else:
             todo.append((job, job_segs, h))
     _run_jobs(todo, opts, out_dir, show_progress)
-    _remove_stale_jobs(out_dir, len(jobs))
+    _remove_stale_jobs(out_dir, nj)  # jobs len(jobs)+1..nj (fewer utterances than nj) keep their empty markers
 
     scp_rows: List[Tuple[str, str]] = []
     frame_rows: List[Tuple[str, str]] = []

@@ -93,7 +93,7 @@ class Layout:
     threads_per_learner: int = 1
     rdzv_endpoint: str = ""
     max_restarts: int = 0
-    slurm: bool = False  # the Snakefile: training as the config's cluster section says (srun over its nodes)
+    slurm: bool = False  # the Snakefile: features as nj steps, training as the config's cluster section says
 
 
 def mono_dir(exp: str) -> str:
@@ -102,58 +102,30 @@ def mono_dir(exp: str) -> str:
 
 def train_launch(cfg: RecipeConfig, lay: Layout, python: str) -> List[str]:
     """How stage 4 starts ``steps.train``: plainly, or under torchrun through ``steps.train_dist`` (with the
-    learners of ``lay``, or with ``cfg.cluster``'s layout when ``lay.slurm``)."""
+    learners of ``lay``, or with ``cfg.cluster``'s layout when ``lay.slurm``).
+
+    Several SLURM nodes: the job's batch script (on its first node) runs ``srun``, one task per node, each a torchrun
+    of ``learners_per_node`` learners; the c10d rendezvous is hosted on the batch script's node (``$(hostname)``,
+    expanded there, before srun) under the job's id. Snakemake's SLURM job step strips the other ``SLURM_*``
+    variables (SLURM_NNODES, SLURM_JOB_NODELIST) before it runs a rule, so the node count is the config's."""
+    dist = [python, "-m", "steps.train_dist"]
     if lay.slurm:
         cl = cfg.cluster
-        if cl.nodes > 1:  # one torchrun per node (srun), c10d rendezvous on the job's first node
-            return [
-                "srun",
-                Shell("--nodes=$SLURM_NNODES"),
-                "--ntasks-per-node=1",
-                "--kill-on-bad-exit=1",
-                python,
-                "-m",
-                "steps.train_dist",
-                "--nnodes",
-                Shell("$SLURM_NNODES"),
-                "--num-learners",
-                str(cl.learners_per_node),
-                "--rdzv-id",
-                Shell("$SLURM_JOB_ID"),
-                "--max-restarts",
-                str(cl.max_restarts),
-                "--rdzv-endpoint",
-                Shell("$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29400"),
-                "--",
-            ]
+        restarts = ["--max-restarts", str(cl.max_restarts)]
+        if cl.nodes > 1:
+            srun = ["srun", f"--nodes={cl.nodes}", "--ntasks-per-node=1"]
+            srun += [f"--cpus-per-task={cl.cpus_per_learner * cl.learners_per_node}", "--kill-on-bad-exit=1"]
+            nodes = ["--nnodes", str(cl.nodes), "--num-learners", str(cl.learners_per_node)]
+            rdzv = ["--rdzv-id", Shell("$SLURM_JOB_ID"), *restarts, "--rdzv-endpoint", Shell("$(hostname):29400")]
+            return [*srun, *dist, *nodes, *rdzv, "--"]
         if cl.learners_per_node > 1 or cl.max_restarts > 0:
-            return [
-                python,
-                "-m",
-                "steps.train_dist",
-                "--num-learners",
-                str(cl.learners_per_node),
-                "--max-restarts",
-                str(cl.max_restarts),
-                "--",
-            ]
+            return [*dist, "--num-learners", str(cl.learners_per_node), *restarts, "--"]
         return []
     if lay.num_learners > 1 or lay.nnodes > 1 or lay.max_restarts > 0:
-        return [
-            python,
-            "-m",
-            "steps.train_dist",
-            "--num-learners",
-            str(lay.num_learners),
-            "--nnodes",
-            str(lay.nnodes),
-            "--threads-per-learner",
-            str(lay.threads_per_learner),
-            *(["--rdzv-endpoint", lay.rdzv_endpoint] if lay.rdzv_endpoint else []),
-            "--max-restarts",
-            str(lay.max_restarts),
-            "--",
-        ]
+        learners = ["--num-learners", str(lay.num_learners), "--nnodes", str(lay.nnodes)]
+        learners += ["--threads-per-learner", str(lay.threads_per_learner)]
+        rdzv = ["--rdzv-endpoint", lay.rdzv_endpoint] if lay.rdzv_endpoint else []
+        return [*dist, *learners, *rdzv, "--max-restarts", str(lay.max_restarts), "--"]
     return []
 
 
@@ -251,14 +223,23 @@ def validate_data(x: Ctx) -> List[Step]:
 
 
 def fbank(x: Ctx) -> List[Step]:
-    """Filterbanks of every set, and the per-speaker CMVN stats of every set but train (whose come with the global)."""
+    """Filterbanks of every set, and the per-speaker CMVN stats of every set but train (whose come with the global).
+    In the Snakefile (``lay.slurm``) each set's ``nj`` jobs are steps of their own (Kaldi's ``JOB=1:nj``, one SLURM
+    job each), and ``fbank_<set>`` merges them; run.sh runs the ``nj`` jobs as processes of one step."""
     steps = []
     for s in x.sets:
-        fb = f"{x.d}/fbank/{s}"
+        fb, validated = f"{x.d}/fbank/{s}", [f"{x.d}/{s}/.validated"]
         args = [*x.conf, "--data-dir", f"{x.d}/{s}", "--out-dir", fb, "--nj", x.nj]
-        steps.append(
-            Step(f"fbank_{s}", 2, "steps.compute_fbank", args, [f"{x.d}/{s}/.validated"], [f"{fb}/.done"], int(x.nj))
-        )
+        if x.lay.slurm:
+            jobs = [
+                Step(f"fbank_{s}_job{j}", 2, "steps.compute_fbank", [*args, "--job", str(j)], validated, [marker])
+                for j, marker in ((j, f"{fb}/.job.{j}.json") for j in range(1, int(x.nj) + 1))
+            ]
+            steps += jobs
+            inputs = validated + [job.outputs[0] for job in jobs]
+            steps.append(Step(f"fbank_{s}", 2, "steps.compute_fbank", args, inputs, [f"{fb}/.done"]))
+        else:
+            steps.append(Step(f"fbank_{s}", 2, "steps.compute_fbank", args, validated, [f"{fb}/.done"], int(x.nj)))
         if x.spk_cmn and s != "train":
             args = ["--feats", f"{fb}/feats.scp", "--utt2spk", f"{x.d}/{s}/utt2spk", "--out-dir", fb, "--speaker-only"]
             steps.append(Step(f"spk_cmvn_{s}", 2, "steps.compute_cmvn", args, [f"{fb}/.done"], [f"{fb}/cmvn_spk.scp"]))
@@ -356,6 +337,9 @@ def train_resources(cfg: RecipeConfig) -> Dict[str, object]:
         "runtime": cl.train_runtime_min,
         **({"slurm_partition": cl.partition} if cl.partition else {}),
         **({"slurm_extra": f"'--gres=gpu:{cl.gpus_per_node}'"} if cl.gpus_per_node else {}),
+        # several nodes: Snakemake's SLURM job step runs the rule in the batch script itself (as for an MPI program),
+        # not in a one-task step whose nested srun would wait for CPUs the step holds
+        **({"mpi": "srun"} if cl.nodes > 1 else {}),
     }
 
 

@@ -69,8 +69,9 @@ def test_slurm_profile_multi_node_training(tmp_path):
     train = train[: train.index("\n\n")]
     assert "nodes=2" in train and "mem_mb=64000" in train and "slurm_partition=gpu" in train
     assert "--gres=gpu:4" in train and "cpus_per_task=32" in train
-    assert "srun --nodes=$SLURM_NNODES --ntasks-per-node=1" in train
-    assert "steps.train_dist --nnodes $SLURM_NNODES --num-learners 4" in train and "--rdzv-endpoint" in train
+    assert "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32" in train and "mpi=srun" in train
+    assert "steps.train_dist --nnodes 2 --num-learners 4 --rdzv-id $SLURM_JOB_ID" in train
+    assert "--rdzv-endpoint $(hostname):29400" in train
     assert "--max-restarts 0" in train
     fbank = out[out.index("rule fbank_train:") :]
     assert "mem_mb=4000" in fbank[: fbank.index("\n\n")]  # default-resources of the profile

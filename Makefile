@@ -19,9 +19,10 @@ PYTEST_JOBS ?= 2
 test: install
 	$(PY) -m pytest -q --durations=25 -m "not slow" -n $(PYTEST_JOBS) --dist loadfile tests
 
-# the slow tier (run it yourself; CI runs `make test`): tests marked slow, then every benchmark's --quick run
+# the slow tier (run it yourself; CI runs `make test`): tests marked slow (-rs: each skip's reason, e.g. the SLURM
+# tests where no cluster can start), then every benchmark's --quick run
 test-slow: install
-	$(PY) -m pytest -q --durations=25 -m slow tests; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
+	$(PY) -m pytest -q -rs --durations=25 -m slow tests; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
 	$(MAKE) bench
 
 # ruff, configured in pyproject.toml: lint, and the formatting check (`make format` applies it); then the messages

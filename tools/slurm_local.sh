@@ -59,6 +59,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=6819
 JobCompType=jobcomp/none
+AccountingStoreFlags=job_comment
 SchedulerType=sched/backfill
 SlurmctldPort=6817
 SlurmdSpoolDir=$dir/spool/%n
@@ -127,10 +128,10 @@ start() {
   start_db
   running "$dir/run/slurmdbd.pid" || slurmdbd
   wait_for 60 slurmdbd sacctmgr -n list cluster
-  sacctmgr -n list cluster format=cluster | grep -qw "$cluster" || sacctmgr -i add cluster "$cluster" > /dev/null
-  sacctmgr -n list account format=account | grep -qw asrlib ||
+  sacctmgr -n -P list cluster format=cluster | grep -qw "$cluster" || sacctmgr -i add cluster "$cluster" > /dev/null
+  sacctmgr -n -P list account format=account | grep -qw asrlib ||
     sacctmgr -i add account asrlib cluster="$cluster" description=test organization=asrlib > /dev/null
-  sacctmgr -n list user format=user | grep -qw root ||
+  sacctmgr -n -P list user format=user | grep -qw root ||
     sacctmgr -i add user root account=asrlib defaultaccount=asrlib cluster="$cluster" > /dev/null
   running "$dir/run/slurmctld.pid" || slurmctld
   for i in $(seq "$nodes"); do running "$dir/run/slurmd-node$i.pid" || slurmd -N "node$i"; done

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import socket
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -354,6 +356,7 @@ class DistAlgo(TrainAlgo):
             "rank": self.rank,
             "world_size": self.world_size,
             "local_world_size": self.info.local_world_size,
+            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),  # SLURM's node name, else the host's
             "backend": self.info.backend,
             "total": self.total_stats().as_dict(),
             # training bytes of this learner since set-up (this attempt), measured; the epochs' sum plus what was sent

@@ -13,13 +13,14 @@ cluster job of Kaldi's JOB=1:nj); the run without ``--job`` then reuses the fini
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import List, Optional
 
-from asrlib.cli import add_config_args, run_main, setup_logging
+from asrlib.cli import OUTPUT_DIR_OPTIONS, add_config_args, run_main, setup_logging
 from asrlib.config import load_config
 from asrlib.errors import AsrError
-from asrlib.io.stage import is_done, mark_done
+from asrlib.io.stage import dir_lock, is_done, mark_done
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -55,11 +56,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{out_dir}: features already computed ({done.get('num_utts')} utterances), skipping")
         return 0
     nj = args.nj if args.nj is not None else cfg.features.nj
-    if args.job is not None:
-        setup_logging(out_dir / "log" / f"compute_fbank.{args.job}.log")
-        from asrlib.features.fbank import compute_fbank_job
+    if args.job is not None:  # the jobs of one dir run side by side: each holds a lock of its own, not the dir's
+        with dir_lock(out_dir / ".jobs" / str(args.job)):
+            setup_logging(out_dir / "log" / f"compute_fbank.{args.job}.log")
+            from asrlib.features.fbank import compute_fbank_job
 
-        marker = compute_fbank_job(args.data_dir, out_dir, args.job, nj, **settings)
+            marker = compute_fbank_job(args.data_dir, out_dir, args.job, nj, **settings)
         print(f"{out_dir}: job {args.job} of {nj} done ({marker.read_text().strip()})")
         return 0
     setup_logging(out_dir / "log" / "compute_fbank.log")
@@ -88,5 +90,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    run_main(main)
+if __name__ == "__main__":  # --job: no lock on --out-dir (main takes the job's own)
+    run_main(main, writes=() if any(a.split("=")[0] == "--job" for a in sys.argv[1:]) else OUTPUT_DIR_OPTIONS)

@@ -167,6 +167,29 @@ def test_steps_compute_fbank_done_marker(data_dir, tmp_path, capsys):
         main(args + ["--set", "features.num_mel_bins=80"])
 
 
+def test_the_step_runs_the_jobs_of_one_dir_side_by_side_then_merges(data_dir, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from asrlib.cli import env_with_root
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("features:\n  num_mel_bins: 40\n")
+    out = tmp_path / "fb"
+    args = [sys.executable, "-m", "steps.compute_fbank", "--config", str(cfg), "--data-dir", str(data_dir)]
+    args += ["--out-dir", str(out), "--nj", "2"]
+    env = env_with_root(root)
+    jobs = [subprocess.Popen([*args, "--job", j], env=env, stderr=subprocess.PIPE, text=True) for j in "12"]
+    errs = [p.communicate()[1] for p in jobs]  # neither refuses the other (each locks only its own job)
+    assert [p.returncode for p in jobs] == [0, 0], errs
+    assert not (out / ".done").exists() and (out / ".job.2.json").is_file()
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads((out / ".done").read_text())["num_utts"] == 5, r.stderr
+    assert "fbank job 1 of 2 already complete" in (out / "log" / "compute_fbank.log").read_text()
+
+
 def test_dither_is_seeded_per_utterance(data_dir, tmp_path):
     a = compute_fbank(data_dir, tmp_path / "a", nj=1, dither=0.01, show_progress=False, compress=False)
     compute_fbank(data_dir, tmp_path / "b", nj=2, dither=0.01, show_progress=False, compress=False)

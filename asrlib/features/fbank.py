@@ -334,9 +334,17 @@ def _remove_stale_jobs(out_dir: Path, nj: int) -> None:
 
 # ------------------------------------------------------------------------------------------------ driver
 def _plan_jobs(
-    data_dir: Path, out_dir: Path, nj: int, num_mel_bins: int, dither: float, sample_rate: int, compress: bool
+    data_dir: Path,
+    out_dir: Path,
+    nj: int,
+    num_mel_bins: int,
+    dither: float,
+    sample_rate: int,
+    compress: bool,
+    job: Optional[int] = None,
 ) -> Tuple[List[Segment], FbankOptions, List[List[Segment]]]:
-    """The utterances, the settings and the split into jobs; ``out_dir`` made and cleared of temporary files."""
+    """The utterances, the settings and the split into jobs; ``out_dir`` made and cleared of temporary files (of
+    job ``job`` alone when given)."""
     if nj < 1:
         raise AsrError(f"nj must be >= 1, got {nj}")
     if num_mel_bins < 1 or dither < 0:
@@ -346,9 +354,17 @@ def _plan_jobs(
         raise AsrError(f"{data_dir} has no utterances")
     opts = FbankOptions(num_mel_bins=num_mel_bins, dither=float(dither), sample_rate=sample_rate, compress=compress)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for tmp in out_dir.glob(".tmp*.feats.*"):  # left by a killed earlier run (never a final file)
+    for tmp in _stale_temps(out_dir, job):  # left by a killed earlier run (never a final file)
         tmp.unlink(missing_ok=True)
     return segs, opts, split_jobs(segs, nj)
+
+
+def _stale_temps(out_dir: Path, job: Optional[int]) -> List[Path]:
+    """Temporary files of the archive writer (all jobs', or job ``job``'s alone: the other jobs may be running)."""
+    if job is None:
+        return list(out_dir.glob(".tmp*.feats.*"))
+    names = [p.name for k, p in _job_files(out_dir, job).items() if k != "ark" and k != "scp"]
+    return [*out_dir.glob(f".tmp*.feats.{job}.*"), *[t for n in names for t in out_dir.glob(f".{n}.*.tmp")]]
 
 
 def compute_fbank_job(
@@ -364,11 +380,11 @@ def compute_fbank_job(
     """Job ``job`` of ``nj`` alone (Kaldi's ``JOB=1:nj`` as separate cluster jobs): its ``feats.JOB.*`` files and,
     last, its marker ``.job.JOB.json``, which is returned; :func:`compute_fbank` with the same ``nj`` then reuses
     the finished jobs and only merges. A job past the split (a set of fewer than ``nj`` utterances) writes an empty
-    marker."""
+    marker. The jobs of one ``out_dir`` may run at the same time: each touches only its own files."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if not 1 <= job <= nj:
         raise AsrError(f"job must be in 1..{nj}, got {job}")
-    segs, opts, jobs = _plan_jobs(data_dir, out_dir, nj, num_mel_bins, dither, sample_rate, compress)
+    segs, opts, jobs = _plan_jobs(data_dir, out_dir, nj, num_mel_bins, dither, sample_rate, compress, job)
     marker = _job_files(out_dir, job)["marker"]
     if job > len(jobs):
         write_json(marker, {"hash": None, "num_utts": 0, "num_excluded": 0})

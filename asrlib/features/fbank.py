@@ -372,10 +372,10 @@ def compute_fbank_job(
     out_dir: PathLike,
     job: int,
     nj: int,
-    num_mel_bins: int = 80,
-    dither: float = 0.0,
-    sample_rate: int = 16000,
-    compress: bool = False,
+    num_mel_bins: int = FeatureConfig.num_mel_bins,
+    dither: float = FeatureConfig.dither,
+    sample_rate: int = DataConfig.sample_rate,
+    compress: bool = FeatureConfig.compress,
 ) -> Path:
     """Job ``job`` of ``nj`` alone (Kaldi's ``JOB=1:nj`` as separate cluster jobs): its ``feats.JOB.*`` files and,
     last, its marker ``.job.JOB.json``, which is returned; :func:`compute_fbank` with the same ``nj`` then reuses

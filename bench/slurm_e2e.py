@@ -229,7 +229,7 @@ def full(work: Path) -> dict:
             "rule": rule,
             "in_sacct": j in acct,
             "sacct_rule": acct.get(j, {}).get("Comment", "").removeprefix("rule_"),
-            "state": acct.get(j, {}).get("State"),
+            "state": acct.get(j, {}).get("State", "").split(" ")[0],  # "CANCELLED by 0" -> CANCELLED
             "nodes": acct.get(j, {}).get("NodeList"),
             "num_nodes": int(acct.get(j, {}).get("AllocNodes") or 0),
             "cpus": int(acct.get(j, {}).get("AllocCPUS") or 0),

@@ -49,15 +49,16 @@ ENV = env_with_root(ROOT)
 RESULTS = ROOT / "bench" / "results" / "slurm_e2e.json"
 SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: (\S*?rule_(\w+)/\d+\.log)\)")
 SACCT_FIELDS = ["JobID", "JobName", "Comment", "State", "NodeList", "AllocNodes", "AllocCPUS", "ElapsedRaw"]
-# the tiny recipe: 150 train / 15 dev / 15 test utterances, a 1 x 64 LSTM, 2 epochs of BMUF over 2 learners
+# the tiny recipe: 360 train / 36 dev / 36 test utterances, a 2 x 128 LSTM, 30 epochs of BMUF over 2 learners
 TINY = {
-    "data": {"size": 0.05, "train_scale": 1.0},
-    "model": {"num_layers": 1, "hidden_size": 64, "proj_size": 0},
+    "data": {"size": 0.12, "train_scale": 1.0},
+    "model": {"num_layers": 2, "hidden_size": 128, "proj_size": 0},
     "train": {
-        "epochs": 2,
-        "batch_seconds": 4,
-        "warmup_steps": 10,
-        "checkpoint_every": 2,
+        "epochs": 30,
+        "batch_seconds": 10,
+        "lr": 0.004,
+        "warmup_steps": 50,
+        "checkpoint_every": 10,
         "num_threads": 1,
         "dist": {"algo": "bmuf", "period": 2},
     },

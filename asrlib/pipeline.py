@@ -41,7 +41,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class Shell(str):
-    """A word the pipeline itself writes for the shell to expand (the job's ``$SLURM_NNODES``, ``$(scontrol ...)``):
+    """A word the pipeline itself writes for the shell to expand (the job's ``$SLURM_JOB_ID``, ``$(hostname)``):
     the only words :meth:`Step.shell` leaves unquoted. Never made from a config value or an option."""
 
 

@@ -207,6 +207,19 @@ def open_vocab_lm(d: dict) -> str:
     return f"{d['corpus']} OOV dev / test: " + "; ".join(parts)
 
 
+def slurm_e2e(d: dict) -> str:
+    jobs = d["jobs"]
+    ok = sum(j["in_sacct"] for j in jobs)
+    nodes = {r["node"] for r in d["learners"]}
+    same = "bit-identical to" if d["bit_identical_to_local"] else "different from"
+    return (
+        f"{len(jobs)} SLURM jobs ({ok} confirmed by sacct), training {len(d['learners'])} learners on "
+        f"{len(nodes)} nodes, cancelled at step {d['cancel']['step']} and resumed: weights {same} the local run, "
+        f"test TLG {d['wer']['slurm']['decode_test_tlg']:.2f} % both ways; {d['wall_s']['slurm_s']:.0f} s through "
+        f"SLURM against {d['wall_s']['local_s']:.0f} s locally (tiny settings)"
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -216,6 +229,12 @@ class Result:
 
 
 RESULTS: List[Result] = [
+    Result(
+        "slurm_e2e.json",
+        "slurm_e2e.py",
+        slurm_e2e,
+        "PYTHONPATH=. .venv/bin/python bench/slurm_e2e.py --work DIR (as root: starts the local two-node cluster)",
+    ),
     Result(
         "open_vocab_lm_speechocean762.json",
         "open_vocab_lm.py",

@@ -26,6 +26,7 @@ class DataConfig:
     train_scale: float = 1.0  # the training set alone is scaled by this too (train = 3000 x size x train_scale)
     seed: int = 0  # seeds corpus preparation (the synthetic corpora's texts, voices, noise)
     noise_fraction: float = 0.3  # synthetic corpora: share of utterances with added noise at 10-30 dB SNR
+    train_flite_share: float = 0.25  # digits: share of the training set spoken by flite voices (dev/test: 0.25)
     sample_rate: int = 16000  # Hz: audio of another rate is refused by validation or resampled where a stage says so
     min_duration: float = 0.3  # shorter audio is excluded (listed in excluded.txt)
     max_duration: float = 30.0  # longer audio is excluded (memory budget)

@@ -198,7 +198,7 @@ def prepare_data(x: Ctx) -> List[Step]:
     outputs = [f"{x.d}/{s}/wav.scp" for s in x.sets] + [
         p for p in x.lm_text if not os.path.isabs(p) or p.startswith(x.d)
     ]
-    args = ["--config", x.c, "--out-dir", x.d, "--nj", x.nj, *corpus_dir]
+    args = [*x.conf, "--out-dir", x.d, "--nj", x.nj, *corpus_dir]  # --set data.* reaches the corpus too
     return [Step("prepare_data", 1, f"local.{x.cfg.data.corpus}", args, outputs=outputs)]
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
-from asrlib.cli import run_main, setup_logging
+from asrlib.cli import add_config_args, run_main, setup_logging
 from asrlib.config import DataConfig, load_config
 from asrlib.data.corpus import save_manifest
 from asrlib.data.kaldi_dir import byte_key, write_data_dir
@@ -171,9 +171,17 @@ class UttPlan:
 
 
 def plan_split(
-    split: str, n: int, speakers: List[Speaker], seed: int, noise_fraction: float, wav_dir: Path, sample_rate: int
+    split: str,
+    n: int,
+    speakers: List[Speaker],
+    seed: int,
+    noise_fraction: float,
+    wav_dir: Path,
+    sample_rate: int,
+    flite_share: float = FLITE_SHARE,
 ) -> List[UttPlan]:
-    """Choose text, speaker, prosody and noise of each of the ``n`` utterances of ``split``."""
+    """Choose text, speaker, prosody and noise of each of the ``n`` utterances of ``split`` (``flite_share`` of
+    them spoken by flite voices)."""
     rng = np.random.default_rng([seed, SPLITS.index(split), 7919])
     espeak = [s for s in speakers if s.engine == "espeak"]
     flite = [s for s in speakers if s.engine == "flite"]
@@ -182,7 +190,7 @@ def plan_split(
     elif not espeak:
         n_flite = n
     else:  # at least one utterance of each engine when n >= 2
-        n_flite = min(n - 1, max(1, round(n * FLITE_SHARE))) if n > 1 else 0
+        n_flite = min(n - 1, max(1, round(n * flite_share))) if n > 1 else 0
     espeak = [espeak[i] for i in rng.permutation(len(espeak))]
     flite = [flite[i] for i in rng.permutation(len(flite))]
     assigned = [flite[i % len(flite)] for i in range(n_flite)] + [espeak[i % len(espeak)] for i in range(n - n_flite)]
@@ -460,11 +468,13 @@ def prepare_digits(
     nj: int = 2,
     sample_rate: int = 16000,
     counts: Optional[dict] = None,
+    train_flite_share: float = FLITE_SHARE,
 ) -> Dict[str, "lhotse.CutSet"]:
     """Synthesise (or resume / reuse) the digits corpus in ``out_dir``; returns the CutSet of each split.
 
     ``counts`` (e.g. ``{"train": 12, "dev": 4, "test": 4}``, or :func:`split_counts`) overrides the default sizes
-    3000/300/300 x ``size``.
+    3000/300/300 x ``size``. ``train_flite_share``: the share of the training set spoken by flite voices (dev and
+    test keep ``FLITE_SHARE``, so their utterances do not change).
     """
     out_dir = Path(out_dir).resolve()
     if counts is None:
@@ -474,6 +484,8 @@ def prepare_digits(
         raise AsrError(f"bad utterance counts {bad}: splits are {SPLITS}, counts positive integers")
     if not 0.0 <= noise_fraction <= 1.0:
         raise AsrError(f"--noise-fraction must be within [0, 1], got {noise_fraction}")
+    if not 0.0 < train_flite_share < 1.0:
+        raise AsrError(f"--train-flite-share must be within (0, 1), got {train_flite_share}")
     if nj < 1 or sample_rate < 8000:
         raise AsrError(f"need nj >= 1 and sample_rate >= 8000 (got nj={nj}, sample_rate={sample_rate})")
     params = {
@@ -482,6 +494,8 @@ def prepare_digits(
         "counts": dict(sorted(counts.items())),
         "noise_fraction": noise_fraction,
         "sample_rate": sample_rate,
+        # only when it differs from the default, so corpora made before the setting existed stay valid
+        **({"train_flite_share": train_flite_share} if train_flite_share != FLITE_SHARE else {}),
     }
     splits = [s for s in SPLITS if s in counts]
     if is_done(out_dir / ".digits.done") and all(is_done(out_dir / f".digits.{s}.done") for s in splits):
@@ -495,7 +509,17 @@ def prepare_digits(
 
     speakers = split_speakers()
     plans = {
-        s: plan_split(s, counts[s], speakers[s], seed, noise_fraction, out_dir / "wav" / s, sample_rate) for s in splits
+        s: plan_split(
+            s,
+            counts[s],
+            speakers[s],
+            seed,
+            noise_fraction,
+            out_dir / "wav" / s,
+            sample_rate,
+            train_flite_share if s == "train" else FLITE_SHARE,
+        )
+        for s in splits
     }
     _write_speakers(out_dir, plans)
     start = time.time()
@@ -530,11 +554,12 @@ def _run_jobs(plans: List[UttPlan], nj: int, desc: str) -> Dict[str, int]:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", type=Path, required=True, help="where wav/, manifests/ and <split>/ go")
-    p.add_argument("--config", help="recipe YAML: its data section gives the defaults of the options below")
+    add_config_args(p, required=False, help="recipe YAML: its data section gives the defaults of the options below")
     p.add_argument("--size", type=float, help="scales the default 3000/300/300 utterances (default 1.0)")
     p.add_argument("--train-scale", type=float, help="scales the training set on top of --size (default 1.0)")
     p.add_argument("--seed", type=int, help="default 0")
     p.add_argument("--noise-fraction", type=float, help="fraction of utterances with added noise (default 0.3)")
+    p.add_argument("--train-flite-share", type=float, help="share of training utterances spoken by flite (0.25)")
     p.add_argument("--nj", type=int, default=2, help="parallel synthesis processes")
     p.add_argument("--sample-rate", type=int, help="default 16000")
     p.add_argument(
@@ -545,7 +570,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="synthesise only these splits (e.g. a larger test set: --splits test --size 20 --seed 1)",
     )
     args = p.parse_args(argv)
-    data = load_config(args.config).data if args.config else DataConfig()
+    if args.overrides and not args.config:
+        raise AsrError("--set needs --config (the overrides change that config's values)")
+    data = load_config(args.config, args.overrides).data if args.config else DataConfig()
     pick = lambda v, d: d if v is None else v  # noqa: E731
     setup_logging()
     counts = split_counts(pick(args.size, data.size), pick(args.train_scale, data.train_scale))
@@ -557,6 +584,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         nj=args.nj,
         sample_rate=pick(args.sample_rate, data.sample_rate),
         counts=counts,
+        train_flite_share=pick(args.train_flite_share, data.train_flite_share),
     )
     return 0
 

@@ -139,3 +139,31 @@ def test_cli_synthesises_only_the_splits_asked_for(tmp_path):
     assert sorted(p.name for p in (out / "wav").iterdir()) == ["test"]
     assert len((out / "test" / "text").read_text().splitlines()) == 3  # 300 x 0.01
     assert not (out / "train").exists() and not (out / "dev").exists()
+
+
+def test_train_flite_share_changes_train_alone(corpus, tmp_path):
+    """data.train_flite_share: more of the training set spoken by flite; dev and test stay wav for wav."""
+    counts = {"train": 20, "dev": 4}
+    more = tmp_path / "more"
+    prepare_digits(more, seed=3, noise_fraction=0.5, nj=2, counts=counts, train_flite_share=0.6)
+    base = tmp_path / "base"
+    prepare_digits(base, seed=3, noise_fraction=0.5, nj=2, counts=counts)
+    flite = lambda d: sum(u.startswith("flite") for u in read_table_dict(d / "train" / "text"))  # noqa: E731
+    assert (flite(base), flite(more)) == (5, 12)  # 0.25 and 0.6 of 20
+    dev = lambda d: {k: v for k, v in _wavs(d).items() if k.startswith("wav/dev/")}  # noqa: E731
+    assert dev(more) and dev(more) == dev(base)
+    with pytest.raises(AsrError, match="settings|train_flite_share"):  # the same folder, another share
+        prepare_digits(more, seed=3, noise_fraction=0.5, nj=2, counts=counts)
+    with pytest.raises(AsrError, match="train-flite-share"):
+        prepare_digits(tmp_path / "bad", counts=counts, train_flite_share=1.0)
+
+
+def test_cli_takes_data_overrides_of_the_config(tmp_path):
+    """`--set data.KEY=V` (what run.sh --set passes to stage 1) changes what is synthesised, not silently nothing."""
+    out = tmp_path / "o"
+    cfg = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "config.yaml"
+    args = ["--config", str(cfg), "--set", "data.size=0.01", "--set", "data.train_scale=1.0", "--out-dir", str(out)]
+    assert main([*args, "--nj", "1", "--splits", "dev"]) == 0
+    assert len((out / "dev" / "text").read_text().splitlines()) == 3  # 300 x 0.01
+    with pytest.raises(AsrError, match="--set needs --config"):
+        main(["--set", "data.size=0.01", "--out-dir", str(tmp_path / "x")])  # --set without --config

@@ -68,6 +68,13 @@ def test_a_bidirectional_model_has_no_export_step_but_a_message():
     assert last.stage == 7 and not last.module and "bidirectional" in last.message
 
 
+def test_data_overrides_reach_the_corpus_preparation():
+    """run.sh --set data.KEY=V must change stage 1's corpus too, not only the steps after it."""
+    cfg = load_config(ROOT / "recipes/digits/config.yaml", ["data.train_scale=1.0"])
+    prep = plan(cfg, Layout(config="c.yaml", overrides=["data.train_scale=1.0"]))[0]
+    assert prep.module == "local.digits" and prep.args[:4] == ["--config", "c.yaml", "--set", "data.train_scale=1.0"]
+
+
 def test_plan_prints_the_stages_asked_for(tmp_path):
     cfg = yaml.safe_load((ROOT / "recipes/digits/config.yaml").read_text())
     cfg["decode"]["set_words"] = {"test": ["ONE", "TWO"]}

@@ -164,11 +164,11 @@ def render_table(table: Dict[str, Any], where: str) -> List[str]:
         legacy += [r["source"][len("legacy:") :].strip() for r in rows if r["source"].startswith("legacy")]
     out.append("")
     if table.get("note"):
-        out += [table["note"].strip(), ""]
+        out.append(table["note"].strip())  # the commands' list follows it (a list may start under a paragraph)
     out += commands
     if legacy:
         sources = ", ".join(f"`{s}`" for s in dict.fromkeys(legacy))
-        out.append(f"- † quoted from {sources} (no exp dir left; how often test was decoded is not recorded)")
+        out.append(f"- † quoted from {sources} (no exp dir left)")
     if any("‡" in line for line in out[4:]):
         out.append("- ‡ test decoded more than once, or a setting chosen on it")
     return out + [""]

@@ -101,7 +101,11 @@ def _recipe(tmp_path: Path, intro: str = "# toy\n\nA toy corpus.\n") -> Path:
 
 
 def test_collect_makes_a_row_from_run_json_and_scores(tmp_path):
-    from asrlib.results.records import row_from_exp
+    from asrlib.results.records import _config_name, row_from_exp
+
+    # the recipe's config by its bare name, from this checkout or another one; any other config by its path
+    assert _config_name("/elsewhere/recipes/digits/config_ce.yaml", ROOT / "recipes/digits") == "config_ce.yaml"
+    assert _config_name("/tmp/my.yaml", ROOT / "recipes/digits") == "/tmp/my.yaml"
 
     exp = _fake_exp(tmp_path / "exp", {("dev", "tlg"): 5.0, ("test", "tlg"): 3.0}, seed=7, overrides=["model.stack=3"])
     row = row_from_exp(exp, ROOT / "recipes/digits", "stack 3")
@@ -203,7 +207,7 @@ def test_an_intro_over_20_lines_is_refused(tmp_path):
         render(recipe)
 
 
-RECIPES_WITH_RESULTS = sorted(p.parent.parent.name for p in (ROOT / "recipes").glob("*/results/intro.md"))
+RECIPES_WITH_RESULTS = sorted(p.parent.name for p in (ROOT / "recipes").glob("*/results") if p.is_dir())
 
 
 @pytest.mark.parametrize("recipe", RECIPES_WITH_RESULTS)

@@ -175,14 +175,12 @@ def command_overrides(command: Sequence[str]) -> List[str]:
 
 
 def _config_name(config_file: str, recipe_dir: Path) -> str:
-    """A recipe's config as run.sh's ``--config`` takes it: its name when it lies in ``recipe_dir``."""
+    """A recipe's config as run.sh's ``--config`` takes it: its bare name when it lies in the recipe's folder (of
+    this checkout or another one: the folder's name is the recipe's)."""
     p = Path(config_file)
-    try:
-        if p.is_absolute() and p.resolve().parent == recipe_dir.resolve():
-            return p.name
-    except OSError:
-        pass
-    return p.name if p.parent in (Path("."), recipe_dir) else str(p)
+    if p.parent in (Path("."), recipe_dir) or p.parent.name == recipe_dir.resolve().name:
+        return p.name
+    return str(p)
 
 
 _LOG_TIME = re.compile(r"^(\d\d):(\d\d):(\d\d) ")

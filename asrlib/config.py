@@ -364,7 +364,7 @@ class ClusterConfig:
     nodes: int = 1  # machines for training (SLURM nodes); > 1 starts torchrun on each with c10d rendezvous
     learners_per_node: int = 1  # training processes per node (1 = plain steps.train when nodes == 1)
     max_restarts: int = 0  # torchrun restarts the job this often when a learner dies (resumes from checkpoint)
-    gpus_per_node: int = 0  # requested as --gres=gpu:N (the trainer itself runs on CPU today)
+    gpus_per_node: int = 0  # requested as --gres=gpu:N; each learner then trains on its GPU (train.device auto)
     cpus_per_learner: int = 2  # CPUs per training process (SLURM --cpus-per-task = this x learners_per_node)
     train_mem_mb: int = 8000  # per node
     train_runtime_min: int = 720  # the other rules take the profile's default-resources

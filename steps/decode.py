@@ -30,6 +30,7 @@ from asrlib.io.files import file_identity
 from asrlib.io.stage import is_done, mark_done
 from asrlib.io.tables import read_table, write_table
 from asrlib.kaldi_io import MatrixReader, open_matching_readers
+from asrlib.results.records import RunRecord
 
 log = logging.getLogger("decode")
 
@@ -64,7 +65,8 @@ def main(argv=None):
     p.add_argument("--out-dir", type=Path, required=True)
     a = p.parse_args(argv)
     setup_logging()
-    cfg = load_config(a.config, a.overrides).decode
+    recipe_cfg = load_config(a.config, a.overrides)
+    cfg = recipe_cfg.decode
     if len(a.logprobs) > 1 and a.method != "isolated":
         raise AsrError(
             f"--method {a.method} decodes one model's log-probabilities; several (model combination) "
@@ -81,8 +83,9 @@ def main(argv=None):
     if is_done(done, fingerprint=fp):
         print(f"decode: {a.out_dir} complete; skipping")
         return 0
+    record = RunRecord("decode", "steps.decode", argv, recipe_cfg, a.config)  # OUT_DIR/run.json
     if a.method == "isolated":
-        return decode_isolated(a, fp)
+        return decode_isolated(a, fp, record)
     decoder = make_decoder(a.method, a.lang_dir, cfg)
     reader = MatrixReader(a.logprobs[0])
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()
@@ -106,12 +109,13 @@ def main(argv=None):
                 a.lang_dir / "TLG.fst",
                 a.out_dir / "no_final.txt",
             )
+    record.write(a.out_dir, summary=info)
     mark_done(done, info, fingerprint=fp)
     print(json.dumps(info))
     return 0
 
 
-def decode_isolated(a, fp: dict) -> int:
+def decode_isolated(a, fp: dict, record: RunRecord) -> int:
     """--method isolated: each candidate word's total CTC probability, summed over the models in --logprobs."""
     from asrlib.decode.isolated import IsolatedWordScorer
 
@@ -143,6 +147,7 @@ def decode_isolated(a, fp: dict) -> int:
         "no_final": len(empty),
         "search_seconds": time.perf_counter() - t0,
     }
+    record.write(a.out_dir, summary=info)
     mark_done(a.out_dir / ".decode.done", info, fingerprint=fp)
     print(json.dumps(info))
     return 0

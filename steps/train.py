@@ -28,6 +28,7 @@ from asrlib.models.device import resolve_device
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.parallel import make_algo
+from asrlib.results.records import RunRecord
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.loader import CtcTargets, CutData
@@ -64,6 +65,7 @@ def main(argv=None):
             f"use another --exp-dir, or delete {a.exp_dir} to retrain"
         )
     a.exp_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord("train", "steps.train", argv, cfg, a.config)  # what made this run: EXP_DIR/run.json
     rank = int(os.environ.get("RANK", "0"))  # set by torchrun for distributed training (steps.train_dist)
     setup_logging(a.exp_dir / "log" / ("train.log" if rank == 0 else f"train.rank{rank}.log"))
     torch.set_num_threads(cfg.train.num_threads)
@@ -103,6 +105,7 @@ def main(argv=None):
             **summary,
         },
     )
+    record.write(a.exp_dir, summary=summary)
     mark_done(done, summary, fingerprint=fp)
     log.info("training done: %s", summary)
     return 0

@@ -27,6 +27,7 @@ from asrlib.models.device import resolve_device
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.train.ce import CeCriterion, FrameTargets
+from asrlib.results.records import RunRecord
 from asrlib.train.loader import CutData, open_set
 from asrlib.train.checkpoint import seed_everything
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
@@ -59,6 +60,7 @@ def main(argv=None):
             f"--exp-dir, or delete {a.exp_dir} to retrain"
         )
     a.exp_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord("train_ce", "steps.train_ce", argv, cfg, a.config)  # what made this run: EXP_DIR/run.json
     setup_logging(a.exp_dir / "log" / "train.log")
     torch.set_num_threads(cfg.train.num_threads)
     seed_everything(cfg.train.seed)
@@ -97,6 +99,7 @@ def main(argv=None):
             **summary,
         },
     )
+    record.write(a.exp_dir, summary=summary)
     mark_done(done, summary, fingerprint=fp)
     log.info("cross-entropy training done: %s", summary)
     return 0

@@ -1,5 +1,6 @@
 """Isolated-word decoding by total CTC probability (asrlib.decode.isolated, steps.decode --method isolated)."""
 
+import json
 import itertools
 from pathlib import Path
 
@@ -131,6 +132,9 @@ def test_steps_decode_isolated_with_several_models(tmp_path, ten):
     post = read_table_dict(out / "posteriors.txt")
     assert post["b"].split()[0] == "NINE" and float(post["b"].split()[1]) > 0.99
     assert (out / "no_final.txt").read_text() == ""
+    rec = json.loads((out / "run.json").read_text())  # what made the search: its command and config
+    assert rec["kind"] == "decode" and rec["command"][:3] == ["python", "-m", "steps.decode"]
+    assert "isolated" in rec["command"] and rec["summary"]["models"] == 3 and rec["config"]["decode"]
     write_matrices(tmp_path / "m2" / "lp.ark", wrong.items())  # a model's log-posteriors rewritten: searched again
     assert (
         decode.main(

@@ -123,6 +123,12 @@ def test_training_reduces_dev_loss_and_writes_logs(tmp_path):
     assert (tmp_path / "exp" / "loss.png").stat().st_size > 1000
     assert (tmp_path / "exp" / "log" / "train.log").read_text().count("loss") > 3
     assert any((tmp_path / "exp" / "tensorboard").iterdir())
+    # what made the run, beside it: the command, the resolved config, its seed, the machine and the time
+    rec = json.loads((tmp_path / "exp" / "run.json").read_text())
+    assert rec["command"][:3] == ["python", "-m", "steps.train"] and str(tmp_path / "exp") in rec["command"]
+    assert rec["config"]["train"]["epochs"] == 6 and rec["seed"] == rec["config"]["train"]["seed"]
+    assert rec["wall_s"] > 0 and rec["machine"]["cores"] >= 1 and len(rec["machine"]["load_avg_end"]) == 3
+    assert rec["summary"]["epochs"] == 6 and rec["kind"] == "train"
     # the last epoch's checkpoint is latest.pt itself (linked, not written twice); earlier epochs are kept apart
     ck = tmp_path / "exp" / "checkpoints"
     assert os.path.samefile(ck / "epoch-6.pt", ck / "latest.pt")

@@ -19,10 +19,13 @@ each learner's ``--batch-seconds`` 10 s batches make the recipe's 20 s step), se
     PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --quick      # < 1 min: sync and 4-bit diloco, 1 epoch
 
 AN4 (its stages 1-3 run first: ``recipes/an4/run.sh --stop-stage 3``): the recipe's BLSTM and schedule on all its
-training utterances, 15 s batches per learner (the recipe's 30 s step), WERs through its TLG graph:
+training utterances, trained by CTC from random weights (``--recipe-config config_ctc.yaml``: the recipe's
+config.yaml starts from a cross-entropy model, which these runs do not train), 15 s batches per learner (the
+recipe's 30 s step), WERs through its TLG graph:
 
-    PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/an4 --train-utts 0 \
-        --batch-seconds 15 --method tlg --out recipes/an4/exp/bench_comm --configs sync diloco_h1_topk005
+    PYTHONPATH=. .venv/bin/python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/an4 \
+        --recipe-config config_ctc.yaml --train-utts 0 --batch-seconds 15 --method tlg \
+        --out recipes/an4/exp/bench_comm --configs sync diloco_h1_topk005
 
 ``--configs NAME ...`` picks from CONFIGS: besides the default set, ``diloco_h<H>_avg`` (outer lr 1, no outer
 momentum: plain averaging every H steps), ``diloco_h<H>_q8`` / ``_q4`` (the same with the pseudo-gradient sent in 8
@@ -170,15 +173,17 @@ def strided_subset(data_dir: Path, feats_dir: Path, out: Path, counts: Dict[str,
     return subset_training_tables(picked, feats_dir, out, counts)
 
 
-def final_wer(rd: Path, exp: Path, out: Path, name: str, sub: Path, split: str, method: str = "greedy") -> float:
+def final_wer(
+    rd: Path, config: Path, exp: Path, out: Path, name: str, sub: Path, split: str, method: str = "greedy"
+) -> float:
     """WER of ``exp``'s final model on the subset's ``split`` (dev or test), decoded by ``method`` (greedy, or tlg
-    with the recipe's lang dir and decode settings)."""
+    with the recipe's lang dir and ``config``'s decode settings)."""
     lp, dec = exp / f"logprobs_{split}", exp / f"decode_{split}_{method}"
     feats, text = sub / "fbank" / split / "feats.scp", sub / "data" / split / "text"
     model = ["--model", str(exp / "final.pt"), "--feats", str(feats), "--out-dir", str(lp), "--num-threads", "1"]
     name = f"{name}.{split}"
     run([PY, "-m", "steps.compute_logprobs", *model], out / f"{name}.dec1", rd)
-    decode = ["--config", str(rd / "config.yaml"), "--method", method, "--logprobs", str(lp / "logprobs.scp")]
+    decode = ["--config", str(config), "--method", method, "--logprobs", str(lp / "logprobs.scp")]
     run(
         [PY, "-m", "steps.decode", *decode, "--lang-dir", str(rd / "data" / "lang"), "--out-dir", str(dec)],
         out / f"{name}.dec2",
@@ -282,6 +287,9 @@ def summarise(runs: Dict[str, Dict]) -> Dict[str, Dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe-dir", type=Path, default=ROOT / "recipes" / "digits")
+    p.add_argument(
+        "--recipe-config", default="config.yaml", help="the recipe's config file (name in --recipe-dir) to train with"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "recipes" / "digits" / "exp" / "bench_comm")
     p.add_argument("--results", type=Path, default=None, help="also write the summary here (bench/results/...)")
     p.add_argument("--configs", nargs="+", default=DEFAULT, choices=list(CONFIGS))
@@ -306,6 +314,7 @@ def main() -> None:
     if a.train_utts is None:
         a.train_utts = 4500 if a.setup == "recipe" else 3000
     rd = a.recipe_dir.resolve()
+    config = rd / a.recipe_config
     out = a.out.resolve() / ("quick" if a.quick else "")
     if a.quick:
         a.configs, a.seeds, a.train_utts, a.epochs = ["sync", "diloco_h16_q4"], [42], 200, 1
@@ -339,16 +348,16 @@ def main() -> None:
             if name in runs:
                 continue
             exp = out / name
-            ov = scale_lr([*common, *CONFIGS[cfg], *a.overrides, f"train.seed={seed}"], rd / "config.yaml")
-            args = ["--config", str(rd / "config.yaml"), *sum((["--set", o] for o in ov), []), *data]
+            ov = scale_lr([*common, *CONFIGS[cfg], *a.overrides, f"train.seed={seed}"], config)
+            args = ["--config", str(config), *sum((["--set", o] for o in ov), []), *data]
             load = os.getloadavg()[0]
             print(f"== {name} (load {load:.1f})", flush=True)
             cmd = [PY, "-m", "steps.train_dist", "--num-learners", "2", "--threads-per-learner", "1", "--"]
             wall = run([*cmd, *args, "--exp-dir", str(exp)], out / f"{name}.stdout", rd)
             summ = [json.loads((exp / "log" / f"dist.rank{r}.json").read_text()) for r in range(2)]
             sent = [s["measured_sent_bytes"] for s in summ]
-            dev_wer = final_wer(rd, exp, out, name, sub, "dev", a.method)
-            wer = final_wer(rd, exp, out, name, sub, "test", a.method)
+            dev_wer = final_wer(rd, config, exp, out, name, sub, "dev", a.method)
+            wer = final_wer(rd, config, exp, out, name, sub, "test", a.method)
             runs[name] = {
                 "config": cfg,
                 "seed": seed,
@@ -367,7 +376,7 @@ def main() -> None:
             (out / "runs.json").write_text(json.dumps(runs, indent=1))
     summary = summarise(runs)
     setup = (
-        f"{rd.name}, {'the recipe model, ' if a.setup == 'recipe' else ''}"
+        f"{rd.name} {a.recipe_config}, {'the recipe model, ' if a.setup == 'recipe' else ''}"
         f"{a.train_utts} training utterances (strided), "
         f"{a.epochs} epochs of {a.batch_seconds:g} s batches, "
         f"2 learners x 1 thread, shared 2-core CPU, {a.method} decoding"

@@ -259,8 +259,8 @@ RESULTS: List[Result] = [
         "comm_efficiency_an4.json",
         "comm_efficiency.py",
         comm_efficiency,
-        "PYTHONPATH=. python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/an4 --train-utts 0 "
-        "--batch-seconds 15 --method tlg --seeds S... --configs C...",
+        "PYTHONPATH=. python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/an4 "
+        "--recipe-config config_ctc.yaml --train-utts 0 --batch-seconds 15 --method tlg --seeds S... --configs C...",
     ),
     Result(
         "comm_efficiency_recipe_lr.json",

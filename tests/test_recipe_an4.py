@@ -1,7 +1,8 @@
-"""AN4 end to end on the real corpus with tiny settings: run.sh stages 1-6 (local.an4 on the FLAC files in place, 3
-speakers per set, no speed perturbation; validation, fbank, lang with the corpus dictionary and a word 3-gram, one
-epoch of a tiny BLSTM-CTC, greedy + TLG decoding, scoring, the WER table), then `asr transcribe` on an AN4 test
-file with the experiment dir. Slow tier: about a minute on 2 idle cores."""
+"""AN4 end to end on the real corpus with the recipe's default config.yaml at tiny settings: run.sh stages 1-6
+(local.an4 on the FLAC files in place, 3 speakers per set, no speed perturbation; validation, fbank, lang with the
+corpus dictionary and a word 3-gram, a monophone GMM-HMM of a few passes, its alignments, one cross-entropy epoch,
+one CTC epoch of a tiny BLSTM started from it, greedy + TLG + GMM-HMM decoding, scoring, the WER table), then `asr
+transcribe` on an AN4 test file with the experiment dir. Slow tier: about a minute on 2 idle cores."""
 
 import json
 import subprocess
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, run_recipe, tiny_config
+
+from asrlib.io.torchfile import load_torch
 
 REAL = ROOT.parent / "shared" / "data" / "an4"
 pytestmark = [
@@ -22,6 +25,8 @@ TINY = {
     "features": {"nj": 1},
     "model": {"num_layers": 1, "hidden_size": 32, "dropout": 0.0},
     "train": {"epochs": 1, "batch_seconds": 8, "warmup_steps": 5, "checkpoint_every": 1000, "spec_augment": False},
+    "gmm": {"num_iters": 3, "max_iter_inc": 2, "total_gauss": 100},
+    "ce": {"epochs": 1},
 }
 
 
@@ -37,6 +42,11 @@ def test_an4_recipe_end_to_end(tmp_path):
     spk = {s: {ln.split()[1] for ln in (data / s / "utt2spk").read_text().splitlines()} for s in ("train", "dev")}
     assert len(spk["train"]) == 3 and len(spk["dev"]) == 3 and not spk["train"] & spk["dev"]  # held-out speakers
 
+    # the default config is the CE route: the CTC training started from the cross-entropy model, and stage 5 also
+    # decoded the monophone GMM-HMM that aligned its targets
+    info = load_torch(exp / "final.pt")["info"]
+    assert info["init"] == "ce" and info["init_model"] == f"{exp}_ce/final.pt"
+    assert (exp / "decode_test_mono" / "wer.json").is_file()
     # the WER table: every eval set and search, scored against the corpus's own transcripts. One epoch on 3
     # speakers learns next to nothing (measured: greedy 100.0 / 99.6, TLG 100.0 / 99.1 on dev / test), so the bound
     # near it is 100: no search may add words beyond the references' count (the recipe's accuracy is in

@@ -545,11 +545,21 @@ def run_mutant(m: Mutant, groups, tree: Path, base: Baselines, factor: float, di
     return rec
 
 
+def round_robin(mutants: Sequence[Mutant]) -> List[Mutant]:
+    """The mutants one group after another in turn (each group's in its order), so that a run cut by
+    ``--budget-min`` leaves every group about as far along."""
+    by_group: Dict[str, List[Mutant]] = {}
+    for m in mutants:
+        by_group.setdefault(m.group, []).append(m)
+    rank = {m.id: (i, g) for g, ms in enumerate(by_group.values()) for i, m in enumerate(ms)}
+    return sorted(mutants, key=lambda m: rank[m.id])
+
+
 def execute(groups, mutants, out_dir: Path, shard, factor: float, work: Path, budget_s: float, direct_only=False):
     k, n = shard
     mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
     done = read_records(out_dir)
-    todo = [m for m in mine if not is_current(done.get(m.id), m, groups)]
+    todo = round_robin([m for m in mine if not is_current(done.get(m.id), m, groups)])
     print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
     if not todo:
         return

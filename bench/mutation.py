@@ -603,6 +603,17 @@ def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, st
     return out
 
 
+def markdown_table(summary: Dict[str, dict]) -> str:
+    """The per-group summary as the markdown table of docs/testing.md."""
+    cols = ("sampled", "killed", "timed_out", "survived", "equivalent", "pending")
+    rows = ["| group | " + " | ".join(c.replace("_", " ") for c in cols) + " | score |"]
+    rows.append("|---|" + "---:|" * (len(cols) + 1))
+    for name, g in summary.items():
+        score = "-" if g["score"] is None else f"{100 * g['score']:.0f} %"
+        rows.append(f"| {name} | " + " | ".join(str(g[c]) for c in cols) + f" | {score} |")
+    return "\n".join(rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="three mutants of asrlib/score.py (under a minute)")
@@ -624,6 +635,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the sample (id, site, diff) and stop")
     ap.add_argument("--report", action="store_true", help="summarise what the results files hold; run nothing")
     ap.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs after the summary")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as docs/testing.md's table")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     groups = QUICK if args.quick else GROUPS
@@ -663,6 +675,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work, budget, args.direct_only)
         equivalent = read_equivalent()
         summary = summarise(mutants, out_dir, equivalent, groups)
+        if args.markdown:
+            print(markdown_table(summary))
         if args.survivors:
             recs = read_records(out_dir)
             for m in mutants:

@@ -545,11 +545,21 @@ def run_mutant(m: Mutant, groups, tree: Path, base: Baselines, factor: float, di
     return rec
 
 
+def round_robin(mutants: Sequence[Mutant]) -> List[Mutant]:
+    """The mutants one group after another in turn (each group's in its order), so that a run cut by
+    ``--budget-min`` leaves every group about as far along."""
+    by_group: Dict[str, List[Mutant]] = {}
+    for m in mutants:
+        by_group.setdefault(m.group, []).append(m)
+    rank = {m.id: (i, g) for g, ms in enumerate(by_group.values()) for i, m in enumerate(ms)}
+    return sorted(mutants, key=lambda m: rank[m.id])
+
+
 def execute(groups, mutants, out_dir: Path, shard, factor: float, work: Path, budget_s: float, direct_only=False):
     k, n = shard
     mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
     done = read_records(out_dir)
-    todo = [m for m in mine if not is_current(done.get(m.id), m, groups)]
+    todo = round_robin([m for m in mine if not is_current(done.get(m.id), m, groups)])
     print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
     if not todo:
         return
@@ -593,6 +603,17 @@ def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, st
     return out
 
 
+def markdown_table(summary: Dict[str, dict]) -> str:
+    """The per-group summary as the markdown table of docs/testing.md."""
+    cols = ("sampled", "killed", "timed_out", "survived", "equivalent", "pending")
+    rows = ["| group | " + " | ".join(c.replace("_", " ") for c in cols) + " | score |"]
+    rows.append("|---|" + "---:|" * (len(cols) + 1))
+    for name, g in summary.items():
+        score = "-" if g["score"] is None else f"{100 * g['score']:.0f} %"
+        rows.append(f"| {name} | " + " | ".join(str(g[c]) for c in cols) + f" | {score} |")
+    return "\n".join(rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="three mutants of asrlib/score.py (under a minute)")
@@ -614,6 +635,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the sample (id, site, diff) and stop")
     ap.add_argument("--report", action="store_true", help="summarise what the results files hold; run nothing")
     ap.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs after the summary")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as docs/testing.md's table")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     groups = QUICK if args.quick else GROUPS
@@ -653,6 +675,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work, budget, args.direct_only)
         equivalent = read_equivalent()
         summary = summarise(mutants, out_dir, equivalent, groups)
+        if args.markdown:
+            print(markdown_table(summary))
         if args.survivors:
             recs = read_records(out_dir)
             for m in mutants:

@@ -1,6 +1,7 @@
 """Parts of the training data path that a training run does not show on its own: the frequency warp's factors, the
 noise augmentation's contiguous noise segment, per-speaker mean removal in the loader, the adaptation batches'
-padded-frame budget, and the loader's pipe widening where the platform has no fcntl."""
+padded-frame budget, the loader's pipe widening where the platform has no fcntl, and the removal of
+learners' stale checkpoint parts."""
 
 import sys
 
@@ -71,3 +72,16 @@ def test_a_result_pipe_it_cannot_reach_is_left_and_its_size_unknown(monkeypatch)
     assert loader.widen_result_pipe(object(), 1 << 20) == 0
     monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl raises ImportError
     assert loader.widen_result_pipe(object(), 1 << 20) == 0
+
+
+def test_stale_learner_parts_of_checkpoints_are_removed(tmp_path):
+    """After a checkpoint, rank 0 removes the learners' parts of steps no kept checkpoint names, and only those."""
+    from asrlib.train.checkpoint import remove_rank_files, rank_file
+
+    parts = {(s, r): rank_file(tmp_path, s, r) for s in (3, 6, 9) for r in (0, 1)}
+    for p in parts.values():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+    remove_rank_files(tmp_path, [6, 9])
+    assert {k for k, p in parts.items() if p.exists()} == {(6, 0), (6, 1), (9, 0), (9, 1)}
+    remove_rank_files(tmp_path / "no-such-dir", [1])  # no parts written yet: nothing to do, no error

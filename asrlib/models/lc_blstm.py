@@ -128,13 +128,15 @@ class LcStream:
     def __init__(self, model: nn.Module):
         self.model = model.eval()
         self.n, self.m, self.s = model.cfg.chunk_frames, model.cfg.right_context, model.stack
-        self.buf = torch.zeros(0, model.feat_dim * model.stack)  # stacked frames not yet emitted (chunk + context)
-        self.pending = torch.zeros(0, model.feat_dim)  # 10 ms frames not yet stacked
+        self.device = next(model.parameters()).device
+        # stacked frames not yet emitted (chunk + context); 10 ms frames not yet stacked
+        self.buf = torch.zeros(0, model.feat_dim * model.stack, device=self.device)
+        self.pending = torch.zeros(0, model.feat_dim, device=self.device)
         self.states: Optional[List[State]] = None
         self.frames_out = 0  # output frames emitted
 
     def accept(self, frames) -> torch.Tensor:
-        f = torch.as_tensor(frames, dtype=torch.float32).reshape(-1, self.model.feat_dim)
+        f = torch.as_tensor(frames, dtype=torch.float32).reshape(-1, self.model.feat_dim).to(self.device)
         self.pending = torch.cat([self.pending, f])
         k = self.pending.shape[0] // self.s
         if k:
@@ -145,7 +147,7 @@ class LcStream:
         while self.buf.shape[0] >= self.n + self.m:
             out.append(self._run(self.buf[: self.n + self.m], self.n))
             self.buf = self.buf[self.n :]
-        return torch.cat(out) if out else torch.zeros(0, self.model.vocab_size)
+        return torch.cat(out) if out else torch.zeros(0, self.model.vocab_size, device=self.device)
 
     def finish(self) -> torch.Tensor:
         """The remaining chunks (the stacked frames left; 10 ms frames short of a full stack are dropped, as in
@@ -154,7 +156,7 @@ class LcStream:
         while self.buf.shape[0] > 0:
             out.append(self._run(self.buf[: self.n + self.m], min(self.n, self.buf.shape[0])))
             self.buf = self.buf[self.n :]
-        return torch.cat(out) if out else torch.zeros(0, self.model.vocab_size)
+        return torch.cat(out) if out else torch.zeros(0, self.model.vocab_size, device=self.device)
 
     @torch.no_grad()
     def _run(self, window: torch.Tensor, keep: int) -> torch.Tensor:
@@ -162,7 +164,7 @@ class LcStream:
         ``keep`` frames; the forward states carry to the next chunk."""
         w = self.n + self.m
         x = torch.nn.functional.pad(window, (0, 0, 0, w - window.shape[0])).view(1, 1, w, -1)
-        wlen = torch.tensor([[window.shape[0]]])
+        wlen = torch.tensor([[window.shape[0]]], device=self.device)
         states: List[State] = []
         for i, layer in enumerate(self.model.layers):
             x, st = layer(x, wlen, None if self.states is None else self.states[i])

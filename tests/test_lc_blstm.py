@@ -180,3 +180,25 @@ def test_recogniser_backend_streams_a_saved_lc_model(tmp_path):
     assert got.shape == whole.shape
     assert np.allclose(got, whole, atol=1e-5)
     assert len(parts[0]) == 0  # 13 frames: not yet a chunk with its right context
+
+
+def test_onnx_chunk_model_streams_as_lc_stream(tmp_path):
+    """The exported fixed-size chunk model (CMVN folded in), fed raw fbank in uneven pieces through ONNX Runtime,
+    equals LcStream on the normalised frames, the last short window included."""
+    pytest.importorskip("onnxruntime")
+    from asrlib.export.lc_onnx import LcOnnxStream, export_lc_onnx
+
+    with pytest.raises(ValueError, match="proj_size"):
+        export_lc_onnx(_lc_model(proj=5), np.zeros(10), np.ones(10), tmp_path / "p.onnx")
+    model = _lc_model()
+    rng = np.random.default_rng(2)
+    mean, inv_std = rng.standard_normal(10).astype(np.float32), (1 + rng.random(10)).astype(np.float32)
+    path = export_lc_onnx(model, mean, inv_std, tmp_path / "lc.onnx")
+    for t in (30, 64, 203):
+        f = rng.standard_normal((t, 10)).astype(np.float32)
+        s = LcStream(model)
+        ref = torch.cat([s.accept((f - mean) * inv_std), s.finish()]).numpy()
+        o = LcOnnxStream(path, N, M, S, 10)
+        got = np.concatenate([o.accept(f[i : i + 9]) for i in range(0, t, 9)] + [o.finish()])
+        assert got.shape == ref.shape
+        assert np.allclose(got, ref, atol=1e-5)

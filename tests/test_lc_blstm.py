@@ -194,6 +194,7 @@ def test_onnx_chunk_model_streams_as_lc_stream(tmp_path):
     rng = np.random.default_rng(2)
     mean, inv_std = rng.standard_normal(10).astype(np.float32), (1 + rng.random(10)).astype(np.float32)
     path = export_lc_onnx(model, mean, inv_std, tmp_path / "lc.onnx")
+    assert not model.training  # the export leaves the model in eval mode (no dropout in what runs next)
     for t in (30, 64, 203):
         f = rng.standard_normal((t, 10)).astype(np.float32)
         s = LcStream(model)

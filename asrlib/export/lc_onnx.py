@@ -67,7 +67,7 @@ def export_lc_onnx(model: nn.Module, cmvn_mean, cmvn_inv_std, path: PathLike) ->
     """Write the chunk model (see the module docstring) to ``path``."""
     if model.cfg.proj_size > 0:  # torch's ONNX export of nn.LSTM has no projection
         raise ValueError("the LC-BLSTM ONNX export needs model.proj_size: 0 (torch cannot export LSTMP layers)")
-    mod = LcChunkModule(model, cmvn_mean, cmvn_inv_std)
+    mod = LcChunkModule(model, cmvn_mean, cmvn_inv_std).eval()  # export restores this mode on the model too
     hs, cs = mod.state_shape()
     w = (mod.n + mod.m) * mod.s
     args = (

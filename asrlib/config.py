@@ -126,6 +126,10 @@ class ModelConfig:
     bidirectional: bool = False  # BLSTM: needs whole utterances (no streaming export)
     stack: int = 3  # frames stacked (and subsampled) at the input
     dropout: float = 0.1  # between LSTM layers
+    # > 0 with bidirectional: a latency-controlled BLSTM (asrlib/models/lc_blstm.py), chunks of this many output
+    # frames, each chunk's backward direction restarted; 0 = a plain BLSTM
+    chunk_frames: int = 0
+    right_context: int = 0  # LC-BLSTM: output frames after each chunk that its backward direction hears
 
 
 @dataclass

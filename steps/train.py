@@ -25,6 +25,7 @@ from asrlib.errors import AsrError
 from asrlib.io.atomic import write_json
 from asrlib.io.stage import mark_done
 from asrlib.models.device import resolve_device
+from asrlib.models.latency import algorithmic_latency_ms
 from asrlib.models.lstm import build_model, count_parameters
 from asrlib.models.saved import save_model
 from asrlib.parallel import make_algo
@@ -83,7 +84,8 @@ def main(argv=None):
     vocab = len(targets.tokens)
     model = build_model(train_ds.feature_dim(), vocab, cfg.model)
     init_info = init_from_ce(model, a.init_model) if cfg.train.init == "ce" else {}
-    log.info("model: %d parameters", count_parameters(model))
+    latency = algorithmic_latency_ms(cfg.model)
+    log.info("model: %d parameters, algorithmic latency %s ms", count_parameters(model), latency)
     device = resolve_device(cfg.train.device)  # once, here: the algorithm (NCCL for CUDA learners) and the trainer
     algo = make_algo(cfg.train.dist, device)
     trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo, device=device)
@@ -102,6 +104,7 @@ def main(argv=None):
             "lang_dir_abs": str(Path(a.lang_dir).resolve()),
             **cmvn_info(cfg.features),
             **init_info,
+            "algorithmic_latency_ms": latency,
             **summary,
         },
     )

@@ -160,6 +160,25 @@ class _UnidirectionalStream(_StackedStream):
             return self.model.output(x).log_softmax(dim=-1)[0].cpu().numpy()
 
 
+class _LcStream:
+    """A latency-controlled BLSTM (``model.chunk_frames``) with a causal CMN, run chunk by chunk
+    (:class:`asrlib.models.lc_blstm.LcStream`): each chunk's log-probs come once its right context has come, equal
+    to the whole recording's. Not ``causal`` in the endpointer's sense (its output lags by a chunk)."""
+
+    def __init__(self, saved) -> None:
+        from asrlib.models.lc_blstm import LcStream
+
+        self.saved, self.cmvn, self.cmvn_state = saved, saved.cmvn, None
+        self.net = LcStream(saved.model)
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        z, self.cmvn_state = self.cmvn.apply_chunk(np.asarray(feats, np.float32), self.cmvn_state)
+        return self.net.accept(z).cpu().numpy()
+
+    def finish(self) -> np.ndarray:
+        return self.net.finish().cpu().numpy()
+
+
 class _WholeRecordingStream:
     """For a bidirectional LSTM (which cannot carry state forwards only) and for a model trained with
     ``features.cmvn: utterance`` (whose input is the recording minus its mean, known at the end): the features are
@@ -223,6 +242,8 @@ class TorchBackend:
         self.endpoint_calls = OFFLINE_CALLS  # oneDNN's LSTM: a call costs as much as ~52 output frames
 
     def stream(self) -> AcousticStream:
+        if self.saved.model.cfg.chunk_frames > 0 and self.saved.cmn != "utterance":
+            return _LcStream(self.saved)
         return _UnidirectionalStream(self.saved) if self.causal else _WholeRecordingStream(self.saved)
 
     def describe(self) -> Dict[str, object]:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from asrlib.config import ModelConfig
+from asrlib.models.lc_blstm import LcBlstmLayer, run_layers
 
 
 class LstmpLayer(nn.Module):
@@ -190,11 +191,20 @@ class StackedLstmAcousticModel(nn.Module):
         super().__init__()
         self.feat_dim, self.vocab_size, self.stack = feat_dim, vocab_size, cfg.stack
         self.cfg = cfg
-        layer_cls = _PeepholeLayer if cfg.peephole else _TorchLstmLayer
+        self.latency_controlled = cfg.chunk_frames > 0
+        if self.latency_controlled and (not cfg.bidirectional or cfg.peephole):
+            raise ValueError("model.chunk_frames > 0 (LC-BLSTM) needs bidirectional: true and peephole: false")
+        if cfg.right_context < 0 or (cfg.right_context > 0 and not self.latency_controlled):
+            raise ValueError("model.right_context needs model.chunk_frames > 0 (and cannot be negative)")
         layers = []
         in_dim = feat_dim * cfg.stack
         for _ in range(cfg.num_layers):
-            layer = layer_cls(in_dim, cfg.hidden_size, cfg.proj_size, cfg.bidirectional)
+            if self.latency_controlled:
+                layer = LcBlstmLayer(in_dim, cfg.hidden_size, cfg.proj_size, cfg.chunk_frames, cfg.right_context)
+            elif cfg.peephole:
+                layer = _PeepholeLayer(in_dim, cfg.hidden_size, cfg.proj_size, cfg.bidirectional)
+            else:
+                layer = _TorchLstmLayer(in_dim, cfg.hidden_size, cfg.proj_size, cfg.bidirectional)
             layers.append(layer)
             in_dim = layer.output_size
         self.layers = nn.ModuleList(layers)
@@ -210,6 +220,9 @@ class StackedLstmAcousticModel(nn.Module):
         t_out = t // self.stack
         x = feats[:, : t_out * self.stack].reshape(n, t_out, d * self.stack)
         out_lens = self.output_lengths(lengths).clamp(min=1)
+        if self.latency_controlled:
+            x, _ = run_layers(self.layers, self.dropout, x, out_lens, self.cfg.chunk_frames, self.cfg.right_context)
+            return self.output(x).float().log_softmax(dim=-1), out_lens
         for layer in self.layers:
             x = self.dropout(layer(x, out_lens))
         return self.output(x).float().log_softmax(dim=-1), out_lens  # fp32 under autocast (a no-op in fp32)

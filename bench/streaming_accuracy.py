@@ -1,0 +1,125 @@
+"""Streaming models of a recipe: algorithmic latency, dev/test WER, and the streaming path against the offline one.
+
+    python bench/streaming_accuracy.py --exp E1 [E2 ...] --data DATA [--set dev] [--utts 20] [--quick] [--out F.json]
+
+For each experiment dir (a finished recipe run: ``final.pt``, ``decode_<set>_tlg/wer.json``): the model's
+algorithmic latency (:mod:`asrlib.models.latency`), the TLG WER of every decoded set, and, for a latency-controlled
+BLSTM, its log-probs computed chunk by chunk (:class:`asrlib.models.lc_blstm.LcStream`, 10 ms frames fed 10 at a
+time, as from a microphone) and through the ONNX chunk model (:mod:`asrlib.export.lc_onnx`, ONNX Runtime, raw
+fbank) against the whole-utterance forward pass over ``--utts`` utterances of ``--set``: the largest difference
+(equal log-probs: equal search, so the streaming WER is the offline WER) and the real-time factor of each streaming
+path on 1 thread. ``--quick`` (< 1 min): 3 utterances. Prints a table and ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from asrlib.export.lc_onnx import LcOnnxStream, export_lc_onnx  # noqa: E402
+from asrlib.features.cmvn import open_features  # noqa: E402
+from asrlib.io.tables import read_table  # noqa: E402
+from asrlib.models.latency import latency_parts_ms  # noqa: E402
+from asrlib.models.lc_blstm import LcStream  # noqa: E402
+from asrlib.models.saved import load_model  # noqa: E402
+
+
+def stream_check(saved, feats_scp: Path, n: int, onnx_path: Path, piece: int = 10) -> dict:
+    """Torch LcStream on normalised frames and the ONNX chunk model on raw ones, against the offline pass."""
+    cfg = saved.model.cfg
+    export_lc_onnx(saved.model, saved.cmvn_mean, saved.cmvn_inv_std, onnx_path)
+    reader = open_features(feats_scp, saved.cmn)
+    keys = [k for k, _ in read_table(feats_scp)][:n]
+    diffs, odiffs, compute, ocompute, audio = [], [], 0.0, 0.0, 0.0
+    for k in keys:
+        raw = reader[k]
+        z = saved.normalise(raw)
+        whole = saved.log_probs_of_inputs(z)
+        s = LcStream(saved.model)
+        t0 = time.perf_counter()
+        parts = [s.accept(z[i : i + piece]) for i in range(0, len(z), piece)] + [s.finish()]
+        compute += time.perf_counter() - t0
+        o = LcOnnxStream(onnx_path, cfg.chunk_frames, cfg.right_context, cfg.stack, saved.model.feat_dim)
+        t0 = time.perf_counter()
+        oparts = [o.accept(raw[i : i + piece]) for i in range(0, len(raw), piece)] + [o.finish()]
+        ocompute += time.perf_counter() - t0
+        audio += len(z) * 0.01
+        got, ogot = torch.cat(parts).numpy(), np.concatenate(oparts)
+        if got.shape != whole.shape or ogot.shape != whole.shape:
+            raise SystemExit(f"{k}: streaming gave {got.shape} (onnx {ogot.shape}), offline {whole.shape}")
+        diffs.append(float(np.abs(got - whole).max()))
+        odiffs.append(float(np.abs(ogot - whole).max()))
+    return {
+        "utts": len(keys),
+        "max_abs_diff": max(diffs),
+        "onnx_max_abs_diff": max(odiffs),
+        "stream_rtf_1thread": round(compute / audio, 4),
+        "onnx_rtf_1thread": round(ocompute / audio, 4),
+        "onnx_bytes": onnx_path.stat().st_size,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exp", nargs="+", required=True, type=Path)
+    p.add_argument("--data", required=True, type=Path, help="the runs' data dir (fbank/<set>/feats.scp)")
+    p.add_argument("--set", default="dev")
+    p.add_argument("--utts", type=int, default=20)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    for e in a.exp:
+        saved = load_model(e / "final.pt")
+        cfg = saved.model.cfg
+        row = {
+            "exp": str(e),
+            "chunk_frames": cfg.chunk_frames,
+            "right_context": cfg.right_context,
+            "stack": cfg.stack,
+            "latency_ms": latency_parts_ms(cfg),
+        }
+        for w in sorted(e.glob("decode_*_tlg/wer.json")):
+            r = json.loads(w.read_text())
+            row[f"wer_{r['set']}_tlg"] = r["wer"]
+        if cfg.chunk_frames > 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                n = 3 if a.quick else a.utts
+                row["stream"] = stream_check(saved, a.data / "fbank" / a.set / "feats.scp", n, Path(tmp) / "lc.onnx")
+        rows.append(row)
+        lat = row["latency_ms"]["total"] if row["latency_ms"] else None
+        st = row.get("stream", {})
+        print(
+            f"{e}: latency {lat} ms, dev {row.get('wer_dev_tlg')} test {row.get('wer_test_tlg')}, "
+            f"stream max |diff| {st.get('max_abs_diff')} (onnx {st.get('onnx_max_abs_diff')}), RTF torch "
+            f"{st.get('stream_rtf_1thread')} onnx {st.get('onnx_rtf_1thread')}",
+            file=sys.stderr,
+        )
+    devs = [r["wer_dev_tlg"] for r in rows if "wer_dev_tlg" in r]
+    tests = [r["wer_test_tlg"] for r in rows if "wer_test_tlg" in r]
+    summary = {
+        "bench": "streaming_accuracy",
+        "quick": a.quick,
+        "runs": rows,
+        "dev_tlg_mean": round(statistics.mean(devs), 2) if devs else None,
+        "test_tlg_mean": round(statistics.mean(tests), 2) if tests else None,
+    }
+    if a.out:
+        a.out.write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

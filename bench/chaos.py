@@ -82,6 +82,8 @@ TINY = {
 QUICK = {"data": {"size": 0.02}, "train": {"epochs": 3}}
 IGNORED_DIRS = {"log", "tensorboard"}  # wall-clock times in every line / event
 TIMING_KEYS = {"seconds", "elapsed", "time", "started", "frames_per_s", "rtf", "mtime_ns"}
+# a step's provenance record (run.json, asrlib/results/records.py): when it ran and the machine's load then
+RECORD_CLOCK_KEYS = {"start", "end", "machine"}
 
 
 def is_timing(key: Any) -> bool:
@@ -265,7 +267,10 @@ def _content(p: Path) -> Any:
     if p.name.endswith(".gz"):
         raw = gzip.decompress(raw)
     if p.suffix == ".json" or p.name.endswith(".done") or p.name == ".validated":
-        return _untimed(json.loads(raw))
+        obj = _untimed(json.loads(raw))
+        if p.name == "run.json" and isinstance(obj, dict):
+            obj = {k: v for k, v in obj.items() if k not in RECORD_CLOCK_KEYS}
+        return obj
     return raw
 
 

@@ -220,6 +220,16 @@ def slurm_e2e(d: dict) -> str:
     )
 
 
+def mutation(d: dict) -> str:
+    """Per module group: killed (+ timed out) of the decided non-equivalent mutants, and how many wait."""
+    groups = d.get("as_run", d)["groups"]
+    parts = []
+    for name, g in groups.items():
+        decided = g["killed"] + g["timed_out"] + g["survived"]
+        parts.append(f"{name} {g['killed'] + g['timed_out']}/{decided} ({g['pending']} pending)")
+    return "mutants killed of those decided, as run (before triage: docs/testing.md): " + ", ".join(parts)
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -229,6 +239,7 @@ class Result:
 
 
 RESULTS: List[Result] = [
+    Result("mutation.json", "mutation.py", mutation),
     Result(
         "slurm_e2e.json",
         "slurm_e2e.py",

@@ -20,7 +20,7 @@ LAYERS = [
         "asrlib.cli",
         "asrlib.kaldi_imports",
     ],
-    ["asrlib.kaldi_io", "asrlib.score"],
+    ["asrlib.kaldi_io", "asrlib.score", "asrlib.results"],
     ["asrlib.features", "asrlib.data", "asrlib.lang"],
     ["asrlib.models"],
     ["asrlib.decode", "asrlib.gmm", "asrlib.train"],

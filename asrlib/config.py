@@ -308,6 +308,9 @@ class DecodeConfig:
     # final: one_word, words_N) is searched once more with this beam (Kaldi's retry beam); 0 = never
     retry_beam: float = 40.0
     num_threads: int = 1  # torch threads of the log-posterior stage (steps.compute_logprobs)
+    # stage 5 also runs the greedy no-LM baseline (decode_<set>_greedy). Its lexicon match composes the greedy
+    # phones with every pronunciation: about 3 s an utterance with speechocean762's 20,000 words, against 6 ms for TLG
+    greedy: bool = True
     # long recordings (asr transcribe / Recognizer): cut at pauses, each segment decoded from a zero network state.
     # segment: auto (endpoint for a unidirectional model, blank for a bidirectional one or one with utterance CMN) |
     # endpoint (the streaming recogniser's endpointer, asrlib/decode/endpoint.py: a segment's end found by its own
@@ -590,8 +593,9 @@ def set_lang_dir(lang_dir: str | Path, decode: DecodeConfig, eval_set: str) -> P
 def set_decode_methods(cfg: RecipeConfig, eval_set: str) -> List[str]:
     """The searches stage 5 runs on ``eval_set`` (decode_<set>_<method>): ``greedy`` and ``tlg`` of the CTC model;
     ``isolated`` too when the set's grammar is one word (every candidate word's total CTC probability:
-    asrlib.decode.isolated); ``mono``, the monophone GMM-HMM, with ``train.init: ce``."""
-    methods = ["greedy", "tlg"]
+    asrlib.decode.isolated); ``mono``, the monophone GMM-HMM, with ``train.init: ce``; no ``greedy`` with
+    ``decode.greedy: false``."""
+    methods = (["greedy"] if cfg.decode.greedy else []) + ["tlg"]
     if known_length(set_lang_config(cfg, eval_set).grammar) == 1:
         methods.append("isolated")
     return methods + (["mono"] if cfg.train.init == "ce" else [])

@@ -68,6 +68,17 @@ def test_a_bidirectional_model_has_no_export_step_but_a_message():
     assert last.stage == 7 and not last.module and "bidirectional" in last.message
 
 
+def test_decode_greedy_false_leaves_out_the_greedy_search_and_its_scoring():
+    def outs(overrides):
+        cfg = load_config(ROOT / "recipes/digits/config.yaml", overrides)
+        return {str(o) for s in plan(cfg, Layout(config="c.yaml")) if s.stage in (5, 6) for o in s.outputs}
+
+    both, tlg_only = outs([]), outs(["decode.greedy=false"])
+    assert any("decode_test_greedy" in o for o in both) and any("decode_test_tlg" in o for o in both)
+    assert not any("greedy" in o for o in tlg_only)
+    assert {o for o in both if "greedy" not in o} == tlg_only
+
+
 def test_data_overrides_reach_the_corpus_preparation():
     """run.sh --set data.KEY=V must change stage 1's corpus too, not only the steps after it."""
     cfg = load_config(ROOT / "recipes/digits/config.yaml", ["data.train_scale=1.0"])

@@ -317,6 +317,27 @@ def test_long_recording_is_decoded_in_bounded_segments(tm):
         assert res.text == whole.text, method
 
 
+def test_a_recording_within_segment_max_seconds_is_not_cut(tm):
+    """Under blank and energy a recording no longer than segment_max_seconds is one segment from frame 0 to its end,
+    with the log-probs of one pass over it (the decode stage's search), even with pauses longer than
+    segment_min_silence inside; a longer one is still cut there."""
+    rng = np.random.default_rng(5)
+    pieces = []
+    for _ in range(3):
+        pieces += [synth_utterance(["W1", "W2"], rng)[0], np.zeros(int(1.5 * SR), np.float32)]
+    audio = np.concatenate(pieces)
+    seconds = len(audio) / SR
+    for method in ("blank", "energy"):
+        whole = Recognizer.from_dir(tm.exp, segment=method, segment_max_seconds=seconds + 1.0, segment_min_silence=0.5)
+        feats = whole._fbank(audio)
+        (seg,) = list(whole._segments(whole._chunks(feats)))
+        one_pass = whole._run_network(whole._chunks(feats))
+        assert seg[0] == 0 and seg[2] == len(one_pass)
+        np.testing.assert_allclose(seg[1], one_pass, atol=1e-6)
+        cut = Recognizer.from_dir(tm.exp, segment=method, segment_max_seconds=seconds / 2, segment_min_silence=0.5)
+        assert len(list(cut._segments(cut._chunks(feats)))) >= 2, method
+
+
 def test_endpoint_segments_are_the_endpointers_in_bounded_memory(tm):
     """decode.segment endpoint (what auto picks for a unidirectional model): the recording is cut by the streaming
     recogniser's endpointer (asrlib/decode/endpoint.py) over the torch network, every segment run from a zero state

@@ -230,6 +230,14 @@ def mutation(d: dict) -> str:
     return "mutants killed of those decided, as run (before triage: docs/testing.md): " + ", ".join(parts)
 
 
+def peer_pocketsphinx(d: dict) -> str:
+    ps = ", ".join(f"{k} LM {d[k]['wer']} % (RTF {d[k]['rtf']})" for k in ("general", "recipe_lm") if k in d)
+    return (
+        f"{d['corpus']} {d['set']}, {d['utterances']} utterances: PocketSphinx 5 {ps}; ours {d['ours']['wer']} % "
+        f"(RTF {d['ours']['rtf']}), {d['ours_over_best_pocketsphinx']} x its best"
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -240,6 +248,7 @@ class Result:
 
 RESULTS: List[Result] = [
     Result("mutation.json", "mutation.py", mutation),
+    Result("peer_pocketsphinx_speechocean762.json", "peer_pocketsphinx.py", peer_pocketsphinx),
     Result(
         "slurm_e2e.json",
         "slurm_e2e.py",

@@ -16,7 +16,7 @@ stage  steps (``python -m ...``; every step skips work it finds finished)
        (``steps.train_dist`` under torchrun for several learners)
 5      ``steps.compute_logprobs`` per eval set, ``steps.decode`` per search (``steps.decode_gmm`` for ``mono``)
 6      ``steps.score`` per search, ``steps.make_results``
-7      ``steps.export_mobile`` (unidirectional models only)
+7      ``steps.export_mobile`` (unidirectional and latency-controlled models; not a whole-utterance BLSTM)
 =====  ==============================================================================================================
 
 Paths are those of a recipe run: ``data`` (Kaldi data dirs, ``fbank/``, ``lang/``), ``exp`` (the experiment); the
@@ -423,7 +423,8 @@ def results(x: Ctx) -> List[Step]:
 
 
 def export_mobile(x: Ctx) -> List[Step]:
-    if x.cfg.model.bidirectional:  # a BLSTM needs the whole utterance: no streaming on-device model to export
+    if x.cfg.model.bidirectional and x.cfg.model.chunk_frames <= 0:  # a BLSTM needs the whole utterance (an
+        # LC-BLSTM streams: asrlib.export.lc_onnx)
         why = (
             f"stage 7 (mobile export) skipped: {x.c} has a bidirectional model, which cannot stream on a device "
             "(set model.bidirectional: false to get a mobile bundle)"

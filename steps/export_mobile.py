@@ -189,6 +189,75 @@ def _refuse_local_cmn(why: str) -> None:
     )
 
 
+def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
+    """An LC-BLSTM's bundle (:mod:`asrlib.export.lc_onnx`): the chunk model (streaming) and the whole-utterance
+    model (sherpa-onnx's offline contract), fp32 verified against PyTorch, then int8. Not compressed: the low-rank
+    step factors unidirectional layers only, and pruning's fine-tuning is not run for it (export.json says so)."""
+    from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc
+    from asrlib.models.latency import latency_parts_ms
+
+    if cfg.export.bundle_model == "pruned":
+        raise AsrError("export.bundle_model: pruned: an LC-BLSTM is exported uncompressed (use int8 or auto)")
+    core = LcExport(saved.model, saved.cmvn_mean, saved.cmvn_inv_std).fold_search(*search)
+    torch.set_num_threads(1)
+    paths, report = {}, {"params": {"baseline": count_parameters(saved.model)}, "compression": "none (LC-BLSTM)"}
+    for sig, tag in (("chunk", "baseline.streaming"), ("whole", "baseline")):
+        paths[sig] = export_lc(core, out / f"{tag}.fp32.onnx", sig, sample_rate=sr)
+    report["max_abs_diff_vs_torch"] = verify_lc(
+        paths["chunk"], paths["whole"], saved.model, saved.cmvn_mean, saved.cmvn_inv_std
+    )
+    files = dict(paths)
+    for sig, tag in (("chunk", "baseline.streaming"), ("whole", "baseline")):
+        files[sig + "8"] = out / f"{tag}.int8.onnx"
+        q = quantize_int8(paths[sig], files[sig + "8"], per_channel=cfg.export.per_channel)
+        report[f"int8_ops_{sig}"] = q
+    report["files"] = {p.name: file_sizes(p) for p in files.values()}
+    report["dev_wer_int8"] = {
+        "int8": dev_wer(
+            files["whole8"],
+            a.feats_dir / a.dev_set / "feats.scp",
+            a.data_dir / a.dev_set / "text",
+            a.lang_dir,
+        )
+    }
+    log.info(
+        "LC-BLSTM int8 whole-utterance model: dev %%WER %.2f at sherpa-onnx's search", report["dev_wer_int8"]["int8"]
+    )
+    mc = saved.model.cfg
+    bundle = write_bundle(
+        out / "bundle",
+        files["whole8"],
+        files["chunk8"],
+        a.lang_dir,
+        feat_dim=saved.model.feat_dim,
+        subsampling=saved.model.stack,
+        sample_rate=sr,
+        decode={
+            k: v
+            for k, v in dataclasses.asdict(cfg.decode).items()
+            if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
+        },
+        extra={
+            "model": "int8",
+            "compression": {"rank_ratio": 0.0, "sparsity": 0.0},
+            "streaming": {
+                "chunk_ms": cfg.export.chunk_ms,
+                "lc_blstm": {
+                    "chunk_frames": mc.chunk_frames,
+                    "right_context": mc.right_context,
+                    "latency_ms": latency_parts_ms(mc),
+                },
+            },
+        },
+    )
+    report["bundle"] = {
+        "dir": str(bundle.dir),
+        "model": "int8",
+        "bytes": sum(f["bytes"] for f in bundle.info["files"].values()),
+    }
+    write_json(out / "export.json", report)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
@@ -237,6 +306,10 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     setup_logging(out / "log" / "export_mobile.log")
     torch.manual_seed(0)
+    if baseline.model.cfg.chunk_frames > 0:
+        export_lc_bundle(a, cfg, baseline, out, sr, search)
+        mark_done(done, {"bundle": str(out / "bundle")}, fingerprint=fp)
+        return 0
 
     pruned_pt = compress(a, cfg, out)
     pruned = prune.load_compressed(pruned_pt)

@@ -77,10 +77,42 @@ OFFLINE_CHEAP_CALLS = CallSizes(first=4.0, segment=1.0, waiting=0.3, hold=True)
 
 
 class NetworkStream(Protocol):
-    """A network run from a zero state, its state carried from call to call."""
+    """A network run from a zero state, its state carried from call to call. A network whose output lags its input
+    (an LC-BLSTM's chunks wait for their right context) returns fewer frames from ``accept``, has ``finish()`` (end of
+    input: the rest) and says by ``lag`` how many output frames it may hold back at most."""
 
     def accept(self, feats: np.ndarray) -> np.ndarray:
-        """Raw fbank ``[n, num_mel_bins]`` (a whole number of stacks) → log-probs ``[n // stack, V]``."""
+        """Raw fbank ``[n, num_mel_bins]`` (a whole number of stacks) → log-probs ``[n // stack, V]`` (a lagging
+        network: the next frames of its output, maybe fewer)."""
+
+
+class _Net:
+    """A network stream and where its output belongs: ``origin``, the output frame of the input where its input
+    began, and the frames it has output (so its next output frame is ``origin + emitted``, whatever its lag)."""
+
+    def __init__(self, stream: NetworkStream) -> None:
+        self.stream, self.origin, self.emitted, self.finished = stream, -1, 0, False
+
+    def accept(self, frames: np.ndarray, start: int) -> Tuple[np.ndarray, int]:
+        """Run ``frames``, which begin at output frame ``start`` of the input → (scores, the output frame of the input
+        that they begin at)."""
+        if self.origin < 0:
+            self.origin = start
+        first = self.origin + self.emitted
+        scores = self.stream.accept(frames)
+        self.emitted += len(scores)
+        return scores, first
+
+    def finish(self) -> Tuple[Optional[np.ndarray], int]:
+        """End of input: a lagging network's last scores (None for one that does not lag or has finished)."""
+        first = self.origin + self.emitted
+        fin = getattr(self.stream, "finish", None)
+        if fin is None or self.finished or self.origin < 0:
+            return None, first
+        self.finished = True
+        scores = fin()
+        self.emitted += len(scores)
+        return scores, first
 
 
 class SegmentSink(Protocol):
@@ -157,11 +189,12 @@ class Endpointer:
         calls: CallSizes = CallSizes(),
     ) -> None:
         self.rules, self.stack, self.frame_seconds = rules, int(stack), float(frame_seconds)
-        self.new_stream, self.sink, self.calls = new_stream, sink, calls
+        self._new_stream, self.sink, self.calls = new_stream, sink, calls
         self.held = np.zeros((0, feat_dim), np.float32)  # input frames not run yet (``calls.hold``)
         self.frames_used = 0  # fbank frames of the input received
         self.network_frames = 0  # fbank frames the network has run over, the detector's and reruns' included
-        self.state = new_stream()  # the current segment's network
+        self.state = self.new_stream()  # the current segment's network
+        self.lag = int(getattr(self.state.stream, "lag", 0))  # output frames a network may hold back
         self.segment_start = 0  # output frame of the input where the current segment begins
         self.segment_frames = 0  # output frames decoded in the current segment
         self.trailing_silence = 0  # output frames of blank at the end of the current segment
@@ -183,6 +216,9 @@ class Endpointer:
         self.speech_at = -1  # output frame of the input of the last segment's first speech (its detection)
         self.finished = False
 
+    def new_stream(self) -> _Net:
+        return _Net(self._new_stream())
+
     def _frames(self, seconds: float) -> int:
         return int(round(seconds / self.frame_seconds))
 
@@ -200,6 +236,7 @@ class Endpointer:
         """End of input: the frames held run, and the segment being decoded (if any) ends with it."""
         if not self.finished:
             self._run_held(final=True)
+            self._flush()
             if not self.waiting and self.segment_frames:
                 self._end_segment(self.segment_start + self.segment_frames)
             self.finished = True
@@ -224,11 +261,25 @@ class Endpointer:
         """``frames`` of the input join the call being run (``pending`` fbank frames of it, theirs included):
         counted, and kept in ``recent`` with the ``pad`` before the call."""
         self.frames_used += len(frames)
-        self.recent = np.concatenate([self.recent, frames])[-(self.pad + 1) * self.stack - pending :]
+        self.recent = np.concatenate([self.recent, frames])[-(self.pad + 1 + self.lag) * self.stack - pending :]
 
     def _run(self, pending: np.ndarray) -> None:
-        stack = self.stack
         self._admit(pending, len(pending))
+        self._loop(pending)
+
+    def _flush(self) -> None:
+        """End of input for a lagging network: the last scores of the network listening, and of any segment that
+        they start, in turn."""
+        while True:
+            net = self.detector if self.waiting else self.state
+            scores, first = net.finish()
+            if scores is None:
+                return
+            self._loop(self._watch(scores, first) if self.waiting else self._take(scores, first))
+
+    def _loop(self, pending: np.ndarray) -> None:
+        """Run ``pending``, the input's last fbank frames (received), and the frames that each result asks to run."""
+        stack = self.stack
         while len(pending):  # the input's last frames, in the current mode
             if not self.waiting and self.calls.hold and len(self.held):  # a segment's first call: up to a call
                 more = self.held[: max(0, self._call_end(self.frames_used - len(pending)) - self.frames_used)]
@@ -237,26 +288,26 @@ class Endpointer:
                     pending = np.concatenate([pending, more])
                     self._admit(more, len(pending))
             self.network_frames += len(pending)
-            first = self.frames_used // stack - len(pending) // stack  # output frame of the input of pending[0]
+            start = self.frames_used // stack - len(pending) // stack  # output frame of the input of pending[0]
             if self.waiting:
-                pending = self._watch(self.detector.accept(pending), first)
+                pending = self._watch(*self.detector.accept(pending, start))
             else:
-                pending = self._take(self.state.accept(pending), pending, first)
+                pending = self._take(*self.state.accept(pending, start))
 
     def _decode(self, scores: np.ndarray) -> None:
         self.sink.decode(scores)
         self.segment_frames += len(scores)
 
-    def _take(self, scores: np.ndarray, pending: np.ndarray, first: int) -> np.ndarray:
-        """The current segment's next output ``scores``, of the fbank frames ``pending`` from input frame
-        ``first``. Returns the fbank frames still to run (in the mode that follows)."""
+    def _take(self, scores: np.ndarray, first: int) -> np.ndarray:
+        """The current segment's next output ``scores``, from output frame ``first`` of the input. Returns the fbank
+        frames still to run (in the mode that follows)."""
         rule, cut = self._endpoint(scores)
         self._decode(scores[:cut])
         if rule is None:
-            return pending[:0]
-        if rule == "length":  # the frames after the cut: again, from a zero state
+            return self.recent[:0]
+        if rule == "length":  # the frames after the cut (those received): again, from a zero state
             self._end_segment(first + cut)
-            return pending[cut * self.stack :]
+            return self.recent[(first + cut - self._oldest()) * self.stack :]
         # a pause: wait for the next speech
         if rule == "pause":
             self.pause_start, self.after_segment = first + cut - self.trailing_silence, True
@@ -313,7 +364,7 @@ class Endpointer:
         got, self.detector_scores = self.detector_scores, []
         if from_start and oldest == 0 and b <= self.pad:
             self.segment_start, self.state = 0, self.detector
-            return self._take(np.concatenate(got), self.recent, 0)
+            return self._take(np.concatenate(got), 0)
         start = (a + b) // 2 if self.after_segment and b - a <= 2 * self.pad else max(a, b - self.pad)
         start = max(start, oldest)
         self.segment_start, self.state = start, self.new_stream()

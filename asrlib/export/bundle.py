@@ -3,7 +3,8 @@
 Bundle layout (written by :func:`write_bundle`, checked by :func:`check_bundle`)::
 
     model.int8.onnx            offline model, sherpa-onnx zipformer2_ctc contract (x, x_lens → log_probs, lens)
-    model.streaming.int8.onnx  the same network with carried LSTM state (x, h, c → log_probs, h_out, c_out)
+    model.streaming.int8.onnx  the same network with carried LSTM state (x, h, c → log_probs, h_out, c_out); for a
+                               latency-controlled BLSTM its chunk model (x, valid, h, c; asrlib.export.lc_onnx)
     tokens.txt                 CTC tokens, <blk> = 0 (sherpa-onnx reads it)
     words.txt                  word ids of the graph's output labels (sherpa-onnx returns ids: map them here)
     TLG.fst                    decoding graph, OpenFst binary; input label = token id + 1 (0 = epsilon)
@@ -31,7 +32,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from asrlib.export.runtime import ONLINE_CMN_STATE, StreamingOnnxModel
+from asrlib.export.runtime import LC_SIGNATURE, ONLINE_CMN_STATE, StreamingOnnxModel
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import atomic_path, write_json, write_text
 from asrlib.io.files import sha256_file as sha256
@@ -168,7 +169,7 @@ def check_bundle(bundle_dir: PathLike, verify: bool = True) -> Bundle:
                 )
     b = Bundle(d, info)
     _check_model_dim(d / "model.int8.onnx", b.feat_dim, ("x", "x_lens"))
-    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, *StreamingOnnxModel.SIGNATURES)
+    _check_model_dim(d / "model.streaming.int8.onnx", b.feat_dim, *StreamingOnnxModel.SIGNATURES, LC_SIGNATURE)
     return b
 
 

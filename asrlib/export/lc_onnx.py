@@ -1,133 +1,333 @@
-"""ONNX export of a latency-controlled BLSTM (:mod:`asrlib.models.lc_blstm`) as a fixed-size chunk model.
+"""ONNX export of a latency-controlled BLSTM (:mod:`asrlib.models.lc_blstm`): a chunk model and a whole-utterance one.
 
-One call runs one chunk: inputs ``x`` (1, (N + M) S, F) raw fbank of the chunk's window (zeros past the input's end),
-``valid`` (1,) int64 the window's stacked frames that are real (N + M except at the end of the input), ``h`` and
-``c`` (L, 1, H) each layer's forward state after the previous chunk (zeros at the start); outputs ``log_probs``
-(1, N, V) for the chunk's frames (the first min(N, valid) are real), ``h_out``, ``c_out``. The global CMVN is folded
-in; ``proj_size`` must be 0. Every shape is fixed, so the graph has no time loop to specialise: the LSTMs become
-ONNX ``LSTM`` ops. The backward direction reverses the valid frames only (the padding after them is never read by a
-valid output), so the last, short window is exact too. Streaming it chunk by chunk equals
-:class:`asrlib.models.lc_blstm.LcStream` (tests/test_lc_blstm.py).
+Both run the same *window* function, written with ONNX ``LSTM`` nodes (:func:`asrlib.export.onnx_recurrence.lstm_node`)
+and exported with ``dynamo=True``: chunk k's window of N + M stacked frames through every layer, the forward direction
+over the N chunk frames from the carried state (its end state carried on), then on over the M right-context frames
+(their outputs feed the next layer's window only), the backward direction over the window's valid frames reversed
+from a zero state; the output layer and log-softmax on the N chunk frames. The global CMVN is folded in (raw fbank in),
+and, as in :mod:`asrlib.export.onnx_model`, the recipe's search (:meth:`LcExport.fold_search`: sherpa-onnx's CTC
+graph search has no acoustic scale or blank penalty; the metadata says so and the runtime takes it out again).
+``proj_size`` must be 0 (ONNX's LSTM node has no projection).
+
+* **chunk** (``model.streaming.int8.onnx`` of an LC bundle): inputs ``x`` (1, (N + M) S, F) raw fbank of the window
+  (zeros past the input's end), ``valid`` (1,) int64 the window's stacked frames that are real (N + M except at the
+  end of the input), ``h`` and ``c`` (L, 1, H) each layer's forward state after the previous chunk (zeros at the
+  start); outputs ``log_probs`` (1, N, V) (the first min(N, valid) real), ``h_out``, ``c_out``. Every shape is fixed.
+  Run by :class:`asrlib.export.runtime.LcChunkOnnxModel` (streamed by the bundle's recogniser).
+* **whole** (``model.int8.onnx``: sherpa-onnx's ``zipformer2_ctc`` contract): ``x`` (B, T, F), ``x_lens`` (B,) →
+  ``log_probs`` (B, T // S, V), ``log_probs_len``. The windows are cut in the graph and looped over by one ONNX ``Scan``
+  that carries the forward states: the chunk model's arithmetic, call for call.
+
+int8 (:func:`asrlib.export.quantize.quantize_int8`): the LSTM nodes become ``DynamicQuantizeLSTM`` (inside the Scan
+too), the output layer ``MatMulInteger``; activations are quantized per window, so the chunk model streamed and the
+whole model give the same int8 output. ``meta`` keys beyond :mod:`asrlib.export.onnx_model`'s: ``chunk_frames``,
+``right_context``, ``lc_signature`` (``chunk`` / ``whole``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import warnings
 from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from asrlib.errors import PathLike
+from asrlib.decode.search_scores import undo_search
+from asrlib.errors import AsrError, PathLike
+from asrlib.export.onnx_recurrence import lstm_node
+from asrlib.io.atomic import atomic_path
+
+MODEL_TYPE = "asrlib_lc_blstm_ctc"
+OPSET = 18
 
 
-class LcChunkModule(nn.Module):
+def _onnx_layout(lstm: nn.LSTM) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A one-layer unidirectional ``nn.LSTM``'s weights as an ONNX ``LSTM`` node's W, R, B (gates i, o, f, c)."""
+    iofc = lambda w: torch.cat([w.chunk(4, dim=0)[j] for j in (0, 3, 1, 2)], dim=0).detach().float()  # noqa: E731
+    b = torch.cat([iofc(lstm.bias_ih_l0), iofc(lstm.bias_hh_l0)])
+    return iofc(lstm.weight_ih_l0)[None].contiguous(), iofc(lstm.weight_hh_l0)[None].contiguous(), b[None].contiguous()
+
+
+def _rev_index(valid: torch.Tensor, w: int) -> torch.Tensor:
+    """(B,) valid frames → (B, W) indices: each row's valid frames reversed, the frames after them left in place."""
+    i = torch.arange(w, device=valid.device).unsqueeze(0)
+    v = valid.reshape(-1, 1)
+    return torch.where(i < v, v - 1 - i, i)
+
+
+def _gather_time(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, W, D), idx (B, W) → x[b, idx[b, t]]."""
+    return torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+class LcExport(nn.Module):
+    """The exportable LC-BLSTM (module docstring): :meth:`window` is one chunk; :meth:`forward` the whole utterance."""
+
     def __init__(self, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray):
         super().__init__()
-        if model.cfg.chunk_frames <= 0:
+        cfg = model.cfg
+        if cfg.chunk_frames <= 0:
             raise ValueError("an LC-BLSTM (model.chunk_frames > 0) is needed")
-        self.model = model.eval()
-        self.n, self.m, self.s = model.cfg.chunk_frames, model.cfg.right_context, model.stack
-        self.register_buffer("mean", torch.as_tensor(np.asarray(cmvn_mean, np.float32)))
-        self.register_buffer("inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)))
+        if cfg.proj_size > 0:
+            raise ValueError("the LC-BLSTM ONNX export needs model.proj_size: 0 (ONNX's LSTM node has no projection)")
+        self.n, self.m, self.s = cfg.chunk_frames, cfg.right_context, model.stack
+        self.feat_dim, self.vocab_size = model.feat_dim, model.vocab_size
+        self.num_layers, self.H = len(model.layers), cfg.hidden_size
+        self.register_buffer("mean", torch.as_tensor(np.asarray(cmvn_mean, np.float32)).reshape(-1))
+        self.register_buffer("inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)).reshape(-1))
+        for k, layer in enumerate(model.layers):
+            for d, lstm in (("f", layer.fwd), ("b", layer.bwd)):
+                for name, t in zip("WRB", _onnx_layout(lstm)):
+                    self.register_buffer(f"{name}{d}{k}", t)
+        self.register_buffer("w_out", model.output.weight.detach().float().clone())
+        self.register_buffer("b_out", model.output.bias.detach().float().clone())
+        self.search_scale, self.search_penalty = 1.0, 0.0
+        self.exporting = False
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-        w = self.n + self.m
-        z = ((x - self.mean) * self.inv_std).reshape(1, w, -1)
-        idx = torch.arange(w).unsqueeze(0)
-        vl = valid.reshape(1, 1)
-        rev = torch.where(idx < vl, vl - 1 - idx, idx)  # the valid frames reversed, the padding left in place
-        hs, cs = [], []
-        for i, layer in enumerate(self.model.layers):
-            st = (h[i : i + 1], c[i : i + 1])
-            y_chunk, st = layer.fwd(z[:, : self.n], st)
-            hs.append(st[0])
-            cs.append(st[1])
-            y_fwd = y_chunk
-            if self.m > 0:
-                y_rc, _ = layer.fwd(z[:, self.n :], st)
-                y_fwd = torch.cat([y_chunk, y_rc], dim=1)
-            zr = z.gather(1, rev.unsqueeze(-1).expand(1, w, z.shape[-1]))
-            y_b, _ = layer.bwd(zr)
-            y_b = y_b.gather(1, rev.unsqueeze(-1).expand(1, w, y_b.shape[-1]))
-            z = torch.cat([y_fwd, y_b], dim=-1)
-        logp = self.model.output(z[:, : self.n]).log_softmax(dim=-1)
-        return logp, torch.cat(hs, dim=0), torch.cat(cs, dim=0)
+    def fold_search(self, acoustic_scale: float, blank_penalty: float) -> "LcExport":
+        """The output becomes ``(log_softmax - blank_penalty at the blank) * acoustic_scale`` (see
+        :meth:`asrlib.export.onnx_model.ScanAcousticModel.fold_search`)."""
+        if not acoustic_scale > 0:
+            raise AsrError(f"the acoustic scale to fold into the model must be > 0, got {acoustic_scale}")
+        self.search_scale, self.search_penalty = float(acoustic_scale), float(blank_penalty)
+        return self
 
-    def state_shape(self):
-        lay = self.model.layers[0].fwd
-        return (len(self.model.layers), 1, lay.proj_size or lay.hidden_size), (
-            len(self.model.layers),
-            1,
-            lay.hidden_size,
-        )
+    def _fold(self, logp: torch.Tensor) -> torch.Tensor:
+        if (self.search_scale, self.search_penalty) == (1.0, 0.0):
+            return logp
+        shift = torch.tensor([self.search_penalty] + [0.0] * (self.vocab_size - 1), dtype=logp.dtype)
+        return (logp - shift) * self.search_scale
+
+    def _stacked(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw fbank (B, T, F) → normalised stacked frames (B, T // S, S F) (a last short stack dropped)."""
+        b, t, f = x.shape
+        t_out = t // self.s
+        return ((x[:, : t_out * self.s] - self.mean) * self.inv_std).reshape(b, t_out, f * self.s)
+
+    def window(
+        self, z: torch.Tensor, valid: torch.Tensor, hs: Sequence[torch.Tensor], cs: Sequence[torch.Tensor]
+    ) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
+        """One chunk: z (B, N + M, S F) normalised stacked frames, valid (B,), each layer's forward state (1, B, H)
+        → log-probs (B, N, V), each layer's forward state after the chunk's N frames."""
+        n, w, ex = self.n, self.n + self.m, self.exporting
+        rev = _rev_index(valid, w)
+        # frames past the input's end are zeros in every layer's input, as in training: int8 activation ranges
+        # (per call) then depend on the real frames only, the same in the chunk model and the whole one
+        mask = (torch.arange(w, device=z.device).unsqueeze(0) < valid.reshape(-1, 1)).unsqueeze(-1).to(z.dtype)
+        z = z * mask
+        zero = z.new_zeros(1, z.shape[0], self.H)
+        new_h, new_c = [], []
+        for k in range(self.num_layers):
+            wf, rf, bf = (getattr(self, f"{x}f{k}") for x in "WRB")
+            zt = z.transpose(0, 1)  # (W, B, D): the LSTM node's X
+            y, h2, c2 = lstm_node(zt[:n], wf, rf, bf, None, hs[k], cs[k], ex)
+            parts = [y[:, 0]]
+            if self.m > 0:  # the right context, from the chunk's end state; its state is not carried
+                yr, _, _ = lstm_node(zt[n:], wf, rf, bf, None, h2, c2, ex)
+                parts.append(yr[:, 0])
+            y_fwd = torch.cat(parts, dim=0).transpose(0, 1)  # (B, W, H)
+            wb, rb, bb = (getattr(self, f"{x}b{k}") for x in "WRB")
+            yb, _, _ = lstm_node(_gather_time(z, rev).transpose(0, 1), wb, rb, bb, None, zero, zero, ex)
+            y_bwd = _gather_time(yb[:, 0].transpose(0, 1), rev)
+            z = torch.cat([y_fwd, y_bwd], dim=-1) * mask
+            new_h.append(h2)
+            new_c.append(c2)
+        return F.linear(z[:, :n], self.w_out, self.b_out).log_softmax(dim=-1), new_h, new_c
+
+    def chunk(self, x: torch.Tensor, valid: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+        """The chunk signature (module docstring)."""
+        out, hs, cs = self.window(self._stacked(x), valid, list(h.split(1, 0)), list(c.split(1, 0)))
+        return self._fold(out), torch.cat(hs, 0), torch.cat(cs, 0)
+
+    def forward(self, x: torch.Tensor, x_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The whole-utterance signature (module docstring): the windows looped over by ``scan``."""
+        from torch._higher_order_ops.scan import scan
+
+        n, w = self.n, self.n + self.m
+        z = self._stacked(x)
+        b, t_out, d = z.shape
+        k = (t_out + n - 1) // n
+        z = F.pad(z, (0, 0, 0, k * n + self.m - t_out))
+        starts = torch.arange(k, device=z.device) * n
+        wins = z[:, starts.unsqueeze(1) + torch.arange(w, device=z.device).unsqueeze(0)]  # (B, K, W, D)
+        lens = torch.div(x_lens, self.s, rounding_mode="floor")
+        valid = (lens.unsqueeze(0) - starts.unsqueeze(1)).clamp(min=0, max=w)  # (K, B)
+        h0 = [z.new_zeros(1, b, self.H) for _ in range(self.num_layers)]
+        c0 = [z.new_zeros(1, b, self.H) for _ in range(self.num_layers)]
+
+        def step(carry, xs):
+            out, hs, cs = self.window(xs[0], xs[1], carry[0], carry[1])
+            return (hs, cs), out
+
+        _, ys = scan(step, (h0, c0), (wins.transpose(0, 1), valid))  # ys (K, B, N, V)
+        out = ys.transpose(0, 1).reshape(b, k * n, self.vocab_size)[:, :t_out]
+        return self._fold(out), lens
+
+    def metadata(self, signature: str, sample_rate: int) -> Dict[str, str]:
+        meta = {
+            "model_type": MODEL_TYPE,
+            "version": "1",
+            "feat_dim": str(self.feat_dim),
+            "sample_rate": str(sample_rate),
+            "frame_shift_ms": "10",
+            "subsampling": str(self.s),
+            "vocab_size": str(self.vocab_size),
+            "num_layers": str(self.num_layers),
+            "hidden_size": str(self.H),
+            "chunk_frames": str(self.n),
+            "right_context": str(self.m),
+            "lc_signature": signature,
+            "streaming": str(int(signature == "chunk")),
+            "cmvn": "folded",
+        }
+        if (self.search_scale, self.search_penalty) != (1.0, 0.0):
+            meta["search_acoustic_scale"] = repr(self.search_scale)
+            meta["search_blank_penalty"] = repr(self.search_penalty)
+        return meta
 
 
-def export_lc_onnx(model: nn.Module, cmvn_mean, cmvn_inv_std, path: PathLike) -> Path:
-    """Write the chunk model (see the module docstring) to ``path``."""
-    if model.cfg.proj_size > 0:  # torch's ONNX export of nn.LSTM has no projection
-        raise ValueError("the LC-BLSTM ONNX export needs model.proj_size: 0 (torch cannot export LSTMP layers)")
-    mod = LcChunkModule(model, cmvn_mean, cmvn_inv_std).eval()  # export restores this mode on the model too
-    hs, cs = mod.state_shape()
-    w = (mod.n + mod.m) * mod.s
-    args = (
-        torch.zeros(1, w, model.feat_dim),
-        torch.tensor([mod.n + mod.m], dtype=torch.int64),
-        torch.zeros(hs),
-        torch.zeros(cs),
-    )
+def _unique_node_names(proto) -> None:
+    """Number the LSTM nodes named after a shared W (the forward direction's chunk and right-context nodes)."""
+    from asrlib.export.quantize import _graphs
+
+    seen: Dict[str, int] = {}
+    for g in _graphs(proto.graph):
+        for node in g.node:
+            if node.name:
+                k = seen.get(node.name, 0)
+                seen[node.name] = k + 1
+                if k:
+                    node.name = f"{node.name}_{k}"
+
+
+class _Chunk(nn.Module):
+    def __init__(self, core: LcExport):
+        super().__init__()
+        self.core = core
+
+    def forward(self, x, valid, h, c):
+        return self.core.chunk(x, valid, h, c)
+
+
+def export_lc(core: LcExport, path: PathLike, signature: str = "chunk", sample_rate: int = 16000) -> Path:
+    """Write ``core``'s ``chunk`` or ``whole`` signature (module docstring) to ``path``: one self-contained file."""
+    import onnx
+
+    from asrlib.export.onnx_model import drop_unused_lstm_outputs, strip_debug_info
+    from torch.onnx import ops  # noqa: F401 - registers torch.ops.onnx_symbolic before tracing
+
+    core = core.eval()
+    w = (core.n + core.m) * core.s
+    if signature == "chunk":
+        h, c = (torch.zeros(core.num_layers, 1, core.H) for _ in "hc")  # two tensors: one would be one input
+        module, dyn = _Chunk(core), None
+        args = (torch.randn(1, w, core.feat_dim), torch.tensor([core.n + core.m]), h, c)
+        names_in, names_out = ["x", "valid", "h", "c"], ["log_probs", "h_out", "c_out"]
+    elif signature == "whole":
+        t = 17 * core.s  # not a multiple of the chunk: nothing specialised to it
+        module = core
+        args = (torch.randn(2, t, core.feat_dim), torch.tensor([t, t - 5]))
+        batch, time_ = torch.export.Dim("N", min=1, max=1024), torch.export.Dim("T", min=1, max=10_000_000)
+        dyn = {"x": {0: batch, 1: time_}, "x_lens": {0: batch}}
+        names_in, names_out = ["x", "x_lens"], ["log_probs", "log_probs_len"]
+    else:
+        raise ValueError(f"signature must be chunk or whole, not {signature!r}")
+    quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        core.exporting = True
+        try:
+            prog = torch.onnx.export(
+                module,
+                args,
+                None,
+                dynamo=True,
+                input_names=names_in,
+                output_names=names_out,
+                dynamic_shapes=dyn,
+                opset_version=OPSET,
+                verbose=False,
+            )
+        finally:
+            core.exporting = False
+            for lg, lv in zip(quiet, levels):
+                lg.setLevel(lv)
+    proto = prog.model_proto
+    strip_debug_info(proto)
+    drop_unused_lstm_outputs(proto)
+    _unique_node_names(proto)
+    onnx.helper.set_model_props(proto, core.metadata(signature, sample_rate))
     path = Path(path)
-    with torch.no_grad():
-        torch.onnx.export(
-            mod,
-            args,
-            str(path),
-            dynamo=False,
-            input_names=["x", "valid", "h", "c"],
-            output_names=["log_probs", "h_out", "c_out"],
-            opset_version=17,
-        )
+    with atomic_path(path) as tmp:
+        onnx.save_model(proto, str(tmp), save_as_external_data=False)
     return path
 
 
+def export_lc_onnx(model: nn.Module, cmvn_mean, cmvn_inv_std, path: PathLike) -> Path:
+    """The fp32 chunk model of ``model`` (plain log-probs) at ``path``."""
+    return export_lc(LcExport(model, cmvn_mean, cmvn_inv_std), path, "chunk")
+
+
 class LcOnnxStream:
-    """Runs the exported chunk model on a stream of raw fbank frames (ONNX Runtime, 1 thread): ``accept`` / ``finish``
-    as :class:`asrlib.models.lc_blstm.LcStream`, numpy log-probs."""
+    """The chunk model on a stream of raw fbank frames (ONNX Runtime, 1 thread): ``accept`` / ``finish`` as
+    :class:`asrlib.models.lc_blstm.LcStream`, numpy log-probs (:class:`asrlib.export.runtime.LcChunkOnnxModel`)."""
 
-    def __init__(self, path: PathLike, n: int, m: int, s: int, feat_dim: int):
-        import onnxruntime as ort
+    def __init__(self, path: PathLike, n: int = 0, m: int = 0, s: int = 0, feat_dim: int = 0):
+        from asrlib.export.runtime import LcChunkOnnxModel
 
-        o = ort.SessionOptions()
-        o.intra_op_num_threads = o.inter_op_num_threads = 1
-        self.sess = ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
-        self.n, self.m, self.s, self.f = n, m, s, feat_dim
-        ins = {i.name: i.shape for i in self.sess.get_inputs()}
-        self.h = np.zeros(ins["h"], np.float32)
-        self.c = np.zeros(ins["c"], np.float32)
-        self.buf = np.zeros((0, feat_dim), np.float32)  # raw frames from the current chunk's start
-        self.empty = np.zeros((0, int(self.sess.get_outputs()[0].shape[-1])), np.float32)
-
-    def _run(self, frames: np.ndarray, keep: int) -> np.ndarray:
-        w = (self.n + self.m) * self.s
-        x = np.zeros((1, w, self.f), np.float32)
-        x[0, : len(frames)] = frames
-        valid = np.array([len(frames) // self.s], np.int64)
-        logp, self.h, self.c = self.sess.run(None, {"x": x, "valid": valid, "h": self.h, "c": self.c})
-        return logp[0, :keep]
+        self.net = LcChunkOnnxModel(path).stream()  # n, m, s, feat_dim: read from the model
 
     def accept(self, frames: np.ndarray) -> np.ndarray:
-        self.buf = np.concatenate([self.buf, np.asarray(frames, np.float32)])
-        w, step = (self.n + self.m) * self.s, self.n * self.s
-        out = []
-        while len(self.buf) >= w:
-            out.append(self._run(self.buf[:w], self.n))
-            self.buf = self.buf[step:]
-        return np.concatenate(out) if out else self.empty
+        return self.net.accept(frames)
 
     def finish(self) -> np.ndarray:
-        usable = len(self.buf) // self.s * self.s
-        buf, out, step = self.buf[:usable], [], self.n * self.s
-        while len(buf) > 0:
-            out.append(self._run(buf[: (self.n + self.m) * self.s], min(self.n, len(buf) // self.s)))
-            buf = buf[step:]
-        return np.concatenate(out) if out else self.empty
+        return self.net.finish()
+
+
+def verify_lc(
+    chunk: PathLike,
+    whole: PathLike,
+    model: nn.Module,
+    cmvn_mean: np.ndarray,
+    cmvn_inv_std: np.ndarray,
+    lengths: Sequence[int] = (61, 250),
+    tol: float = 1e-4,
+    seed: int = 0,
+) -> float:
+    """Max |ONNX − PyTorch| of the log-probs, the chunk model streamed (raw frames 7 at a time) and the whole model
+    on a batch of 2, against the trained model's whole-utterance pass, at each of ``lengths`` (≥ 2: a graph
+    specialised to one length fails here); AsrError above ``tol``."""
+    from asrlib.export.runtime import LcChunkOnnxModel, OnnxAcousticModel
+
+    if len(set(lengths)) < 2:
+        raise ValueError("verify on at least two different lengths")
+    rng = np.random.default_rng(seed)
+    mean, inv_std = np.asarray(cmvn_mean, np.float32), np.asarray(cmvn_inv_std, np.float32)
+    cm, wm = LcChunkOnnxModel(chunk), OnnxAcousticModel(whole)
+    worst = 0.0
+    for t in lengths:
+        x = (mean + rng.normal(0, 1, (2, t, len(mean))) / inv_std).astype(np.float32)
+        lens = [t, max(model.stack, t - 2 * model.stack - 1)]
+        got_whole = wm.session.run(None, {"x": x, "x_lens": np.array(lens, np.int64)})[0]
+        for b, n in enumerate(lens):
+            with torch.no_grad():
+                ref, _ = model.eval()(torch.from_numpy((x[b : b + 1, :n] - mean) * inv_std), torch.tensor([n]))
+            ref = ref[0].numpy()
+            s = cm.stream()
+            got = np.concatenate([s.accept(x[b, i : min(n, i + 7)]) for i in range(0, n, 7)] + [s.finish()])
+            gw = undo_search(got_whole[b, : len(ref)], *wm.search)
+            if got.shape != ref.shape:
+                raise AsrError(f"{chunk}: {got.shape[0]} output frames for {n} input frames, PyTorch gives {len(ref)}")
+            worst = max(worst, float(np.abs(got - ref).max()), float(np.abs(gw - ref).max()))
+    if worst > tol:
+        raise AsrError(f"{chunk}, {whole}: ONNX output differs from PyTorch by {worst:.2e} (> {tol:.0e})")
+    return worst

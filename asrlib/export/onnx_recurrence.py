@@ -10,7 +10,7 @@ each form lays out the layers' weights as the network's buffers and runs the lay
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.nn import functional as F
@@ -40,6 +40,62 @@ def pick_recurrence(recurrence: str, frame_local: bool, has_hr: Sequence[bool]) 
             "ONNX's LSTM node has none; use recurrence 'ops'"
         )
     return recurrence
+
+
+def _lstm_attrs(hidden: int) -> dict:
+    """The ONNX ``LSTM`` node's one attribute, encoded as ``torch.ops.onnx_symbolic`` expects it."""
+    return dict(
+        attr_keys=["hidden_size"],
+        attr_types=["i"],
+        attr_pos=[[0, 1]],
+        attr_ints=[hidden],
+        attr_floats=[],
+        attr_strs=[],
+        metadata_props_keys=[],
+        metadata_props_values=[],
+        domain="",
+        version=None,
+    )
+
+
+def lstm_node(
+    x: torch.Tensor,
+    W: torch.Tensor,
+    R: torch.Tensor,
+    B: torch.Tensor,
+    P: Optional[torch.Tensor],
+    h: torch.Tensor,
+    c: torch.Tensor,
+    exporting: bool,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward ONNX ``LSTM`` node (weights in its layout: W (1, 4H, in), R (1, 4H, H), B (1, 8H), P (1, 3H) or
+    None; gates (i, o, f, c)) over x (S, N, in) from h, c (1, N, H) → Y (S, 1, N, H), h, c. ``exporting``: the node
+    itself (under ``torch.onnx.export(dynamo=True)``, inside a ``scan`` body too); else its arithmetic in torch."""
+    H = R.shape[-1]
+    if exporting:
+        from torch.onnx import ops  # noqa: F401 - registers torch.ops.onnx_symbolic
+
+        # the custom op behind torch.onnx.ops.symbolic_multi_out, called directly: dynamo (which traces the
+        # Scan body) refuses to trace into torch.onnx, and folds torch.onnx.is_in_onnx_export() to False
+        y, h2, c2 = torch.ops.onnx_symbolic._symbolic_multi_out.default(
+            [x, W, R, B, None, h, c, P],
+            "LSTM",
+            [1, 1, 1],
+            shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]],
+            **_lstm_attrs(H),
+        )
+        return y, h2, c2
+    gx = F.linear(x, W[0], B[0, : 4 * H] + B[0, 4 * H :])  # the same arithmetic in torch (eager use)
+    ys = []
+    for t in range(x.shape[0]):
+        gi, go, gf, gc = (gx[t : t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
+        if P is not None:
+            pi, po, pf = P[0].chunk(3)
+            gi, gf = gi + pi * c, gf + pf * c
+        c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gc)
+        h = torch.sigmoid(go + (po * c if P is not None else 0.0)) * torch.tanh(c)
+        ys.append(h)
+    return torch.cat(ys, 0).unsqueeze(1), h, c
 
 
 def _reorder_ifgo_to_ifog(w: torch.Tensor) -> torch.Tensor:
@@ -139,19 +195,6 @@ class LstmNodeRecurrence(_Recurrence):
         super().__init__(layers, frame_local)
         self.hybrid = hybrid
         self.in_scan = 1 if hybrid else self.num_layers  # layers run per frame in the Scan
-        # the LSTM node's one attribute, encoded as torch.ops.onnx_symbolic expects it
-        self._lstm_attrs = dict(
-            attr_keys=["hidden_size"],
-            attr_types=["i"],
-            attr_pos=[[0, 1]],
-            attr_ints=[self.H],
-            attr_floats=[],
-            attr_strs=[],
-            metadata_props_keys=[],
-            metadata_props_values=[],
-            domain="",
-            version=None,
-        )
 
     def buffers(self, layers: Sequence[LayerWeights], out_weight: torch.Tensor, out_bias: torch.Tensor) -> Buffers:
         """Weights in ONNX ``LSTM`` layout: ``W{k}`` (1, 4H, in), ``R{k}`` (1, 4H, H), ``B{k}`` (1, 8H), ``P{k}``
@@ -186,30 +229,7 @@ class LstmNodeRecurrence(_Recurrence):
         self, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: Buffers, exporting: bool
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Layer k as one ONNX ``LSTM`` node over x (S, N, in) from h, c (1, N, H): Y (S, 1, N, H), h, c."""
-        H = self.H
-        W, R, B, P = w[f"W{k}"], w[f"R{k}"], w[f"B{k}"], w.get(f"P{k}")
-        if exporting:
-            # the custom op behind torch.onnx.ops.symbolic_multi_out, called directly: dynamo (which traces the
-            # Scan body) refuses to trace into torch.onnx, and folds torch.onnx.is_in_onnx_export() to False
-            y, h2, c2 = torch.ops.onnx_symbolic._symbolic_multi_out.default(
-                [x, W, R, B, None, h, c, P],
-                "LSTM",
-                [1, 1, 1],
-                shapes=[[x.shape[0], 1, x.shape[1], H], [1, x.shape[1], H], [1, x.shape[1], H]],
-                **self._lstm_attrs,
-            )
-            return y, h2, c2
-        gx = F.linear(x, W[0], B[0, : 4 * H])  # the same arithmetic in torch (eager use of this module)
-        ys = []
-        for t in range(x.shape[0]):
-            gi, go, gf, gc = (gx[t : t + 1] + F.linear(h, R[0])).chunk(4, dim=-1)
-            if P is not None:
-                pi, po, pf = P[0].chunk(3)
-                gi, gf = gi + pi * c, gf + pf * c
-            c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gc)
-            h = torch.sigmoid(go + (po * c if P is not None else 0.0)) * torch.tanh(c)
-            ys.append(h)
-        return torch.cat(ys, 0).unsqueeze(1), h, c
+        return lstm_node(x, w[f"W{k}"], w[f"R{k}"], w[f"B{k}"], w.get(f"P{k}"), h, c, exporting)
 
     @staticmethod
     def _bounded(x: torch.Tensor, w: Buffers) -> torch.Tensor:

@@ -141,3 +141,103 @@ class OnnxNetworkStream:
     def accept(self, feats: np.ndarray) -> np.ndarray:
         scores, self.state = self.model.run(feats, self.state)
         return scores
+
+
+LC_SIGNATURE = ["x", "valid", "h", "c"]  # a latency-controlled BLSTM's chunk model (asrlib.export.lc_onnx)
+
+
+class LcChunkOnnxModel:
+    """Run an exported LC-BLSTM chunk model (:mod:`asrlib.export.lc_onnx`): one call per window of ``N + M`` stacked
+    frames, the forward state carried; its chunk size N, right context M and stack S come from the metadata.
+    :meth:`stream` runs it on a stream of raw fbank frames."""
+
+    def __init__(self, path: PathLike, feat_dim: int = 0, num_threads: int = 1):
+        self.path = Path(path)
+        self.session = ort_session(self.path, num_threads)
+        ins = self.session.get_inputs()
+        names = [i.name for i in ins]
+        if names != LC_SIGNATURE:
+            raise AsrError(f"{self.path}: inputs {names} are not an LC-BLSTM chunk model's {LC_SIGNATURE}")
+        meta = model_metadata(self.session)
+        try:
+            self.n, self.m = int(meta["chunk_frames"]), int(meta["right_context"])
+            self.stack = int(meta["subsampling"])
+        except (KeyError, ValueError):
+            raise AsrError(f"{self.path}: no chunk_frames / right_context / subsampling in its metadata") from None
+        self.feat_dim = int(ins[0].shape[2])
+        if feat_dim and feat_dim != self.feat_dim:
+            raise AsrError(
+                f"{self.path}: the model expects {self.feat_dim}-dim features, the front end produces {feat_dim}"
+            )
+        self.window = (self.n + self.m) * self.stack  # raw frames per call
+        self.state_shapes = (tuple(ins[2].shape), tuple(ins[3].shape))
+        self.vocab_size = int(self.session.get_outputs()[0].shape[2])
+        self.search = folded_search(meta)
+
+    def stream(self) -> "LcOnnxNetworkStream":
+        return LcOnnxNetworkStream(self)
+
+    def run(self, frames: np.ndarray, keep: int, state: Tuple[np.ndarray, np.ndarray]):
+        """One window (its real raw frames, at most :attr:`window`) from ``state`` → (log-probs of its first ``keep``
+        output frames, the state after the chunk)."""
+        x = np.zeros((1, self.window, self.feat_dim), np.float32)
+        x[0, : len(frames)] = frames
+        valid = np.array([len(frames) // self.stack], np.int64)
+        out, h, c = self.session.run(None, {"x": x, "valid": valid, "h": state[0], "c": state[1]})
+        return undo_search(out[0, :keep], *self.search), (h, c)
+
+
+class LcOnnxNetworkStream:
+    """An :class:`LcChunkOnnxModel` on a stream of raw fbank frames (any number at a time): :meth:`accept` returns
+    the log-probs of every chunk whose window (N + M stacked frames) is complete, :meth:`finish` the rest (frames
+    short of a last stack dropped). The concatenated output equals the whole-utterance model's."""
+
+    def __init__(self, model: LcChunkOnnxModel) -> None:
+        self.model = model
+        self.state = tuple(np.zeros(s, np.float32) for s in model.state_shapes)
+        self.buf = np.zeros((0, model.feat_dim), np.float32)  # raw frames from the current chunk's start
+        self.empty = np.zeros((0, model.vocab_size), np.float32)
+        self.frames_out = 0
+        self.lag = model.n + model.m  # output frames held back at most (an endpointer's NetworkStream)
+
+    def _emit(self, frames: np.ndarray, keep: int) -> np.ndarray:
+        out, self.state = self.model.run(frames, keep, self.state)
+        self.frames_out += keep
+        return out
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        mdl = self.model
+        feats = np.asarray(feats, np.float32).reshape(-1, mdl.feat_dim)
+        self.buf = np.concatenate([self.buf, feats]) if len(self.buf) else feats
+        step, out = mdl.n * mdl.stack, []
+        while len(self.buf) >= mdl.window:
+            out.append(self._emit(self.buf[: mdl.window], mdl.n))
+            self.buf = self.buf[step:]
+        return np.concatenate(out) if out else self.empty
+
+    def finish(self) -> np.ndarray:
+        mdl = self.model
+        buf = self.buf[: len(self.buf) // mdl.stack * mdl.stack]
+        out, step = [], mdl.n * mdl.stack
+        while len(buf):
+            out.append(self._emit(buf[: mdl.window], min(mdl.n, len(buf) // mdl.stack)))
+            buf = buf[step:]
+        self.buf = self.buf[:0]
+        return np.concatenate(out) if out else self.empty
+
+
+def open_streaming_model(path: PathLike, feat_dim: int, num_threads: int = 1):
+    """A bundle's streaming network by its signature: :class:`StreamingOnnxModel` (a unidirectional LSTM, state
+    carried frame by frame) or :class:`LcChunkOnnxModel` (an LC-BLSTM's chunk model)."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise AsrError(f"ONNX model {path} does not exist")
+    try:
+        names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+    except Exception as e:  # noqa: BLE001 - a corrupt or foreign file: one clear message
+        raise AsrError(f"{path}: not a readable ONNX model ({' '.join(str(e).split())[:200]})") from None
+    if names == LC_SIGNATURE:
+        return LcChunkOnnxModel(path, feat_dim, num_threads)
+    return StreamingOnnxModel(path, feat_dim, num_threads)

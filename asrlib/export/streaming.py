@@ -39,7 +39,7 @@ import numpy as np
 from asrlib.decode.endpoint import ENDPOINT_RUN_SECONDS, Endpointer, EndpointRules  # noqa: F401 - re-exported
 from asrlib.decode.search_scores import apply_search
 from asrlib.export.bundle import SHERPA_BEAM, SHERPA_MAX_ACTIVE, Bundle, check_audio, check_bundle
-from asrlib.export.runtime import StreamingOnnxModel
+from asrlib.export.runtime import open_streaming_model
 from asrlib.errors import AsrError, PathLike
 
 
@@ -119,7 +119,7 @@ class StreamingRecognizer:
 
         self.bundle: Bundle = check_bundle(bundle_dir)
         path = self.bundle.path("model.streaming.int8.onnx") if model == "int8" else Path(model)
-        self.model = StreamingOnnxModel(path, self.bundle.feat_dim, num_threads)
+        self.model = open_streaming_model(path, self.bundle.feat_dim, num_threads)
         self.stack = self.bundle.subsampling
         self.id2word = self.bundle.id2word()
         self.graph = read_fst(self.bundle.path("TLG.fst"))
@@ -287,6 +287,8 @@ class Stream:
             self._advance()
             if self.endpointer is not None:
                 self.endpointer.finish()
+            elif hasattr(self.network, "finish"):  # an LC-BLSTM's chunks that wait for their right context
+                self.decode(self.network.finish())
             self.finished = True
             self.timings.append(ChunkTiming(0, time.perf_counter() - t0))
         if self.rec.endpoint is not None:

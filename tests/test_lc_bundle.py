@@ -1,0 +1,157 @@
+"""A latency-controlled BLSTM's mobile bundle: the int8 chunk and whole-utterance ONNX models follow the PyTorch model,
+and the bundle's streaming recogniser (chunk by chunk, forward state carried, right context fed to the backward
+direction) gives the words of whole-utterance decoding for any audio chunk size, with and without endpointing."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from asrlib.export.streaming import EndpointRules, StreamingRecognizer, recognize_whole
+from test_lc_blstm import M, N, _lc_model
+from tone_model import SR, read_texts, tone_model, utterance_audio
+
+pytest.importorskip("onnxruntime")
+
+
+def test_int8_chunk_model_streams_close_to_the_torch_model(tmp_path):
+    """fp32: chunk model streamed and whole model equal PyTorch (verify_lc, two lengths); int8: every matrix product
+    quantized, and the chunk model streamed in uneven pieces stays close to the whole-utterance PyTorch log-probs
+    (same best token in every frame) at two input lengths; the int8 whole-utterance model gives the same output
+    (frames past the input's end are zeros in every layer: int8 ranges depend on the real frames only)."""
+    from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc
+    from asrlib.export.quantize import quantize_int8
+    from asrlib.export.runtime import LcChunkOnnxModel, OnnxAcousticModel
+    from asrlib.models.lc_blstm import LcStream
+
+    with pytest.raises(ValueError, match="proj_size"):
+        LcExport(_lc_model(proj=5), np.zeros(10), np.ones(10))
+    model = _lc_model()
+    rng = np.random.default_rng(2)
+    mean, inv_std = rng.standard_normal(10).astype(np.float32), (1 + rng.random(10)).astype(np.float32)
+    core = LcExport(model, mean, inv_std).fold_search(2.0, 1.0)  # the runtime takes the search out again
+    chunk = export_lc(core, tmp_path / "chunk.onnx", "chunk")
+    whole = export_lc(core, tmp_path / "whole.onnx", "whole")
+    assert verify_lc(chunk, whole, model, mean, inv_std, lengths=(45, 131)) < 1e-4
+    for p in (chunk, whole):
+        q = quantize_int8(p, tmp_path / f"{p.stem}.int8.onnx")
+        assert q["float_matmuls"] == [] and q["ops"]["DynamicQuantizeLSTM"] == 3 * 3  # fwd, right context, bwd
+    cm = LcChunkOnnxModel(tmp_path / "chunk.int8.onnx")
+    assert (cm.n, cm.m, cm.stack) == (N, M, 4)
+    wm = OnnxAcousticModel(tmp_path / "whole.int8.onnx")
+    for t in (37, 203):  # ends inside a chunk's window; several chunks
+        f = (mean + rng.standard_normal((t, 10)) / inv_std).astype(np.float32)
+        s = LcStream(model)
+        ref = torch.cat([s.accept((f - mean) * inv_std), s.finish()]).numpy()
+        st = cm.stream()
+        got = np.concatenate([st.accept(f[i : i + 9]) for i in range(0, t, 9)] + [st.finish()])
+        assert got.shape == ref.shape == (t // 4, 7)
+        assert np.abs(got - ref).max() < 0.02 and (got.argmax(1) == ref.argmax(1)).all()
+        assert np.abs(wm.log_probs(f) - got).max() < 1e-5  # the same int8 arithmetic, window by window
+
+
+def _quiet_main(main, argv):
+    """Run a step's ``main`` without its stdout, and give the root logger its handlers back."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return main(argv)
+    finally:
+        for h in list(root.handlers):
+            if h not in before:
+                root.removeHandler(h)
+                h.close()
+
+
+@pytest.fixture(scope="module")
+def lc_bundle(tmp_path_factory):
+    """An LC-BLSTM (chunks of 3 output frames, 2 of right context) trained on the tone task, through the real
+    ``steps.export_mobile`` (with a folded search)."""
+    from steps import export_mobile, train
+
+    tm = tone_model(tmp_path_factory)
+    root = tmp_path_factory.getbasetemp() / "tone_lc"
+    out = root / "mobile"
+    if not (out / ".export.done").is_file():
+        cfg = yaml.safe_load((tm.root / "config.yaml").read_text())
+        cfg["model"].update(bidirectional=True, proj_size=0, chunk_frames=3, right_context=2, hidden_size=24)
+        cfg["decode"] = {"acoustic_scale": 1.5, "blank_penalty": 0.5}
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+        common = ["--config", str(root / "config.yaml"), "--data-dir", str(tm.data), "--feats-dir", str(tm.fbank)]
+        common += ["--lang-dir", str(tm.lang)]
+        assert _quiet_main(train.main, common + ["--exp-dir", str(root / "exp")]) == 0
+        assert (
+            _quiet_main(export_mobile.main, common + ["--model", str(root / "exp" / "final.pt"), "--out-dir", str(out)])
+            == 0
+        )
+    return tm, out
+
+
+def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
+    """The bundle holds the int8 chunk model (streaming) and the whole-utterance one (sherpa-onnx's contract); the
+    streaming recogniser, fed 70 ms (not a multiple of a chunk), 250 ms or all at once, gives the words and the
+    log-probs of the whole-utterance model, and sherpa-onnx on the bundle the same words."""
+    tm, out = lc_bundle
+    info = json.loads((out / "bundle" / "bundle.json").read_text())
+    assert info["streaming"]["lc_blstm"]["chunk_frames"] == 3 and info["streaming"]["lc_blstm"]["right_context"] == 2
+    report = json.loads((out / "export.json").read_text())
+    assert report["max_abs_diff_vs_torch"] < 1e-4 and report["int8_ops_chunk"]["float_matmuls"] == []
+    rec = StreamingRecognizer(out / "bundle")
+    assert rec.acoustic_scale == 1.5 and rec.blank_penalty == 0.5
+    refs = read_texts(tm.data / "test" / "text")
+    sherpa = None
+    with contextlib.suppress(ImportError):
+        from asrlib.export.bundle import SherpaRecognizer
+
+        sherpa = SherpaRecognizer(out / "bundle")
+    correct = 0
+    for utt, x in utterance_audio(tm, "test")[:5]:
+        whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
+        for chunk in (160 * 7, 4000, len(x)):
+            s = rec.new_stream()
+            for i in range(0, len(x), chunk):
+                s.accept_waveform(SR, x[i : i + chunk])
+            assert s.finish() == whole_words, (utt, chunk)
+            lp = s.all_logprobs()
+            assert lp.shape == whole_lp.shape and np.abs(lp - whole_lp).max() < 1e-4
+        if sherpa is not None:
+            assert sherpa.recognize(x, SR) == whole_words, utt
+        correct += whole_words == refs[utt].split()
+    assert correct >= 3  # trained: the bundle really recognises
+
+
+def test_lc_bundle_endpointing(lc_bundle):
+    """Endpointing on an LC-BLSTM, whose output lags its input by up to a chunk and its right context: three test
+    utterances with 1 s pauses give three segments, each with the words of its utterance recognised alone, the same
+    segments for every chunk size; the lagging network's last chunks come at the end of the input."""
+    tm, out = lc_bundle
+    pieces = utterance_audio(tm, "test")[:3]
+    rng = np.random.default_rng(1)
+    pause = lambda sec: rng.normal(0, 0.003, int(sec * SR)).astype(np.float32)  # noqa: E731
+    x = np.concatenate([pause(1.0)] + [p for _, u in pieces for p in (u, pause(1.0))])
+    rec = StreamingRecognizer(out / "bundle", endpoint=EndpointRules(min_silence=0.6, pad=2.0, max_segment=20.0))
+    runs = {}
+    for chunk in (160 * 7, 4800, len(x)):
+        s = rec.new_stream()
+        for i in range(0, len(x), chunk):
+            s.accept_waveform(SR, x[i : i + chunk])
+        runs[chunk] = (s.finish(), s.segments)
+    words, segments = runs[len(x)]
+    assert all(r == (words, segments) for r in runs.values())
+    assert len(segments) == len(pieces)
+    for seg, (utt, u) in zip(segments, pieces):
+        assert seg.words == StreamingRecognizer(out / "bundle").recognize(u, SR), utt
+    short = StreamingRecognizer(out / "bundle", endpoint=EndpointRules(0.6, 2.0, max_segment=1.0))
+    s = short.new_stream()
+    s.accept_waveform(SR, x)
+    s.finish()
+    assert len(s.segments) > len(pieces) and all(g.end - g.start <= 1.0 + 1e-6 for g in s.segments)

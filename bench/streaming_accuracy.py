@@ -9,6 +9,14 @@ time, as from a microphone) and through the ONNX chunk model (:mod:`asrlib.expor
 fbank) against the whole-utterance forward pass over ``--utts`` utterances of ``--set``: the largest difference
 (equal log-probs: equal search, so the streaming WER is the offline WER) and the real-time factor of each streaming
 path on 1 thread. ``--quick`` (< 1 min): 3 utterances. Prints a table and ends with one JSON line.
+
+``--bundles B1 [B2 ...]`` (one per ``--exp``, in order; a mobile bundle of stage 7, ``<exp>/mobile/bundle``): the
+bundle's int8 networks too. On ``--utts`` utterances, its streaming recogniser's log-probs (int8 chunk model, audio fed
+in ``--chunk-ms`` pieces) against the PyTorch model's whole-utterance ones (largest difference, share of frames with
+the same best token); on each ``--wer-sets`` set (``--data``/<set>/wav.scp and text; ``--quick``: its first 8
+utterances), the %WER of the streaming recogniser (plain, and with the bundle's endpoint rules) and of sherpa-onnx's
+offline recogniser on the bundle's whole-utterance model, and the streaming recogniser's real-time factor on 1 thread
+(processing time of the streams over the audio's duration).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from asrlib.export.bundle import read_wav  # noqa: E402
 from asrlib.export.lc_onnx import LcOnnxStream, export_lc_onnx  # noqa: E402
 from asrlib.features.cmvn import open_features  # noqa: E402
 from asrlib.io.tables import read_table  # noqa: E402
@@ -36,7 +45,6 @@ from asrlib.models.saved import load_model  # noqa: E402
 
 def stream_check(saved, feats_scp: Path, n: int, onnx_path: Path, piece: int = 10) -> dict:
     """Torch LcStream on normalised frames and the ONNX chunk model on raw ones, against the offline pass."""
-    cfg = saved.model.cfg
     export_lc_onnx(saved.model, saved.cmvn_mean, saved.cmvn_inv_std, onnx_path)
     reader = open_features(feats_scp, saved.cmn)
     keys = [k for k, _ in read_table(feats_scp)][:n]
@@ -49,7 +57,7 @@ def stream_check(saved, feats_scp: Path, n: int, onnx_path: Path, piece: int = 1
         t0 = time.perf_counter()
         parts = [s.accept(z[i : i + piece]) for i in range(0, len(z), piece)] + [s.finish()]
         compute += time.perf_counter() - t0
-        o = LcOnnxStream(onnx_path, cfg.chunk_frames, cfg.right_context, cfg.stack, saved.model.feat_dim)
+        o = LcOnnxStream(onnx_path)
         t0 = time.perf_counter()
         oparts = [o.accept(raw[i : i + piece]) for i in range(0, len(raw), piece)] + [o.finish()]
         ocompute += time.perf_counter() - t0
@@ -69,6 +77,67 @@ def stream_check(saved, feats_scp: Path, n: int, onnx_path: Path, piece: int = 1
     }
 
 
+def bundle_check(saved, bundle: Path, data: Path, set_: str, n: int, chunk_ms: int) -> dict:
+    """The bundle's streamed int8 log-probs against the PyTorch model's whole-utterance ones on ``n`` utterances."""
+    from asrlib.export.streaming import StreamingRecognizer, compute_fbank
+
+    rec = StreamingRecognizer(bundle)
+    rows = read_table(data / set_ / "wav.scp")[:n]
+    diffs, agree, frames = [], 0, 0
+    for _, path in rows:
+        x = read_wav(path, rec.bundle.sample_rate)
+        s = rec.new_stream()
+        step = rec.bundle.sample_rate * chunk_ms // 1000
+        for i in range(0, len(x), step):
+            s.accept_waveform(rec.bundle.sample_rate, x[i : i + step])
+        s.finish()
+        got = s.all_logprobs()
+        whole = saved.log_probs(compute_fbank(x, rec.bundle.sample_rate, rec.bundle.feat_dim))
+        if got.shape != whole.shape:
+            raise SystemExit(f"{path}: the bundle gave {got.shape} log-probs, PyTorch {whole.shape}")
+        diffs.append(float(np.abs(got - whole).max()))
+        agree += int((got.argmax(1) == whole.argmax(1)).sum())
+        frames += len(got)
+    return {"utts": len(rows), "int8_max_abs_diff": max(diffs), "int8_best_token_agreement": round(agree / frames, 4)}
+
+
+def bundle_wer(bundle: Path, data: Path, set_: str, limit: int, chunk_ms: int) -> dict:
+    """%WER of the bundle on ``set_`` (its first ``limit`` utterances when > 0): streaming (plain and endpointed)
+    and sherpa-onnx; the plain stream's RTF on 1 thread."""
+    from asrlib.export.bundle import SherpaRecognizer
+    from asrlib.export.streaming import EndpointRules, StreamingRecognizer
+    from asrlib.score import score
+
+    refs = dict(read_table(data / set_ / "text"))
+    rows = [(k, p) for k, p in read_table(data / set_ / "wav.scp") if k in refs]
+    rows = rows[:limit] if limit > 0 else rows
+    plain = StreamingRecognizer(bundle)
+    recs = {
+        "stream": plain,
+        "stream_endpoint": StreamingRecognizer(
+            bundle, endpoint=EndpointRules.of_bundle(plain.bundle, even_if_off=True)
+        ),
+    }
+    hyps = {name: {} for name in (*recs, "sherpa")}
+    sherpa = SherpaRecognizer(bundle)
+    sr, audio, compute = plain.bundle.sample_rate, 0.0, 0.0
+    step = sr * chunk_ms // 1000
+    for k, path in rows:
+        x = read_wav(path, sr)
+        audio += len(x) / sr
+        for name, rec in recs.items():
+            t0 = time.perf_counter()
+            s = rec.new_stream()
+            for i in range(0, len(x), step):
+                s.accept_waveform(sr, x[i : i + step])
+            hyps[name][k] = " ".join(s.finish())
+            if name == "stream":
+                compute += time.perf_counter() - t0
+        hyps["sherpa"][k] = " ".join(sherpa.recognize(x, sr))
+    out = {f"wer_{name}": round(score({k: refs[k] for k, _ in rows}, h).wer, 2) for name, h in hyps.items()}
+    return {"utts": len(rows), **out, "stream_rtf_1thread": round(compute / audio, 4)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp", nargs="+", required=True, type=Path)
@@ -77,10 +146,15 @@ def main(argv=None) -> int:
     p.add_argument("--utts", type=int, default=20)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path)
+    p.add_argument("--bundles", nargs="+", type=Path, help="a mobile bundle per --exp (module docstring)")
+    p.add_argument("--wer-sets", nargs="+", default=None, help="sets the bundles are scored on (default: --set)")
+    p.add_argument("--chunk-ms", type=int, default=320, help="audio per call of the streaming recogniser")
     a = p.parse_args(argv)
+    if a.bundles and len(a.bundles) != len(a.exp):
+        p.error("--bundles needs one bundle per --exp")
     torch.set_num_threads(1)
     rows = []
-    for e in a.exp:
+    for j, e in enumerate(a.exp):
         saved = load_model(e / "final.pt")
         cfg = saved.model.cfg
         row = {
@@ -97,6 +171,13 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 n = 3 if a.quick else a.utts
                 row["stream"] = stream_check(saved, a.data / "fbank" / a.set / "feats.scp", n, Path(tmp) / "lc.onnx")
+        if a.bundles:
+            n = 3 if a.quick else a.utts
+            row["bundle"] = {"dir": str(a.bundles[j])}
+            row["bundle"].update(bundle_check(saved, a.bundles[j], a.data, a.set, n, a.chunk_ms))
+            for ws in a.wer_sets or [a.set]:
+                row["bundle"][ws] = bundle_wer(a.bundles[j], a.data, ws, 8 if a.quick else 0, a.chunk_ms)
+            print(f"{e}: bundle {json.dumps(row['bundle'])}", file=sys.stderr)
         rows.append(row)
         lat = row["latency_ms"]["total"] if row["latency_ms"] else None
         st = row.get("stream", {})
@@ -115,6 +196,10 @@ def main(argv=None) -> int:
         "dev_tlg_mean": round(statistics.mean(devs), 2) if devs else None,
         "test_tlg_mean": round(statistics.mean(tests), 2) if tests else None,
     }
+    for ws in (a.wer_sets or [a.set]) if a.bundles else []:
+        for key in ("wer_stream", "wer_stream_endpoint", "wer_sherpa", "stream_rtf_1thread"):
+            vals = [r["bundle"][ws][key] for r in rows]
+            summary[f"bundle_{ws}_{key}_mean"] = round(statistics.mean(vals), 4 if "rtf" in key else 2)
     if a.out:
         a.out.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))

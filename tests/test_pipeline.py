@@ -38,7 +38,8 @@ def test_steps_run_in_an_order_that_respects_every_input(config, snakefile):
     wanted = {"prepare_data", "fbank_train", "cmvn", "lang", "train_model", "results"}
     assert wanted <= set(names)
     assert ("train_mono" in names) == (cfg.train.init == "ce")
-    assert ("export_mobile" in names) == (not cfg.model.bidirectional)
+    # stage 7 for every model that streams: unidirectional, or a latency-controlled BLSTM (model.chunk_frames)
+    assert ("export_mobile" in names) == (not cfg.model.bidirectional or cfg.model.chunk_frames > 0)
     jobs = [n for n in names if n.startswith("fbank_train_job")]  # the Snakefile: one step per feature job
     assert len(jobs) == (cfg.features.nj if snakefile else 0)
 

@@ -191,43 +191,50 @@ def _refuse_local_cmn(why: str) -> None:
 
 def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
     """An LC-BLSTM's bundle (:mod:`asrlib.export.lc_onnx`): the chunk model (streaming) and the whole-utterance
-    model (sherpa-onnx's offline contract), fp32 verified against PyTorch, then int8. Not compressed: the low-rank
-    step factors unidirectional layers only, and pruning's fine-tuning is not run for it (export.json says so)."""
+    model (sherpa-onnx's offline contract) of the trained model and of its pruned copy (magnitude pruning and
+    fine-tuning as for any model; no low rank: it factors unidirectional layers only), fp32 verified against
+    PyTorch, then int8; the bundle's network chosen on dev as ``export.bundle_model`` says (:func:`choose_bundle_model`
+    on the whole-utterance int8 models)."""
     from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc
     from asrlib.models.latency import latency_parts_ms
 
-    if cfg.export.bundle_model == "pruned":
-        raise AsrError("export.bundle_model: pruned: an LC-BLSTM is exported uncompressed (use int8 or auto)")
-    core = LcExport(saved.model, saved.cmvn_mean, saved.cmvn_inv_std).fold_search(*search)
-    torch.set_num_threads(1)
-    paths, report = {}, {"params": {"baseline": count_parameters(saved.model)}, "compression": "none (LC-BLSTM)"}
-    for sig, tag in (("chunk", "baseline.streaming"), ("whole", "baseline")):
-        paths[sig] = export_lc(core, out / f"{tag}.fp32.onnx", sig, sample_rate=sr)
-    report["max_abs_diff_vs_torch"] = verify_lc(
-        paths["chunk"], paths["whole"], saved.model, saved.cmvn_mean, saved.cmvn_inv_std
-    )
-    files = dict(paths)
-    for sig, tag in (("chunk", "baseline.streaming"), ("whole", "baseline")):
-        files[sig + "8"] = out / f"{tag}.int8.onnx"
-        q = quantize_int8(paths[sig], files[sig + "8"], per_channel=cfg.export.per_channel)
-        report[f"int8_ops_{sig}"] = q
-    report["files"] = {p.name: file_sizes(p) for p in files.values()}
-    report["dev_wer_int8"] = {
-        "int8": dev_wer(
-            files["whole8"],
-            a.feats_dir / a.dev_set / "feats.scp",
-            a.data_dir / a.dev_set / "text",
-            a.lang_dir,
+    if cfg.export.rank_ratio > 0:
+        log.info(
+            "LC-BLSTM: no low-rank step (export.rank_ratio %s is for unidirectional layers)", cfg.export.rank_ratio
         )
+    ex = dataclasses.replace(cfg.export, rank_ratio=0.0)
+    pruned = prune.load_compressed(compress(a, dataclasses.replace(cfg, export=ex), out))
+    torch.set_num_threads(1)
+    report: dict = {
+        "params": {
+            "baseline": count_parameters(saved.model),
+            "pruned": count_parameters(pruned.model),
+            "pruned_nonzero": prune.count_nonzero_parameters(pruned.model),
+        },
+        "sparsity": prune.sparsity_of(pruned.model),
+        "files": {},
+        "max_abs_diff_vs_torch": {},
     }
-    log.info(
-        "LC-BLSTM int8 whole-utterance model: dev %%WER %.2f at sherpa-onnx's search", report["dev_wer_int8"]["int8"]
+    for name, s in (("baseline", saved), ("pruned", pruned)):
+        core = LcExport(s.model, s.cmvn_mean, s.cmvn_inv_std).fold_search(*search)
+        paths = {sig: export_lc(core, out / f"{tag}.fp32.onnx", sig, sample_rate=sr) for sig, tag in _lc_tags(name)}
+        report["max_abs_diff_vs_torch"][name] = verify_lc(
+            paths["chunk"], paths["whole"], s.model, s.cmvn_mean, s.cmvn_inv_std
+        )
+        for sig, tag in _lc_tags(name):
+            q = quantize_int8(paths[sig], out / f"{tag}.int8.onnx", per_channel=cfg.export.per_channel)
+            report[f"int8_ops_{name}" + ("_chunk" if sig == "chunk" else "")] = q
+            for prec in ("fp32", "int8"):
+                report["files"][f"{tag}.{prec}.onnx"] = file_sizes(out / f"{tag}.{prec}.onnx")
+    choice, report["dev_wer_int8"] = choose_bundle_model(
+        ex, out, a.feats_dir / a.dev_set / "feats.scp", a.data_dir / a.dev_set / "text", a.lang_dir
     )
+    tag = FILE_TAG[choice]
     mc = saved.model.cfg
     bundle = write_bundle(
         out / "bundle",
-        files["whole8"],
-        files["chunk8"],
+        out / f"{tag}.int8.onnx",
+        out / f"{tag}.streaming.int8.onnx",
         a.lang_dir,
         feat_dim=saved.model.feat_dim,
         subsampling=saved.model.stack,
@@ -238,8 +245,8 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
             if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
         },
         extra={
-            "model": "int8",
-            "compression": {"rank_ratio": 0.0, "sparsity": 0.0},
+            "model": choice,
+            "compression": {"rank_ratio": 0.0, "sparsity": report["sparsity"] if choice == "pruned" else 0.0},
             "streaming": {
                 "chunk_ms": cfg.export.chunk_ms,
                 "lc_blstm": {
@@ -252,10 +259,15 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
     )
     report["bundle"] = {
         "dir": str(bundle.dir),
-        "model": "int8",
+        "model": choice,
         "bytes": sum(f["bytes"] for f in bundle.info["files"].values()),
     }
     write_json(out / "export.json", report)
+
+
+def _lc_tags(name: str):
+    """(signature, file prefix) of an LC-BLSTM's two ONNX models."""
+    return (("chunk", f"{name}.streaming"), ("whole", name))
 
 
 def main(argv=None):

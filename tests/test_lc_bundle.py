@@ -74,7 +74,7 @@ def _quiet_main(main, argv):
 @pytest.fixture(scope="module")
 def lc_bundle(tmp_path_factory):
     """An LC-BLSTM (chunks of 3 output frames, 2 of right context) trained on the tone task, through the real
-    ``steps.export_mobile`` (with a folded search)."""
+    ``steps.export_mobile`` (a folded search; pruning with a fine-tuning epoch, low rank asked for but skipped)."""
     from steps import export_mobile, train
 
     tm = tone_model(tmp_path_factory)
@@ -84,6 +84,7 @@ def lc_bundle(tmp_path_factory):
         cfg = yaml.safe_load((tm.root / "config.yaml").read_text())
         cfg["model"].update(bidirectional=True, proj_size=0, chunk_frames=3, right_context=2, hidden_size=24)
         cfg["decode"] = {"acoustic_scale": 1.5, "blank_penalty": 0.5}
+        cfg["export"] = {"rank_ratio": 0.25, "sparsity": 0.3, "finetune_epochs": 1, "finetune_lr": 0.002, "fp16": False}
         root.mkdir(parents=True, exist_ok=True)
         (root / "config.yaml").write_text(yaml.safe_dump(cfg))
         common = ["--config", str(root / "config.yaml"), "--data-dir", str(tm.data), "--feats-dir", str(tm.fbank)]
@@ -104,7 +105,11 @@ def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
     info = json.loads((out / "bundle" / "bundle.json").read_text())
     assert info["streaming"]["lc_blstm"]["chunk_frames"] == 3 and info["streaming"]["lc_blstm"]["right_context"] == 2
     report = json.loads((out / "export.json").read_text())
-    assert report["max_abs_diff_vs_torch"] < 1e-4 and report["int8_ops_chunk"]["float_matmuls"] == []
+    assert max(report["max_abs_diff_vs_torch"].values()) < 1e-4  # fp32 chunk and whole models, trained and pruned
+    assert report["int8_ops_pruned_chunk"]["float_matmuls"] == [] and report["int8_ops_pruned"]["float_matmuls"] == []
+    assert abs(report["sparsity"] - 0.3) < 0.01 and report["params"]["pruned"] == report["params"]["baseline"]
+    wers = report["dev_wer_int8"]  # no low rank for an LC-BLSTM; pruned (fine-tuned) chosen on dev, as any model
+    assert info["model"] == ("pruned" if wers["pruned"] <= wers["int8"] + 0.3 else "int8") == report["bundle"]["model"]
     rec = StreamingRecognizer(out / "bundle")
     assert rec.acoustic_scale == 1.5 and rec.blank_penalty == 0.5
     refs = read_texts(tm.data / "test" / "text")

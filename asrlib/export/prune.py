@@ -96,7 +96,12 @@ def low_rank_factorize(
 ) -> List[Optional[int]]:
     """Replace layer input matrices by rank-r bottlenecks in place; returns the rank per layer (None = kept).
 
-    ``ranks`` (from a saved model) overrides ``rank_ratio``. A layer that already has a bottleneck is skipped."""
+    ``ranks`` (from a saved model) overrides ``rank_ratio``. A layer that already has a bottleneck is skipped.
+    ``rank_ratio`` 0 and no ``ranks``: nothing to do, for any layer type (an LC-BLSTM's too)."""
+    if ranks is None and rank_ratio <= 0:
+        return [layer.proj.out_features if isinstance(layer, BottleneckLayer) else None for layer in model.layers]
+    if ranks is not None and all(r is None for r in ranks):
+        return list(ranks)
     out: List[Optional[int]] = []
     for i, layer in enumerate(model.layers):
         if isinstance(layer, BottleneckLayer):

@@ -266,12 +266,13 @@ class _OnnxStream(_StackedStream):
 
 class OnnxBundleBackend:
     """A mobile bundle (``steps.export_mobile``): ``model.streaming.int8.onnx`` run with ONNX Runtime, its LSTM
-    state carried from chunk to chunk (the same network sherpa-onnx runs from ``model.int8.onnx``), on the CPU:
+    state carried from chunk to chunk (the same network sherpa-onnx runs from ``model.int8.onnx``; an LC-BLSTM's
+    chunk model runs window by window, :class:`asrlib.export.runtime.LcChunkOnnxModel`), on the CPU:
     ``device`` may be auto or cpu (an int8 phone model has no CUDA path here)."""
 
     def __init__(self, bundle_dir: Path, num_threads: int = 1, device: str = "auto") -> None:
         from asrlib.export.bundle import check_bundle
-        from asrlib.export.runtime import StreamingOnnxModel
+        from asrlib.export.runtime import LcChunkOnnxModel, open_streaming_model
 
         if device not in ("auto", "cpu"):
             raise AsrError(
@@ -281,21 +282,24 @@ class OnnxBundleBackend:
 
         self.bundle = check_bundle(bundle_dir, verify=False)  # open_model_dir has verified the files
         self.num_mel_bins, self.subsampling = self.bundle.feat_dim, self.bundle.subsampling
-        self.model = StreamingOnnxModel(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
+        self.model = open_streaming_model(self.bundle.path("model.streaming.int8.onnx"), self.num_mel_bins, num_threads)
         self.vocab_size = self.model.vocab_size
-        self.causal = True
+        # an LC-BLSTM's chunk model: its output lags by up to a chunk and its right context (as _LcStream's)
+        self.lc = isinstance(self.model, LcChunkOnnxModel)
+        self.causal = not self.lc
         self.endpoint_calls = OFFLINE_CHEAP_CALLS  # ONNX Runtime: a call costs as much as ~4 output frames
 
     def stream(self) -> AcousticStream:
-        return _OnnxStream(self)
+        return self.model.stream() if self.lc else _OnnxStream(self)  # the chunk model's stream: accept, finish
 
     def describe(self) -> Dict[str, object]:
         m, files = self.model, self.bundle.info.get("files", {})
+        shape = {"chunk_frames": m.n, "right_context": m.m} if self.lc else {"state_dim": m.state_dim}
         return {
             "engine": "onnxruntime (int8)",
-            "layers": m.num_layers,
-            "state_dim": m.state_dim,
-            "cell_dim": m.hidden,
+            "layers": m.state_shapes[0][0] if self.lc else m.num_layers,
+            **shape,
+            "cell_dim": m.state_shapes[1][2] if self.lc else m.hidden,
             "vocab_size": m.vocab_size,
             "bundle_bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
             **{k: v for k, v in self.bundle.info.items() if k in ("compression", "streaming")},

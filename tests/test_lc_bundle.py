@@ -104,6 +104,8 @@ def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
     tm, out = lc_bundle
     info = json.loads((out / "bundle" / "bundle.json").read_text())
     assert info["streaming"]["lc_blstm"]["chunk_frames"] == 3 and info["streaming"]["lc_blstm"]["right_context"] == 2
+    readme = (out / "bundle" / "README.md").read_text()  # says how to call the chunk model, not an LSTM's
+    assert "`valid` (1,)" in readme and "window of 15 fbank" in readme and "No look-ahead" not in readme
     report = json.loads((out / "export.json").read_text())
     assert max(report["max_abs_diff_vs_torch"].values()) < 1e-4  # fp32 chunk and whole models, trained and pruned
     assert report["int8_ops_pruned_chunk"]["float_matmuls"] == [] and report["int8_ops_pruned"]["float_matmuls"] == []

@@ -110,10 +110,15 @@ def write_bundle(
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
-    online_cmn = ONLINE_CMN_STATE[0] in _input_names(out / "model.streaming.int8.onnx")  # features.cmvn: online
+    names = _input_names(out / "model.streaming.int8.onnx")
+    online_cmn = ONLINE_CMN_STATE[0] in names  # features.cmvn: online
+    lc = None
+    if names == LC_SIGNATURE:  # a latency-controlled BLSTM's chunk model: its chunk and right context
+        meta = {p.key: p.value for p in _load_onnx(out / "model.streaming.int8.onnx").metadata_props}
+        lc = (int(meta["chunk_frames"]), int(meta["right_context"]))
     dec = decode or {}
     search = (float(dec.get("acoustic_scale", 1.0)), float(dec.get("blank_penalty", 0.0)))
-    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search))
+    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search, lc))
     files = {
         name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
         for name in (*REQUIRED, *OPTIONAL, "README.md")
@@ -315,6 +320,7 @@ def bundle_readme(
     sample_rate: int,
     online_cmn: bool = False,
     search: Tuple[float, float] = (1.0, 0.0),
+    lc: Optional[Tuple[int, int]] = None,
 ) -> str:
     cmvn = (
         "No CMVN at runtime: it is part of the model (the training set's mean and variance,\nthen the "
@@ -332,6 +338,23 @@ def bundle_readme(
     )
     zeros = ", `cmn_sum`, `cmn_count`" if online_cmn else ""
     scale, penalty = search
+    if lc is None:
+        model = (
+            f"The streaming model takes `x` (N, T, {feat_dim}) with T a multiple of {subsampling}, and the state `h` "
+            f"(L, N, P), `c`\n(L, N, H){state}. No look-ahead: a unidirectional LSTM."
+        )
+    else:
+        n, m = lc
+        w = (n + m) * subsampling
+        model = (
+            f"The streaming model is a latency-controlled BLSTM's chunk model, one call per window of {w} fbank "
+            f"frames (a chunk of\n{n} output frames and {m} of right context): `x` (1, {w}, {feat_dim}) raw fbank "
+            f"(zeros past the input's end), `valid` (1,)\nint64 the window's real stacked frames ({n + m} but at the "
+            f"end), `h`, `c` (L, 1, H) the forward state after the previous\nchunk (zeros at the start); it returns "
+            f"`log_probs` (1, {n}, V) (the first min({n}, valid) real), `h_out`, `c_out`. The next\nwindow starts "
+            f"{n * subsampling} frames later. Look-ahead: {m} output frames ({m * subsampling * 10} ms) past the "
+            f"chunk.\n`model.int8.onnx` runs the same windows in one call (a Scan over them)."
+        )
     output = (
         "`log_probs` holds the CTC log-probabilities (log-softmax) of each output frame."
         if (scale, penalty) == (1.0, 0.0)
@@ -385,8 +408,7 @@ for chunk in chunks:                       # float32 samples at {sample_rate} Hz
     print(stream.partial())                # words so far
 print(stream.finish())                     # final words; identical to whole-utterance decoding
 ```
-The streaming model takes `x` (N, T, {feat_dim}) with T a multiple of {subsampling}, and the state `h` (L, N, P), `c`
-(L, N, H){state}. No look-ahead: a unidirectional LSTM.
+{model}
 
 ## Long recordings (minutes to hours)
 The model was trained on utterances of seconds: cut a long input into segments at its pauses and start each from a

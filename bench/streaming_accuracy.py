@@ -14,8 +14,9 @@ path on 1 thread. ``--quick`` (< 1 min): 3 utterances. Prints a table and ends w
 bundle's int8 networks too. On ``--utts`` utterances, its streaming recogniser's log-probs (int8 chunk model, audio fed
 in ``--chunk-ms`` pieces) against the PyTorch model's whole-utterance ones (largest difference, share of frames with
 the same best token); on each ``--wer-sets`` set (``--data``/<set>/wav.scp and text; ``--quick``: its first 8
-utterances), the %WER of the streaming recogniser (plain, and with the bundle's endpoint rules) and of sherpa-onnx's
-offline recogniser on the bundle's whole-utterance model, and the streaming recogniser's real-time factor on 1 thread
+utterances), the %WER of the streaming recogniser (plain, and with the bundle's endpoint rules), of sherpa-onnx's
+offline recogniser on the bundle's whole-utterance model and, for an LC bundle, of sherpa-onnx's streaming one
+(:mod:`asrlib.export.sherpa_online`, same audio pieces), and the streaming recogniser's real-time factor on 1 thread
 (processing time of the streams over the audio's duration).
 """
 
@@ -104,7 +105,7 @@ def bundle_check(saved, bundle: Path, data: Path, set_: str, n: int, chunk_ms: i
 def bundle_wer(bundle: Path, data: Path, set_: str, limit: int, chunk_ms: int) -> dict:
     """%WER of the bundle on ``set_`` (its first ``limit`` utterances when > 0): streaming (plain and endpointed)
     and sherpa-onnx; the plain stream's RTF on 1 thread."""
-    from asrlib.export.bundle import SherpaRecognizer
+    from asrlib.export.bundle import SHERPA_ONLINE, SherpaRecognizer
     from asrlib.export.streaming import EndpointRules, StreamingRecognizer
     from asrlib.score import score
 
@@ -119,7 +120,11 @@ def bundle_wer(bundle: Path, data: Path, set_: str, limit: int, chunk_ms: int) -
         ),
     }
     hyps = {name: {} for name in (*recs, "sherpa")}
-    sherpa = SherpaRecognizer(bundle)
+    sherpa, online = SherpaRecognizer(bundle), None
+    if (bundle / SHERPA_ONLINE).is_file():  # an LC bundle: sherpa-onnx's streaming recogniser too
+        from asrlib.export.sherpa_online import SherpaOnlineRecognizer
+
+        online, hyps["sherpa_online"] = SherpaOnlineRecognizer(bundle), {}
     sr, audio, compute = plain.bundle.sample_rate, 0.0, 0.0
     step = sr * chunk_ms // 1000
     for k, path in rows:
@@ -134,6 +139,8 @@ def bundle_wer(bundle: Path, data: Path, set_: str, limit: int, chunk_ms: int) -
             if name == "stream":
                 compute += time.perf_counter() - t0
         hyps["sherpa"][k] = " ".join(sherpa.recognize(x, sr))
+        if online is not None:
+            hyps["sherpa_online"][k] = " ".join(online.recognize(x, sr, step))
     out = {f"wer_{name}": round(score({k: refs[k] for k, _ in rows}, h).wer, 2) for name, h in hyps.items()}
     return {"utts": len(rows), **out, "stream_rtf_1thread": round(compute / audio, 4)}
 
@@ -197,8 +204,10 @@ def main(argv=None) -> int:
         "test_tlg_mean": round(statistics.mean(tests), 2) if tests else None,
     }
     for ws in (a.wer_sets or [a.set]) if a.bundles else []:
-        for key in ("wer_stream", "wer_stream_endpoint", "wer_sherpa", "stream_rtf_1thread"):
-            vals = [r["bundle"][ws][key] for r in rows]
+        for key in ("wer_stream", "wer_stream_endpoint", "wer_sherpa", "wer_sherpa_online", "stream_rtf_1thread"):
+            vals = [r["bundle"][ws][key] for r in rows if key in r["bundle"][ws]]
+            if not vals:
+                continue
             summary[f"bundle_{ws}_{key}_mean"] = round(statistics.mean(vals), 4 if "rtf" in key else 2)
     if a.out:
         a.out.write_text(json.dumps(summary, indent=1) + "\n")

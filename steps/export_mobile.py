@@ -195,7 +195,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
     fine-tuning as for any model; no low rank: it factors unidirectional layers only), fp32 verified against
     PyTorch, then int8; the bundle's network chosen on dev as ``export.bundle_model`` says (:func:`choose_bundle_model`
     on the whole-utterance int8 models)."""
-    from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc
+    from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc, verify_sherpa_online
     from asrlib.models.latency import latency_parts_ms
 
     if cfg.export.rank_ratio > 0:
@@ -230,6 +230,11 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         ex, out, a.feats_dir / a.dev_set / "feats.scp", a.data_dir / a.dev_set / "text", a.lang_dir
     )
     tag = FILE_TAG[choice]
+    chosen = saved if choice == "int8" else pruned  # sherpa-onnx's streaming form of the bundle's network
+    core = LcExport(chosen.model, chosen.cmvn_mean, chosen.cmvn_inv_std).fold_search(*search)
+    online = export_lc(core, out / f"{tag}.sherpa_online.fp32.onnx", "sherpa_online", sample_rate=sr)
+    report["max_abs_diff_sherpa_online_vs_chunk"] = verify_sherpa_online(online, out / f"{tag}.streaming.fp32.onnx")
+    quantize_int8(online, out / f"{tag}.sherpa_online.int8.onnx", per_channel=cfg.export.per_channel)
     mc = saved.model.cfg
     bundle = write_bundle(
         out / "bundle",
@@ -256,6 +261,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
                 },
             },
         },
+        sherpa_online_int8=out / f"{tag}.sherpa_online.int8.onnx",
     )
     report["bundle"] = {
         "dir": str(bundle.dir),

@@ -1,6 +1,6 @@
 """Recognise audio files with a mobile bundle: asrlib's streaming recogniser or sherpa-onnx (the on-device engine).
 
-    python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa] \
+    python -m steps.recognize_mobile --bundle exp/lstm_ctc/mobile/bundle [--engine streaming|sherpa|sherpa-streaming] \
         [--chunk-ms MS] [--endpoint [--segment-min-silence S] [--segment-pad S] [--segment-max-seconds S]] \
         [--num-threads 1] [--format text|jsonl|srt|vtt] (--wav-scp data/test/wav.scp | a.wav b.wav ...) [-o hyp.txt]
 
@@ -65,7 +65,12 @@ def peak_rss_mb() -> float:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", type=Path, required=True)
-    p.add_argument("--engine", choices=("streaming", "sherpa"), default="streaming")
+    p.add_argument(
+        "--engine",
+        choices=("streaming", "sherpa", "sherpa-streaming"),
+        default="streaming",
+        help="sherpa-streaming: sherpa-onnx's OnlineRecognizer on an LC-BLSTM bundle (asrlib.export.sherpa_online)",
+    )
     p.add_argument(
         "--chunk-ms",
         type=int,
@@ -128,7 +133,18 @@ def main(argv=None):
     subtitles_dir = subtitles_dir_for(a.format, a.output, len(items))
     from asrlib.export.bundle import SherpaRecognizer, read_wav, read_wav_blocks
 
-    if a.engine == "sherpa":
+    if a.engine == "sherpa-streaming":
+        from asrlib.export.sherpa_online import SherpaOnlineRecognizer
+
+        online = SherpaOnlineRecognizer(a.bundle, num_threads=a.num_threads)
+        step = online.bundle.sample_rate * (a.chunk_ms if a.chunk_ms is not None else 320) // 1000
+
+        def run(key, path):
+            x = read_wav(path, online.bundle.sample_rate)
+            t0 = time.perf_counter()
+            words = online.recognize(x, online.bundle.sample_rate, step or None)
+            return {"text": " ".join(words)}, len(x), time.perf_counter() - t0
+    elif a.engine == "sherpa":
         rec = SherpaRecognizer(a.bundle, num_threads=a.num_threads)
         rate = rec.bundle.sample_rate
 

@@ -136,6 +136,25 @@ def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
     assert correct >= 3  # trained: the bundle really recognises
 
 
+def test_sherpa_onnx_streams_the_lc_bundle(lc_bundle):
+    """sherpa-onnx's streaming recogniser (OnlineRecognizer, the chunk model in its WeNet CTC contract, the bundle's
+    TLG): the model equals the chunk model window for window (fp32, checked by the export), and its words are the
+    same for any chunk size and those of whole-utterance decoding (its end: a tail of zeros, not a short window)."""
+    pytest.importorskip("sherpa_onnx")
+    from asrlib.export.sherpa_online import SherpaOnlineRecognizer
+
+    tm, out = lc_bundle
+    report = json.loads((out / "export.json").read_text())
+    assert report["max_abs_diff_sherpa_online_vs_chunk"] < 1e-4
+    rec = SherpaOnlineRecognizer(out / "bundle")
+    same = 0
+    for utt, x in utterance_audio(tm, "test")[:5]:
+        words = rec.recognize(x, SR, 160 * 7)
+        assert words == rec.recognize(x, SR, 4000) == rec.recognize(x, SR), utt
+        same += words == recognize_whole(out / "bundle", x, SR)[0]
+    assert same >= 4
+
+
 def test_lc_bundle_endpointing(lc_bundle):
     """Endpointing on an LC-BLSTM, whose output lags its input by up to a chunk and its right context: three test
     utterances with 1 s pauses give three segments, each with the words of its utterance recognised alone, the same

@@ -45,6 +45,7 @@ SHERPA_BEAM = 16.0  # kaldi-decoder FasterDecoderOptions default; sherpa-onnx do
 SHERPA_MAX_ACTIVE = 3000
 REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words.txt", "TLG.fst")
 OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of asrlib < 0.2 lack it)
+SHERPA_ONLINE = "model.sherpa-online.int8.onnx"  # an LC-BLSTM's chunk model for sherpa-onnx's OnlineRecognizer
 
 
 def sherpa_search(lang_dir: PathLike):
@@ -101,8 +102,11 @@ def write_bundle(
     sample_rate: int = 16000,
     decode: Optional[dict] = None,
     extra: Optional[dict] = None,
+    sherpa_online_int8: Optional[PathLike] = None,
 ) -> Bundle:
-    """Copy the models and the lang files into ``out_dir``, then write README.md and bundle.json (last)."""
+    """Copy the models and the lang files into ``out_dir``, then write README.md and bundle.json (last).
+    ``sherpa_online_int8``: an LC-BLSTM's chunk model in sherpa-onnx's streaming contract
+    (:mod:`asrlib.export.sherpa_online`), copied as :data:`SHERPA_ONLINE`."""
     out, lang = Path(out_dir), Path(lang_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bundle.json").unlink(missing_ok=True)  # an incomplete bundle has no bundle.json
@@ -110,6 +114,10 @@ def write_bundle(
     _copy(Path(streaming_int8), out / "model.streaming.int8.onnx")
     for name in ("tokens.txt", "words.txt", "TLG.fst", "lexicon.txt"):
         _copy(lang / name, out / name)
+    if sherpa_online_int8 is not None:
+        _copy(Path(sherpa_online_int8), out / SHERPA_ONLINE)
+    else:
+        (out / SHERPA_ONLINE).unlink(missing_ok=True)
     names = _input_names(out / "model.streaming.int8.onnx")
     online_cmn = ONLINE_CMN_STATE[0] in names  # features.cmvn: online
     lc = None
@@ -118,10 +126,16 @@ def write_bundle(
         lc = (int(meta["chunk_frames"]), int(meta["right_context"]))
     dec = decode or {}
     search = (float(dec.get("acoustic_scale", 1.0)), float(dec.get("blank_penalty", 0.0)))
-    write_text(out / "README.md", bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search, lc))
+    readme = bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search, lc)
+    if sherpa_online_int8 is not None:
+        from asrlib.export.sherpa_online import readme_section
+
+        readme += readme_section(lc[0] if lc else 0, sample_rate, feat_dim)
+    write_text(out / "README.md", readme)
+    extra_files = (SHERPA_ONLINE,) if sherpa_online_int8 is not None else ()
     files = {
         name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
-        for name in (*REQUIRED, *OPTIONAL, "README.md")
+        for name in (*REQUIRED, *OPTIONAL, *extra_files, "README.md")
     }
     info = {
         "format": BUNDLE_FORMAT,

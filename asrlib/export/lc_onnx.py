@@ -44,6 +44,7 @@ from asrlib.export.onnx_recurrence import lstm_node
 from asrlib.io.atomic import atomic_path
 
 MODEL_TYPE = "asrlib_lc_blstm_ctc"
+INT16_LOG_POWER = 2.0 * float(np.log(32768.0))  # fbank of samples in int16 range minus fbank of samples in [-1, 1]
 OPSET = 18
 
 
@@ -169,6 +170,21 @@ class LcExport(nn.Module):
         out = ys.transpose(0, 1).reshape(b, k * n, self.vocab_size)[:, :t_out]
         return self._fold(out), lens
 
+    def sherpa_online(self, x, offset, required_cache_size, attn_cache, conv_cache, attn_mask):
+        """The chunk model in sherpa-onnx's streaming WeNet CTC contract (module docstring): fbank of int16-range
+        samples (``2 ln 32768`` above ours), every window taken as real, the forward state (h, c) carried in the
+        convolution cache; offset, cache size, attention cache and mask are not used (the cache has length 0)."""
+        w = self.n + self.m
+        z = self._stacked(x - INT16_LOG_POWER)
+        valid = (
+            torch.full((1,), w, dtype=torch.int64) + 0 * offset.reshape(-1)[:1] * required_cache_size.reshape(-1)[:1]
+        )
+        hs = list(conv_cache[..., 0].split(1, 0))
+        cs = list(conv_cache[..., 1].split(1, 0))
+        out, hs, cs = self.window(z, valid, hs, cs)
+        out = out + 0.0 * attn_mask.to(out.dtype).sum()
+        return self._fold(out), attn_cache + 0.0, torch.stack([torch.cat(hs, 0), torch.cat(cs, 0)], dim=-1)
+
     def metadata(self, signature: str, sample_rate: int) -> Dict[str, str]:
         meta = {
             "model_type": MODEL_TYPE,
@@ -186,6 +202,15 @@ class LcExport(nn.Module):
             "streaming": str(int(signature == "chunk")),
             "cmvn": "folded",
         }
+        if signature == "sherpa_online":  # what sherpa-onnx's OnlineWenetCtcModel reads (module docstring)
+            meta.update(
+                head="1",
+                num_blocks=str(self.num_layers),
+                output_size=str(self.H),
+                cnn_module_kernel="3",
+                right_context=str((self.m + 1) * self.s - 1),
+                subsampling_factor=str(self.s),
+            )
         if (self.search_scale, self.search_penalty) != (1.0, 0.0):
             meta["search_acoustic_scale"] = repr(self.search_scale)
             meta["search_blank_penalty"] = repr(self.search_penalty)
@@ -204,6 +229,15 @@ def _unique_node_names(proto) -> None:
                 seen[node.name] = k + 1
                 if k:
                     node.name = f"{node.name}_{k}"
+
+
+class _SherpaOnline(nn.Module):
+    def __init__(self, core: LcExport):
+        super().__init__()
+        self.core = core
+
+    def forward(self, x, offset, required_cache_size, attn_cache, conv_cache, attn_mask):
+        return self.core.sherpa_online(x, offset, required_cache_size, attn_cache, conv_cache, attn_mask)
 
 
 class _Chunk(nn.Module):
@@ -229,6 +263,18 @@ def export_lc(core: LcExport, path: PathLike, signature: str = "chunk", sample_r
         module, dyn = _Chunk(core), None
         args = (torch.randn(1, w, core.feat_dim), torch.tensor([core.n + core.m]), h, c)
         names_in, names_out = ["x", "valid", "h", "c"], ["log_probs", "h_out", "c_out"]
+    elif signature == "sherpa_online":
+        module, dyn = _SherpaOnline(core), None
+        args = (
+            torch.randn(1, w, core.feat_dim),
+            torch.tensor([0]),
+            torch.tensor([0]),
+            torch.zeros(core.num_layers, 1, 0, 2 * core.H),  # (blocks, head, cache 0, 2 × output_size / head)
+            torch.zeros(core.num_layers, 1, core.H, 2),
+            torch.ones(1, 1, core.n, dtype=torch.bool),
+        )
+        names_in = ["chunk", "offset", "required_cache_size", "att_cache", "cnn_cache", "att_mask"]
+        names_out = ["output", "r_att_cache", "r_cnn_cache"]
     elif signature == "whole":
         t = 17 * core.s  # not a multiple of the chunk: nothing specialised to it
         module = core
@@ -237,7 +283,7 @@ def export_lc(core: LcExport, path: PathLike, signature: str = "chunk", sample_r
         dyn = {"x": {0: batch, 1: time_}, "x_lens": {0: batch}}
         names_in, names_out = ["x", "x_lens"], ["log_probs", "log_probs_len"]
     else:
-        raise ValueError(f"signature must be chunk or whole, not {signature!r}")
+        raise ValueError(f"signature must be chunk, whole or sherpa_online, not {signature!r}")
     quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
     levels = [lg.level for lg in quiet]
     for lg in quiet:
@@ -331,3 +377,40 @@ def verify_lc(
     if worst > tol:
         raise AsrError(f"{chunk}, {whole}: ONNX output differs from PyTorch by {worst:.2e} (> {tol:.0e})")
     return worst
+
+
+def verify_sherpa_online(online: PathLike, chunk: PathLike, tol: float = 1e-4, seed: int = 0) -> float:
+    """Max |difference| between the ``sherpa_online`` model (fbank shifted to int16 range, state in the convolution
+    cache) and the chunk model (every window real) over 3 windows of random frames, state carried; AsrError above
+    ``tol``."""
+    from asrlib.export.runtime import ort_session
+
+    so, sc = ort_session(online), ort_session(chunk)
+    ins = {i.name: i.shape for i in so.get_inputs()}
+    rng = np.random.default_rng(seed)
+    h, c = (np.zeros(sc.get_inputs()[2].shape, np.float32) for _ in "hc")
+    conv = np.zeros(ins["cnn_cache"], np.float32)
+    att = np.zeros(ins["att_cache"], np.float32)
+    worst = 0.0
+    for _ in range(3):
+        x = rng.normal(0, 3, ins["chunk"]).astype(np.float32)
+        ref, h, c = sc.run(None, {"x": x, "valid": np.array([ins["chunk"][1]], np.int64) // _stack(sc), "h": h, "c": c})
+        feeds = {
+            "chunk": x + np.float32(INT16_LOG_POWER),
+            "offset": np.zeros(1, np.int64),
+            "required_cache_size": np.zeros(1, np.int64),
+            "att_cache": att,
+            "cnn_cache": conv,
+            "att_mask": np.ones(ins["att_mask"], bool),
+        }
+        got, att, conv = so.run(None, feeds)
+        worst = max(worst, float(np.abs(got - ref).max()))
+    if worst > tol:
+        raise AsrError(f"{online}: differs from {chunk} by {worst:.2e} (> {tol:.0e})")
+    return worst
+
+
+def _stack(session) -> int:
+    from asrlib.export.runtime import model_metadata
+
+    return int(model_metadata(session)["subsampling"])

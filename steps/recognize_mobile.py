@@ -137,12 +137,13 @@ def main(argv=None):
         from asrlib.export.sherpa_online import SherpaOnlineRecognizer
 
         online = SherpaOnlineRecognizer(a.bundle, num_threads=a.num_threads)
-        step = online.bundle.sample_rate * (a.chunk_ms if a.chunk_ms is not None else 320) // 1000
+        rate = online.bundle.sample_rate
+        step = rate * (a.chunk_ms if a.chunk_ms is not None else 320) // 1000
 
         def run(key, path):
-            x = read_wav(path, online.bundle.sample_rate)
+            x = read_wav(path, rate)
             t0 = time.perf_counter()
-            words = online.recognize(x, online.bundle.sample_rate, step or None)
+            words = online.recognize(x, rate, step or None)
             return {"text": " ".join(words)}, len(x), time.perf_counter() - t0
     elif a.engine == "sherpa":
         rec = SherpaRecognizer(a.bundle, num_threads=a.num_threads)

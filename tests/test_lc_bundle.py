@@ -136,7 +136,7 @@ def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
     assert correct >= 3  # trained: the bundle really recognises
 
 
-def test_sherpa_onnx_streams_the_lc_bundle(lc_bundle):
+def test_sherpa_onnx_streams_the_lc_bundle(lc_bundle, tmp_path):
     """sherpa-onnx's streaming recogniser (OnlineRecognizer, the chunk model in its WeNet CTC contract, the bundle's
     TLG): the model equals the chunk model window for window (fp32, checked by the export), and its words are the
     same for any chunk size and those of whole-utterance decoding (its end: a tail of zeros, not a short window)."""
@@ -153,6 +153,19 @@ def test_sherpa_onnx_streams_the_lc_bundle(lc_bundle):
         assert words == rec.recognize(x, SR, 4000) == rec.recognize(x, SR), utt
         same += words == recognize_whole(out / "bundle", x, SR)[0]
     assert same >= 4
+    from steps import recognize_mobile  # the same engine from the command line, 320 ms pieces
+
+    hyp = tmp_path / "hyp.txt"
+    scp = tm.data / "test" / "wav.scp"
+    assert (
+        recognize_mobile.main(
+            ["--bundle", str(out / "bundle"), "--engine", "sherpa-streaming", "--wav-scp", str(scp), "-o", str(hyp)]
+        )
+        == 0
+    )
+    got = dict(line.split(" ", 1) if " " in line else (line, "") for line in hyp.read_text().splitlines())
+    for utt, x in utterance_audio(tm, "test"):
+        assert got[utt].strip() == " ".join(rec.recognize(x, SR, 5120)), utt
 
 
 def test_lc_bundle_endpointing(lc_bundle):

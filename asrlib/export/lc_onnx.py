@@ -17,6 +17,8 @@ graph search has no acoustic scale or blank penalty; the metadata says so and th
 * **whole** (``model.int8.onnx``: sherpa-onnx's ``zipformer2_ctc`` contract): ``x`` (B, T, F), ``x_lens`` (B,) →
   ``log_probs`` (B, T // S, V), ``log_probs_len``. The windows are cut in the graph and looped over by one ONNX ``Scan``
   that carries the forward states: the chunk model's arithmetic, call for call.
+* **sherpa_online** (``model.sherpa-online.int8.onnx``): the chunk model in the contract of sherpa-onnx's streaming
+  WeNet CTC model (:meth:`LcExport.sherpa_online`; the mapping: :mod:`asrlib.export.sherpa_online`).
 
 int8 (:func:`asrlib.export.quantize.quantize_int8`): the LSTM nodes become ``DynamicQuantizeLSTM`` (inside the Scan
 too), the output layer ``MatMulInteger``; activations are quantized per window, so the chunk model streamed and the

@@ -46,6 +46,7 @@ SHERPA_MAX_ACTIVE = 3000
 REQUIRED = ("model.int8.onnx", "model.streaming.int8.onnx", "tokens.txt", "words.txt", "TLG.fst")
 OPTIONAL = ("lexicon.txt",)  # word times in `asr transcribe BUNDLE` (bundles of asrlib < 0.2 lack it)
 SHERPA_ONLINE = "model.sherpa-online.int8.onnx"  # an LC-BLSTM's chunk model for sherpa-onnx's OnlineRecognizer
+SHERPA_ONLINE_TAIL_SECONDS = 0.5  # zeros after its input: the last window's right context (fixed, not tuned)
 
 
 def sherpa_search(lang_dir: PathLike):
@@ -128,9 +129,7 @@ def write_bundle(
     search = (float(dec.get("acoustic_scale", 1.0)), float(dec.get("blank_penalty", 0.0)))
     readme = bundle_readme(feat_dim, subsampling, sample_rate, online_cmn, search, lc)
     if sherpa_online_int8 is not None:
-        from asrlib.export.sherpa_online import readme_section
-
-        readme += readme_section(lc[0] if lc else 0, sample_rate, feat_dim)
+        readme += sherpa_online_readme(lc[0] if lc else 0, sample_rate, feat_dim)
     write_text(out / "README.md", readme)
     extra_files = (SHERPA_ONLINE,) if sherpa_online_int8 is not None else ()
     files = {
@@ -440,4 +439,27 @@ separate utterances to within 0.3 of its per-utterance WER, on five trained seed
 
 ## Labels
 `TLG.fst` input labels are token id + 1 (0 = epsilon, 1 = blank), output labels are word ids of `words.txt`.
+"""
+
+
+def sherpa_online_readme(chunk_frames: int, sample_rate: int, feat_dim: int) -> str:
+    """The bundle README's section on running :data:`asrlib.export.bundle.SHERPA_ONLINE` with sherpa-onnx."""
+    return f"""
+## Streaming with sherpa-onnx (`model.sherpa-online.int8.onnx`)
+The chunk model in sherpa-onnx's streaming WeNet CTC contract (its metadata gives the sizes; the forward LSTM state
+rides in the convolution cache). `OnlineRecognizer.from_wenet_ctc` has no graph option, so build the config:
+```python
+from sherpa_onnx.lib import _sherpa_onnx as so
+cfg = so.OnlineRecognizerConfig(
+    feat_config=so.FeatureExtractorConfig(sampling_rate={sample_rate}, feature_dim={feat_dim}),
+    model_config=so.OnlineModelConfig(wenet_ctc=so.OnlineWenetCtcModelConfig(
+        model="model.sherpa-online.int8.onnx", chunk_size={chunk_frames}, num_left_chunks=0),
+        tokens="tokens.txt", num_threads=1),
+    endpoint_config=so.EndpointConfig(), decoding_method="greedy_search",
+    ctc_fst_decoder_config=so.OnlineCtcFstDecoderConfig(graph="TLG.fst", max_active=3000))
+rec = so.OnlineRecognizer(cfg); s = rec.create_stream()
+# s.accept_waveform({sample_rate}, chunk) as audio comes, decoding while rec.is_ready(s); at the end feed
+# {SHERPA_ONLINE_TAIL_SECONDS} s of zeros (the last window's right context), s.input_finished(), decode, then
+# rec.get_result(s).words: word ids of words.txt
+```
 """

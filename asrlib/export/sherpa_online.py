@@ -23,8 +23,9 @@ from typing import List, Optional
 import numpy as np
 
 from asrlib.errors import AsrError, PathLike
+from asrlib.export.bundle import SHERPA_ONLINE_TAIL_SECONDS
 
-TAIL_SECONDS = 0.5  # zeros after the input: the last window's right context (fixed before measuring, not tuned)
+TAIL_SECONDS = SHERPA_ONLINE_TAIL_SECONDS
 
 
 class SherpaOnlineRecognizer:
@@ -82,26 +83,3 @@ class SherpaOnlineRecognizer:
                 raise AsrError(f"sherpa-onnx returned word id {w}, which is not in {self.bundle.path('words.txt')}")
             out.append(self.id2word[int(w)])
         return out
-
-
-def readme_section(chunk_frames: int, sample_rate: int, feat_dim: int) -> str:
-    """The bundle README's section on running :data:`asrlib.export.bundle.SHERPA_ONLINE` with sherpa-onnx."""
-    return f"""
-## Streaming with sherpa-onnx (`model.sherpa-online.int8.onnx`)
-The chunk model in sherpa-onnx's streaming WeNet CTC contract (its metadata gives the sizes; the forward LSTM state
-rides in the convolution cache). `OnlineRecognizer.from_wenet_ctc` has no graph option, so build the config:
-```python
-from sherpa_onnx.lib import _sherpa_onnx as so
-cfg = so.OnlineRecognizerConfig(
-    feat_config=so.FeatureExtractorConfig(sampling_rate={sample_rate}, feature_dim={feat_dim}),
-    model_config=so.OnlineModelConfig(wenet_ctc=so.OnlineWenetCtcModelConfig(
-        model="model.sherpa-online.int8.onnx", chunk_size={chunk_frames}, num_left_chunks=0),
-        tokens="tokens.txt", num_threads=1),
-    endpoint_config=so.EndpointConfig(), decoding_method="greedy_search",
-    ctc_fst_decoder_config=so.OnlineCtcFstDecoderConfig(graph="TLG.fst", max_active=3000))
-rec = so.OnlineRecognizer(cfg); s = rec.create_stream()
-# s.accept_waveform({sample_rate}, chunk) as audio comes, decoding while rec.is_ready(s); at the end feed
-# {TAIL_SECONDS} s of zeros (the last window's right context), s.input_finished(), decode, then
-# rec.get_result(s).words: word ids of words.txt
-```
-"""

@@ -238,6 +238,22 @@ def peer_pocketsphinx(d: dict) -> str:
     )
 
 
+def streaming_accuracy(d: dict) -> str:
+    """A recipe's streaming models over its seeds: torch TLG WER, then the bundle through each engine (means)."""
+    runs = d["runs"]
+    lat = runs[0]["latency_ms"]["total"] if runs and runs[0].get("latency_ms") else None
+    parts = [f"{len(runs)} seeds at {lat} ms: torch test TLG {d['test_tlg_mean']:.2f} %"]
+    for key, name in (
+        ("stream", "our streaming recogniser"),
+        ("sherpa", "sherpa-onnx"),
+        ("sherpa_online", "sherpa-onnx online"),
+    ):
+        v = d.get(f"bundle_test_wer_{key}_mean")
+        if v is not None:
+            parts.append(f"bundle via {name} {v:.2f} %")
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -248,6 +264,20 @@ class Result:
 
 RESULTS: List[Result] = [
     Result("mutation.json", "mutation.py", mutation),
+    Result(
+        "streaming_accuracy_an4_bundle.json",
+        "streaming_accuracy.py",
+        streaming_accuracy,
+        "python bench/streaming_accuracy.py --exp EXP... --data DATA --bundles BUNDLE... --wer-sets dev test "
+        "(bundles: stage 7 with export.sparsity=0)",
+    ),
+    Result(
+        "streaming_accuracy_an4_bundle_stage7.json",
+        "streaming_accuracy.py",
+        streaming_accuracy,
+        "python bench/streaming_accuracy.py --exp EXP... --data DATA --bundles BUNDLE... --wer-sets dev test "
+        "(bundles: stage 7 as configured)",
+    ),
     Result("peer_pocketsphinx_speechocean762.json", "peer_pocketsphinx.py", peer_pocketsphinx),
     Result(
         "slurm_e2e.json",

@@ -91,6 +91,20 @@ def test_offline_matches_torch_on_two_lengths(peephole_lowrank, plain):
         assert verify_onnx(path, m, mean, inv, lengths=(40, 301)) <= 1e-4
 
 
+def test_int8_lstm_nodes_declare_the_contrib_opset_beside_other_domains(lstm_nodes, tmp_path):
+    """DynamicQuantizeLSTM is a com.microsoft op: the int8 model imports that opset once, whatever other domains
+    (here one that sorts after it) the float model imports."""
+    import onnx
+
+    _, _, _, path, _, _ = next(iter(lstm_nodes.values()))
+    model = onnx.load(str(path))
+    model.opset_import.append(onnx.helper.make_opsetid("pkg.other", 1))
+    onnx.save(model, str(tmp_path / "extra.onnx"))
+    quantize_int8(tmp_path / "extra.onnx", tmp_path / "extra.int8.onnx")
+    domains = [o.domain for o in onnx.load(str(tmp_path / "extra.int8.onnx")).opset_import]
+    assert domains.count("com.microsoft") == 1 and "pkg.other" in domains
+
+
 def test_lstm_node_recurrences_match_torch(lstm_nodes):
     for rec, (m, mean, inv, path, spath, core) in lstm_nodes.items():
         assert verify_onnx(path, m, mean, inv, lengths=(40, 301)) <= 1e-4, rec

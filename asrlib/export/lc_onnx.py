@@ -28,10 +28,6 @@ whole model give the same int8 output. ``meta`` keys beyond :mod:`asrlib.export.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -43,11 +39,9 @@ from torch.nn import functional as F
 from asrlib.decode.search_scores import undo_search
 from asrlib.errors import AsrError, PathLike
 from asrlib.export.onnx_recurrence import lstm_node
-from asrlib.io.atomic import atomic_path
 
 MODEL_TYPE = "asrlib_lc_blstm_ctc"
 INT16_LOG_POWER = 2.0 * float(np.log(32768.0))  # fbank of samples in int16 range minus fbank of samples in [-1, 1]
-OPSET = 18
 
 
 def _onnx_layout(lstm: nn.LSTM) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -255,7 +249,7 @@ def export_lc(core: LcExport, path: PathLike, signature: str = "chunk", sample_r
     """Write ``core``'s ``chunk`` or ``whole`` signature (module docstring) to ``path``: one self-contained file."""
     import onnx
 
-    from asrlib.export.onnx_model import drop_unused_lstm_outputs, strip_debug_info
+    from asrlib.export.onnx_model import dynamo_onnx, save_onnx
     from torch.onnx import ops  # noqa: F401 - registers torch.ops.onnx_symbolic before tracing
 
     core = core.eval()
@@ -286,38 +280,14 @@ def export_lc(core: LcExport, path: PathLike, signature: str = "chunk", sample_r
         names_in, names_out = ["x", "x_lens"], ["log_probs", "log_probs_len"]
     else:
         raise ValueError(f"signature must be chunk, whole or sherpa_online, not {signature!r}")
-    quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
-    levels = [lg.level for lg in quiet]
-    for lg in quiet:
-        lg.setLevel(logging.ERROR)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        core.exporting = True
-        try:
-            prog = torch.onnx.export(
-                module,
-                args,
-                None,
-                dynamo=True,
-                input_names=names_in,
-                output_names=names_out,
-                dynamic_shapes=dyn,
-                opset_version=OPSET,
-                verbose=False,
-            )
-        finally:
-            core.exporting = False
-            for lg, lv in zip(quiet, levels):
-                lg.setLevel(lv)
-    proto = prog.model_proto
-    strip_debug_info(proto)
-    drop_unused_lstm_outputs(proto)
+    core.exporting = True
+    try:
+        proto = dynamo_onnx(module, args, names_in, names_out, dyn)
+    finally:
+        core.exporting = False
     _unique_node_names(proto)
     onnx.helper.set_model_props(proto, core.metadata(signature, sample_rate))
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        onnx.save_model(proto, str(tmp), save_as_external_data=False)
-    return path
+    return save_onnx(proto, path)
 
 
 def export_lc_onnx(model: nn.Module, cmvn_mean, cmvn_inv_std, path: PathLike) -> Path:

@@ -280,6 +280,46 @@ class ScanAcousticModel(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- export
+def dynamo_onnx(module: nn.Module, args: tuple, names_in: List[str], names_out: List[str], dyn: dict):
+    """``module`` exported by torch's dynamo exporter at :data:`OPSET` with its chatter silenced (loggers, warnings,
+    stdout), then without debug metadata and unread LSTM outputs: the ONNX ModelProto."""
+    quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            prog = torch.onnx.export(
+                module,
+                args,
+                None,
+                dynamo=True,
+                input_names=names_in,
+                output_names=names_out,
+                dynamic_shapes=dyn,
+                opset_version=OPSET,
+                verbose=False,
+            )
+        finally:
+            for lg, lv in zip(quiet, levels):
+                lg.setLevel(lv)
+    proto = prog.model_proto
+    strip_debug_info(proto)
+    drop_unused_lstm_outputs(proto)
+    return proto
+
+
+def save_onnx(proto, path: PathLike) -> Path:
+    """``proto`` written to ``path`` atomically, weights inside the file."""
+    import onnx
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        onnx.save_model(proto, str(tmp), save_as_external_data=False)
+    return path
+
+
 def strip_debug_info(model) -> None:
     """Remove the exporter's per-node debug metadata (Python stack traces with local paths, FX node text): about
     as many bytes as a small model's weights, and nothing a runtime uses."""
@@ -352,37 +392,13 @@ def export_onnx(m: ScanAcousticModel, path: PathLike, streaming: bool = False, s
         args = (x, torch.tensor([t, t - 4], dtype=torch.int64))
         names_in, names_out = ["x", "x_lens"], ["log_probs", "log_probs_len"]
         dyn = {"x": {0: batch, 1: time_}, "x_lens": {0: batch}}
-    quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
-    levels = [lg.level for lg in quiet]
-    for lg in quiet:
-        lg.setLevel(logging.ERROR)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        m._exporting = True
-        try:
-            prog = torch.onnx.export(
-                module,
-                args,
-                None,
-                dynamo=True,
-                input_names=names_in,
-                output_names=names_out,
-                dynamic_shapes=dyn,
-                opset_version=OPSET,
-                verbose=False,
-            )
-        finally:
-            m._exporting = False
-            for lg, lv in zip(quiet, levels):
-                lg.setLevel(lv)
-    proto = prog.model_proto
-    strip_debug_info(proto)
-    drop_unused_lstm_outputs(proto)
+    m._exporting = True
+    try:
+        proto = dynamo_onnx(module, args, names_in, names_out, dyn)
+    finally:
+        m._exporting = False
     onnx.helper.set_model_props(proto, m.metadata(sample_rate, streaming))
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        onnx.save_model(proto, str(tmp), save_as_external_data=False)
-    return path
+    return save_onnx(proto, path)
 
 
 # ---------------------------------------------------------------------------------------------- checks

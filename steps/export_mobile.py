@@ -145,6 +145,20 @@ EXPORTABLE_CMVN = ("global", "online")
 FILE_TAG = {"pruned": "pruned", "int8": "baseline"}  # export.bundle_model -> its files' prefix
 
 
+def bundle_decode(decode) -> dict:
+    """The recipe's ``decode`` settings a bundle carries: segmentation, and the search folded into the networks."""
+    return {
+        k: v
+        for k, v in dataclasses.asdict(decode).items()
+        if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
+    }
+
+
+def bundle_report(bundle, choice: str) -> dict:
+    """export.json's summary of the written bundle."""
+    return {"dir": str(bundle.dir), "model": choice, "bytes": sum(f["bytes"] for f in bundle.info["files"].values())}
+
+
 def dev_wer(model: Path, feats_scp: Path, text: Path, lang_dir: Path) -> float:
     """%WER of an offline ONNX model on a data set's raw features, TLG search at sherpa-onnx's settings over the
     model's output as it is (the recipe's acoustic scale and blank penalty folded in)."""
@@ -244,11 +258,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         feat_dim=saved.model.feat_dim,
         subsampling=saved.model.stack,
         sample_rate=sr,
-        decode={
-            k: v
-            for k, v in dataclasses.asdict(cfg.decode).items()
-            if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
-        },
+        decode=bundle_decode(cfg.decode),
         extra={
             "model": choice,
             "compression": {"rank_ratio": 0.0, "sparsity": report["sparsity"] if choice == "pruned" else 0.0},
@@ -263,11 +273,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         },
         sherpa_online_int8=out / f"{tag}.sherpa_online.int8.onnx",
     )
-    report["bundle"] = {
-        "dir": str(bundle.dir),
-        "model": choice,
-        "bytes": sum(f["bytes"] for f in bundle.info["files"].values()),
-    }
+    report["bundle"] = bundle_report(bundle, choice)
     write_json(out / "export.json", report)
 
 
@@ -393,18 +399,10 @@ def main(argv=None):
         feat_dim=pruned.model.feat_dim,
         subsampling=pruned.model.stack,
         sample_rate=sr,
-        decode={
-            k: v
-            for k, v in dataclasses.asdict(cfg.decode).items()
-            if k.startswith("segment") or k in ("acoustic_scale", "blank_penalty")
-        },
+        decode=bundle_decode(cfg.decode),
         extra={"model": choice, "compression": compression, "streaming": {"chunk_ms": cfg.export.chunk_ms}},
     )
-    report["bundle"] = {
-        "dir": str(bundle.dir),
-        "model": choice,
-        "bytes": sum(f["bytes"] for f in bundle.info["files"].values()),
-    }
+    report["bundle"] = bundle_report(bundle, choice)
     write_json(out / "export.json", report)
     mark_done(done, {"bundle": str(bundle.dir)}, fingerprint=fp)
     sizes = report["files"]

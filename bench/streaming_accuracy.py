@@ -18,6 +18,12 @@ utterances), the %WER of the streaming recogniser (plain, and with the bundle's 
 offline recogniser on the bundle's whole-utterance model and, for an LC bundle, of sherpa-onnx's streaming one
 (:mod:`asrlib.export.sherpa_online`, same audio pieces), and the streaming recogniser's real-time factor on 1 thread
 (processing time of the streams over the audio's duration).
+``--latency-sweep N:M ...`` (with ``--config``, the recipe's config for its TLG search, and ``--sweep-sets``): each
+LC-BLSTM of ``--exp`` decoded with chunks of N output frames and M frames of right context
+(:meth:`asrlib.models.lstm.StackedLstmAcousticModel.set_chunking`: the trained weights at another latency), TLG
+%WER per set and its mean over the runs against the algorithmic latency; ``--offline-table`` /
+``--offline-label`` (a recipe's results/*.json and a row label) add the offline model's mean as the reference
+line, and ``--plot`` draws WER against latency (PNG). ``--quick``: two settings, 8 dev utterances, the first run.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -145,6 +152,96 @@ def bundle_wer(bundle: Path, data: Path, set_: str, limit: int, chunk_ms: int) -
     return {"utts": len(rows), **out, "stream_rtf_1thread": round(compute / audio, 4)}
 
 
+def parse_settings(texts: List[str]) -> List[Tuple[int, int]]:
+    """``["4:0", "4:3"]`` -> [(4, 0), (4, 3)]: (chunk frames N, right-context frames M)."""
+    out = []
+    for t in texts:
+        try:
+            n, m = (int(x) for x in t.split(":"))
+        except ValueError:
+            raise SystemExit(f"--latency-sweep takes N:M pairs (chunk frames : right-context frames), not {t!r}")
+        out.append((n, m))
+    return out
+
+
+def offline_reference(table: Path, label: str, seeds: Optional[List[int]] = None) -> Dict[str, float]:
+    """The mean TLG %WER per set of the rows of a recipe's results table with ``label`` (and a seed of ``seeds``)."""
+    rows = [
+        r
+        for r in json.loads(table.read_text())["rows"]
+        if r["label"] == label and (not seeds or r.get("seed") in seeds)
+    ]
+    if not rows:
+        raise SystemExit(f"{table} has no row labelled {label!r}")
+    sets = {s for r in rows for s in r["wer"]}
+    return {
+        s: round(statistics.mean(r["wer"][s]["tlg"] for r in rows if "tlg" in r["wer"].get(s, {})), 2) for s in sets
+    }
+
+
+def latency_sweep(exps, data: Path, sets, settings, decode_cfg, limit: int) -> List[dict]:
+    """One row per (N, M): its latency, each run's TLG %WER per set and their mean; ``trained`` marks the setting the
+    runs were trained with (whose WER must be what the recipe's decode stage recorded)."""
+    from asrlib.score import score
+    from steps.decode import make_decoder
+
+    decoder = make_decoder("tlg", data / "lang", decode_cfg)
+    refs = {s: dict(read_table(data / s / "text")) for s in sets}
+    rows = {nm: {"chunk_frames": nm[0], "right_context": nm[1], "wer": {s: [] for s in sets}} for nm in settings}
+    for e in exps:
+        saved = load_model(e / "final.pt")
+        trained = (saved.model.cfg.chunk_frames, saved.model.cfg.right_context)
+        readers = {s: open_features(data / "fbank" / s / "feats.scp", saved.cmn) for s in sets}
+        for nm in settings:
+            saved.model.set_chunking(*nm)
+            row = rows[nm]
+            row["latency_ms"] = latency_parts_ms(saved.model.cfg)["total"]
+            row.setdefault("trained", []).append(nm == trained)
+            for s in sets:
+                keys = [k for k, _ in read_table(data / "fbank" / s / "feats.scp") if k in refs[s]]
+                keys = keys[:limit] if limit > 0 else keys
+                hyps = {k: " ".join(decoder.decode(saved.log_probs(readers[s][k]))) for k in keys}
+                row["wer"][s].append(round(score({k: refs[s][k] for k in keys}, hyps).wer, 2))
+            print(f"{e}: N={nm[0]} M={nm[1]} {row['latency_ms']} ms: {row['wer']}", file=sys.stderr)
+    out = []
+    for row in rows.values():
+        row["trained"] = all(row["trained"])
+        row["mean"] = {s: round(statistics.mean(v), 2) for s, v in row["wer"].items()}
+        out.append(row)
+    return sorted(out, key=lambda r: r["latency_ms"])
+
+
+def plot_sweep(rows: List[dict], offline: Dict[str, float], runs: int, path: Path) -> None:
+    """WER against algorithmic latency, a line per set (mean over the runs, bars from the lowest to the highest)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, s in enumerate(rows[0]["mean"]):
+        x = [r["latency_ms"] for r in rows]
+        y = [r["mean"][s] for r in rows]
+        lo = [r["mean"][s] - min(r["wer"][s]) for r in rows]
+        hi = [max(r["wer"][s]) - r["mean"][s] for r in rows]
+        c = f"C{i}"
+        ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color=c, label=f"{s}: LC-BLSTM, mean of {runs}")
+        for r in rows:
+            if r["trained"]:
+                ax.plot(r["latency_ms"], r["mean"][s], marker="*", markersize=14, color=c, linestyle="none")
+        if s in offline:
+            ax.axhline(offline[s], color=c, linestyle="--", linewidth=1, label=f"{s}: offline BLSTM")
+    ax.set_xlabel("algorithmic latency (ms)")
+    ax.set_ylabel("TLG %WER")
+    ax.set_title("Decoded at chunk N / right context M (★: as trained)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp", nargs="+", required=True, type=Path)
@@ -156,10 +253,19 @@ def main(argv=None) -> int:
     p.add_argument("--bundles", nargs="+", type=Path, help="a mobile bundle per --exp (module docstring)")
     p.add_argument("--wer-sets", nargs="+", default=None, help="sets the bundles are scored on (default: --set)")
     p.add_argument("--chunk-ms", type=int, default=320, help="audio per call of the streaming recogniser")
+    p.add_argument("--latency-sweep", nargs="+", metavar="N:M", help="decode each LC-BLSTM at these chunkings")
+    p.add_argument("--config", type=Path, help="the recipe config whose decode section the sweep searches with")
+    p.add_argument("--sweep-sets", nargs="+", default=["dev", "test"])
+    p.add_argument("--offline-table", type=Path, help="a recipe's results/*.json holding the offline model's rows")
+    p.add_argument("--offline-label", help="the label of those rows")
+    p.add_argument("--offline-seeds", nargs="+", type=int, help="only those rows of these seeds")
+    p.add_argument("--plot", type=Path, help="WER-against-latency PNG of the sweep")
     a = p.parse_args(argv)
     if a.bundles and len(a.bundles) != len(a.exp):
         p.error("--bundles needs one bundle per --exp")
     torch.set_num_threads(1)
+    if a.latency_sweep:
+        return sweep_main(a)
     rows = []
     for j, e in enumerate(a.exp):
         saved = load_model(e / "final.pt")
@@ -209,6 +315,41 @@ def main(argv=None) -> int:
             if not vals:
                 continue
             summary[f"bundle_{ws}_{key}_mean"] = round(statistics.mean(vals), 4 if "rtf" in key else 2)
+    if a.out:
+        a.out.write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
+def sweep_main(a) -> int:
+    from asrlib.config import load_config
+
+    if a.config is None:
+        raise SystemExit("--latency-sweep needs --config (the recipe config whose decode section it searches with)")
+    settings = parse_settings(a.latency_sweep)
+    exps, sets = a.exp, a.sweep_sets
+    if a.quick:
+        settings, exps, sets = settings[:2], exps[:1], ["dev"]
+    offline = offline_reference(a.offline_table, a.offline_label, a.offline_seeds) if a.offline_table else {}
+    rows = latency_sweep(exps, a.data, sets, settings, load_config(a.config).decode, 8 if a.quick else 0)
+    for r in rows:
+        print(
+            f"N={r['chunk_frames']} M={r['right_context']} {r['latency_ms']:7.1f} ms  "
+            + "  ".join(f"{s} {r['mean'][s]:6.2f}" for s in sets)
+            + ("  (as trained)" if r["trained"] else ""),
+            file=sys.stderr,
+        )
+    if a.plot:
+        plot_sweep(rows, offline, len(exps), a.plot)
+    summary = {
+        "bench": "streaming_accuracy",
+        "mode": "latency_sweep",
+        "quick": a.quick,
+        "runs": [str(e) for e in exps],
+        "sets": sets,
+        "offline": offline,
+        "settings": rows,
+    }
     if a.out:
         a.out.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))

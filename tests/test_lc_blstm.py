@@ -95,6 +95,29 @@ def test_config_checks():
         build_model(10, 7, ModelConfig(bidirectional=True, peephole=False, right_context=2))
 
 
+def test_set_chunking_runs_the_weights_at_another_latency():
+    """A model re-chunked to (N', M') computes what a model built with (N', M') and the same weights does, and
+    streams and reports latency as one."""
+    model = _lc_model()
+    other = _lc_model(chunk=2, right=1)
+    other.load_state_dict(model.state_dict())
+    x = torch.randn(1, 37 * S, 10)
+    before, _ = model(x, torch.tensor([x.shape[1]]))
+    model.set_chunking(2, 1)
+    got, _ = model(x, torch.tensor([x.shape[1]]))
+    want, _ = other(x, torch.tensor([x.shape[1]]))
+    assert torch.allclose(got, want, atol=1e-6)
+    assert not torch.allclose(got, before, atol=1e-3)  # the look-ahead did change
+    assert algorithmic_latency_ms(model.cfg) == algorithmic_latency_ms(other.cfg) == 2 * 40 + 1 * 40 + 7.5
+    with torch.no_grad():
+        streamed = _stream(model, x[0].numpy(), [7] * 40)
+    assert (streamed - want[0]).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="right_context"):
+        model.set_chunking(4, -1)
+    with pytest.raises(ValueError, match="LC-BLSTM"):
+        build_model(10, 7, ModelConfig(bidirectional=True, peephole=False)).set_chunking(4, 3)
+
+
 def test_latency_figures():
     lc = ModelConfig(bidirectional=True, peephole=False, stack=4, chunk_frames=4, right_context=3)
     assert latency_parts_ms(lc) == {

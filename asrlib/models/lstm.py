@@ -14,6 +14,8 @@ LSTM layers, then a linear layer to the CTC tokens (index 0 = blank), returning 
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from typing import List, Optional, Tuple
 
@@ -210,6 +212,20 @@ class StackedLstmAcousticModel(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.dropout = nn.Dropout(cfg.dropout)
         self.output = nn.Linear(in_dim, vocab_size)
+
+    def set_chunking(self, chunk_frames: int, right_context: int) -> None:
+        """Run this LC-BLSTM with chunks of ``chunk_frames`` output frames and ``right_context`` frames of look-ahead
+        from now on, whatever it was trained with (the weights do not depend on them): a trained model decoded at
+        other latencies (bench/streaming_accuracy.py --latency-sweep)."""
+        if not self.latency_controlled:
+            raise ValueError("set_chunking needs an LC-BLSTM (model.chunk_frames > 0)")
+        if chunk_frames < 1 or right_context < 0:
+            raise ValueError(
+                f"LC-BLSTM needs chunk_frames >= 1 and right_context >= 0, not {chunk_frames}, {right_context}"
+            )
+        self.cfg = dataclasses.replace(self.cfg, chunk_frames=chunk_frames, right_context=right_context)
+        for layer in self.layers:
+            layer.chunk, layer.right = chunk_frames, right_context
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         return torch.div(lengths, self.stack, rounding_mode="floor")

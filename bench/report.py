@@ -254,6 +254,18 @@ def streaming_accuracy(d: dict) -> str:
     return "; ".join(parts)
 
 
+def streaming_latency(d: dict) -> str:
+    """A latency sweep: dev / test TLG %WER (means over the runs) at each algorithmic latency, the offline line."""
+    cells = [
+        f"{r['latency_ms']:g} ms {r['mean']['dev']:.2f} / {r['mean']['test']:.2f}"
+        + (" (trained)" if r["trained"] else "")
+        for r in d["settings"]
+    ]
+    off = d.get("offline") or {}
+    tail = f"; offline BLSTM {off['dev']:.2f} / {off['test']:.2f}" if {"dev", "test"} <= set(off) else ""
+    return f"{len(d['runs'])} runs, dev / test TLG: " + ", ".join(cells) + tail
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -277,6 +289,14 @@ RESULTS: List[Result] = [
         streaming_accuracy,
         "python bench/streaming_accuracy.py --exp EXP... --data DATA --bundles BUNDLE... --wer-sets dev test "
         "(bundles: stage 7 as configured)",
+    ),
+    Result(
+        "streaming_latency_an4.json",
+        "streaming_accuracy.py",
+        streaming_latency,
+        "python bench/streaming_accuracy.py --exp EXP... --data DATA --config recipes/an4/config_stream.yaml "
+        "--latency-sweep 1:0 2:0 2:1 4:0 4:1 4:2 4:3 4:5 8:3 8:8 --offline-table recipes/an4/results/01_models.json "
+        "--offline-label LABEL --offline-seeds 42 7 13 --plot docs/img/streaming_latency_an4.png",
     ),
     Result("peer_pocketsphinx_speechocean762.json", "peer_pocketsphinx.py", peer_pocketsphinx),
     Result(

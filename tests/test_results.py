@@ -187,6 +187,25 @@ def test_legacy_and_test_tuned_rows_are_marked(tmp_path):
     assert "`./run.sh --config config.yaml --set a.b=1 --set train.seed=42` (commit abc1234)" in md
 
 
+def test_one_command_for_every_row_is_listed_once(tmp_path):
+    from asrlib.results.table import render
+
+    recipe = _recipe(tmp_path)
+    cmd = "python bench/x.py --sweep A B"
+    rows = [
+        {"label": lab, "config": "c.yaml", "seed": s, "wer": {"dev": {"tlg": w}}, "source": "bench", "command": cmd}
+        for lab, w in (("A", 3.0), ("B", 4.0)) for s in (7, 42)
+    ]  # fmt: skip
+    (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows}))
+    md = render(recipe)
+    assert md.count(cmd) == 1 and f"- every row: `{cmd}` (S = 7, 42)" in md
+    assert "| A | 7, 42 | 3.00 ± 0.00 |" in md and "| B | 7, 42 | 4.00 ± 0.00 |" in md
+    rows[-1]["command"] = rows[-2]["command"] = cmd + " C"  # the commands differ: one line per configuration
+    (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows}))
+    md = render(recipe)
+    assert f"- A: `{cmd}` (S = 7, 42)" in md and f"- B: `{cmd} C` (S = 7, 42)" in md
+
+
 @pytest.mark.parametrize(
     "text, match",
     [("{not json", "02_bad.json: not readable"), ('{"title": "x"}', "02_bad.json: a results table"),

@@ -160,12 +160,15 @@ def render_table(table: Dict[str, Any], where: str) -> List[str]:
             info.append(f"load {min(x['load_avg'] for x in loads)}-{max(x['load_avg'] for x in loads)} on "
                         f"{loads[0]['cores']} cores")  # fmt: skip
         tail = f" ({'; '.join(info)})" if info else ""
-        commands.append(f"- {rows[0]['label']}: `{command(rows[0], known)}`{tail}")
+        commands.append((rows[0]["label"], f"`{command(rows[0], known)}`{tail}"))
         legacy += [r["source"][len("legacy:") :].strip() for r in rows if r["source"].startswith("legacy")]
     out.append("")
     if table.get("note"):
         out.append(table["note"].strip())  # the commands' list follows it (a list may start under a paragraph)
-    out += commands
+    if len(commands) > 1 and len({c for _, c in commands}) == 1:  # one command made every row: say it once
+        out.append(f"- every row: {commands[0][1]}")
+    else:
+        out += [f"- {label}: {c}" for label, c in commands]
     if legacy:
         sources = ", ".join(f"`{s}`" for s in dict.fromkeys(legacy))
         out.append(f"- † quoted from {sources} (no exp dir left)")

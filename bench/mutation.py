@@ -1,6 +1,6 @@
 """Mutation testing of the modules where a silent error changes results: how many sampled mutants the tests kill.
 
-    python bench/mutation.py [--quick] [--groups decode,app] [--per-group 30] [--seed 73] [--shard 1/2]
+    python bench/mutation.py [--quick] [--groups decode,app] [--per-group 30] [--seed 73] [--jobs 2 | --shard 1/2]
                              [--out-dir bench/results/mutation] [--list] [--report]
 
 A mutant is one small change to the code, made by cosmic-ray's operators (pinned in requirements.txt): an operator
@@ -23,8 +23,9 @@ triage table as **equivalent** (no input can tell it apart), with its id and the
 The score of a group is (killed + timed out) / (sampled - equivalent).
 
 Every result is appended to ``<out-dir>/mutants[.shardK].jsonl`` as it comes (with the hash of the module it
-mutated), so a killed run goes on where it stopped and a rerun redoes only mutants whose module changed. Two shards
-(``--shard 1/2``, ``--shard 2/2``) split the sample for two cores; ``--report`` merges what is there. The last line
+mutated), so a killed run goes on where it stopped and a rerun redoes only mutants whose module changed. ``--jobs 2``
+runs two shards at once (one per core: ``--shard 1/2`` and ``--shard 2/2`` in their own scratch trees) and then
+summarises both, with the wall time of the whole; ``--report`` merges what is there. The last line
 printed is one JSON object: per group sampled / killed / survived / timed_out / equivalent / pending / score, and
 the wall time. ``--quick`` (under a minute) mutates ``asrlib/score.py`` at three sites against tests/test_score.py
 in a temporary directory, as a check that the machinery works.
@@ -614,6 +615,28 @@ def markdown_table(summary: Dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
+def shard_argv(argv: Sequence[str], k: int, jobs: int, work: Optional[Path]) -> List[str]:
+    """The arguments of shard ``k`` of ``jobs``: this command's, less ``--jobs`` and ``--work``, plus its
+    ``--shard`` and, under ``work``, its own scratch dir."""
+    own, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--jobs", "--work"):
+            skip = True
+        elif not a.startswith(("--jobs=", "--work=")):
+            own.append(a)
+    return [*own, "--shard", f"{k}/{jobs}", *(["--work", str(work / f"shard{k}")] if work is not None else [])]
+
+
+def run_shards(argv: Sequence[str], jobs: int, work: Optional[Path]) -> None:
+    """This command once per shard (:func:`shard_argv`), all at once; waits for all."""
+    procs = [subprocess.Popen([sys.executable, __file__, *shard_argv(argv, k, jobs, work)]) for k in range(1, jobs + 1)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"mutation: a shard failed (exit codes {codes})")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="three mutants of asrlib/score.py (under a minute)")
@@ -621,6 +644,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--per-group", type=int, default=30, help="sites sampled per group")
     ap.add_argument("--seed", type=int, default=73)
     ap.add_argument("--shard", default="1/1", help="K/N: run every N-th sampled mutant from the K-th")
+    ap.add_argument("--jobs", type=int, default=1, help="shards run at once (a core each), then summarised together")
     ap.add_argument("--timeout-factor", type=float, default=3.0, help="x the unmutated run's time")
     ap.add_argument("--budget-min", type=float, default=1e9, help="start no mutant after this many minutes")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "mutation")
@@ -660,6 +684,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{m.id} {m.group} {m.module}:{m.line}:{m.col} {m.definition} {m.operator}")
             print(diff_of(m, (ROOT / m.module).read_text()))
         return 0
+    if args.jobs > 1 and not (args.quick or args.report or args.list):
+        if args.shard != "1/1":
+            ap.error("--jobs runs the shards itself: give --jobs or --shard, not both")
+        run_shards(argv if argv is not None else sys.argv[1:], args.jobs, args.work)
+        args.report = ran_shards = True  # what follows summarises the shards' records
+    else:
+        ran_shards = False
     tmp = None
     if args.quick:
         tmp = tempfile.TemporaryDirectory(prefix="mutation-quick.")
@@ -692,7 +723,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "wall_s": round(time.monotonic() - t0, 1),
             "load": round(os.getloadavg()[0], 2),
         }
-        if not args.quick and not args.report and n == 1 and not args.only:
+        if not args.quick and (ran_shards or (not args.report and n == 1)) and not args.only:
             (out_dir / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps(result))
     finally:

@@ -136,3 +136,13 @@ def test_each_outcome_and_the_score(toy, tmp_path, monkeypatch):
     )
     assert [mutation.is_current(recs[m.id], m, GROUPS) for m in chosen] == [True, False, True]
     assert json.loads((out / "mutants.jsonl").read_text().splitlines()[0])["module"] == "pkg/toy.py"
+
+
+def test_jobs_become_shards_with_their_own_scratch_dirs():
+    argv = ["--per-group", "12", "--jobs", "2", "--work", "/w", "--seed=3"]
+    assert mutation.shard_argv(argv, 2, 2, Path("/w")) == [
+        "--per-group", "12", "--seed=3", "--shard", "2/2", "--work", "/w/shard2"
+    ]  # fmt: skip
+    assert mutation.shard_argv(["--jobs=3", "--work=/x"], 1, 3, None) == ["--shard", "1/3"]
+    with pytest.raises(SystemExit):  # --jobs runs the shards itself
+        mutation.main(["--jobs", "2", "--shard", "1/2"])

@@ -90,6 +90,11 @@ GROUPS: Dict[str, Dict[str, object]] = {
             "asrlib/export/runtime.py": ["test_export_onnx.py"],
             "asrlib/export/streaming.py": ["test_export_streaming.py"],
             "asrlib/export/bundle.py": ["test_sherpa.py", "test_transcribe_bundle.py"],
+            "asrlib/export/lc_onnx.py": [
+                "test_lc_blstm.py::test_onnx_chunk_model_streams_as_lc_stream",
+                "test_lc_bundle.py",
+            ],
+            "asrlib/export/sherpa_online.py": ["test_lc_bundle.py"],
             "*": ["test_export_onnx.py"],
         },
         "wide": [

@@ -218,3 +218,50 @@ def test_rules_of_decode_settings():
     assert EndpointRules.of_decode({"segment": "none"}, even_if_off=True, segment_pad=0.1) == EndpointRules(
         0.6, 0.3, 20.0
     )
+
+
+class LaggingNetwork(ScriptedNetwork):
+    """The scripted network holding back its last ``lag`` output frames until more input or ``finish`` (as an
+    LC-BLSTM's right context does)."""
+
+    lag = 2
+
+    def __init__(self, started: list) -> None:
+        super().__init__(started)
+        self.held = np.zeros((0, 3), np.float32)
+
+    def accept(self, feats: np.ndarray) -> np.ndarray:
+        out = np.concatenate([self.held, super().accept(feats)])
+        cut = max(0, len(out) - self.lag)
+        self.held = out[cut:]
+        return out[:cut]
+
+    def finish(self) -> np.ndarray:
+        out, self.held = self.held, np.zeros((0, 3), np.float32)
+        return out
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "." * 10 + "#" * 20 + "." * 40 + "#" * 15 + "." * 30,
+        "." * 37 + "#" * 9,
+        "#" * 5 + "." * 45 + "#" * 13 + "." * 10,  # the last pause is complete only in the frames held back
+        "." * 10 + "#" * 20 + "." * 41 + "#" * 17 + "." * 10,
+    ],
+)
+def test_a_lagging_network_gives_the_segments_of_one_that_does_not(pattern):
+    """The frames a network holds back come out where they belong: the same segments, to the frame and score, as
+    from the same network without lag, a pause that ends in the last segment's held frames (given by ``finish``)
+    included."""
+    want, _ = run(pattern, RULES)
+    sink, started = Sink(), []
+    ep = Endpointer(RULES, STACK, 2, FS, lambda: LaggingNetwork(started), sink)
+    feats = features(pattern)
+    for i in range(0, len(feats), 4 * STACK):
+        ep.accept(feats[i : i + 4 * STACK])
+    ep.finish()
+    got = sink.segments
+    assert [(a, b) for a, b, _ in got] == [(a, b) for a, b, _ in want]
+    for (_, _, g), (_, _, w) in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -48,7 +48,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "docs" / "testing.md"
@@ -498,22 +498,91 @@ def is_current(rec: Optional[dict], m: Mutant, groups) -> bool:
     return rec.get("tests_sha") == tests_sha(tests_for(spec, m.module) + wide_tests(spec, m.module))
 
 
-class Baselines:
-    """The unmutated run of each set of test files, once: its outcome and time (a mutant's timeout is a multiple
-    of it). A set that fails unmutated, or runs no test, scores nothing."""
+class Queue:
+    """What the shards of one ``--jobs`` run share, in a directory: which mutants are taken (each shard takes the
+    next free one when it is ready, so both cores stay busy to the end) and the unmutated runs' times (each set of
+    test files run once for all shards; a shard that needs one another is running waits for it)."""
 
-    def __init__(self, tree: Path):
-        self.tree, self.runs = tree, {}
+    def __init__(self, where: Path):
+        self.where = where
+        where.mkdir(parents=True, exist_ok=True)
+
+    def _update(self, change: Callable[[dict], object]) -> object:
+        """``change(state)`` under an exclusive lock; the state written back; what ``change`` returned."""
+        import fcntl
+
+        with open(self.where / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            f = self.where / "state.json"
+            state = json.loads(f.read_text()) if f.is_file() else {"taken": [], "baselines": {}, "running": []}
+            out = change(state)
+            tmp = f.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, f)
+            return out
+
+    def take(self, ids: Sequence[str]) -> Optional[str]:
+        """The first of ``ids`` no shard has taken, now taken; None when none is left."""
+
+        def first_free(state: dict) -> Optional[str]:
+            free = next((i for i in ids if i not in state["taken"]), None)
+            if free is not None:
+                state["taken"].append(free)
+            return free
+
+        return self._update(first_free)  # type: ignore[return-value]
+
+    def baseline(self, key: str, run: Callable[[], Optional[float]]) -> Optional[float]:
+        """The time of the unmutated run ``key`` (None: it failed): another shard's, or ``run()``'s when no shard
+        has it."""
+
+        def look(state: dict) -> Tuple[str, Optional[float]]:
+            if key in state["baselines"]:
+                return "known", state["baselines"][key]
+            if key in state["running"]:
+                return "wait", None
+            state["running"].append(key)
+            return "mine", None
+
+        while True:
+            what, secs = self._update(look)  # type: ignore[misc]
+            if what == "known":
+                return secs
+            if what == "mine":
+                break
+            time.sleep(2)
+        secs = run()
+
+        def record(state: dict) -> None:
+            state["baselines"][key] = secs
+            state["running"].remove(key)
+
+        self._update(record)
+        return secs
+
+
+class Baselines:
+    """The unmutated run of each set of test files, once (once for all shards with a :class:`Queue`): its outcome
+    and time (a mutant's timeout is a multiple of it). A set that fails unmutated, or runs no test, scores nothing."""
+
+    def __init__(self, tree: Path, queue: Optional[Queue] = None):
+        self.tree, self.runs, self.queue = tree, {}, queue
+
+    def _run(self, tests: Sequence[str]) -> Optional[float]:
+        status, secs, tail = run_tests(self.tree, tests, 3600)
+        ok = status == "passed" and re.search(r"\b[1-9]\d* passed", tail) is not None
+        print(f"mutation: baseline {' '.join(tests)}: {status} in {secs:.0f} s", flush=True)
+        if not ok:
+            print(tail, file=sys.stderr)
+        return secs if ok else None
 
     def seconds(self, tests: Sequence[str]) -> Optional[float]:
         key = tuple(tests)
         if key not in self.runs:
-            status, secs, tail = run_tests(self.tree, tests, 3600)
-            ok = status == "passed" and re.search(r"\b[1-9]\d* passed", tail) is not None
-            print(f"mutation: baseline {' '.join(tests)}: {status} in {secs:.0f} s", flush=True)
-            if not ok:
-                print(tail, file=sys.stderr)
-            self.runs[key] = secs if ok else None
+            if self.queue is None:
+                self.runs[key] = self._run(tests)
+            else:
+                self.runs[key] = self.queue.baseline(" ".join(tests), lambda: self._run(tests))
         return self.runs[key]
 
 
@@ -561,29 +630,42 @@ def round_robin(mutants: Sequence[Mutant]) -> List[Mutant]:
     return sorted(mutants, key=lambda m: rank[m.id])
 
 
-def execute(groups, mutants, out_dir: Path, shard, factor: float, work: Path, budget_s: float, direct_only=False):
+def execute(
+    groups, mutants, out_dir: Path, shard, factor: float, work: Path, budget_s: float, direct_only=False, queue=None
+):
+    """Run this shard's mutants: every N-th of the sample from the K-th, or, with a :class:`Queue`, whichever
+    mutant no other shard has taken yet, one at a time."""
     k, n = shard
-    mine = [m for i, m in enumerate(mutants) if i % n == k - 1]
+    mine = list(mutants) if queue is not None else [m for i, m in enumerate(mutants) if i % n == k - 1]
     done = read_records(out_dir)
     todo = round_robin([m for m in mine if not is_current(done.get(m.id), m, groups)])
-    print(f"mutation: shard {k}/{n}: {len(mine)} mutants, {len(mine) - len(todo)} already done", flush=True)
+    what = "the shared queue" if queue is not None else f"{len(mine)} mutants"
+    print(f"mutation: shard {k}/{n}: {what}, {len(mine) - len(todo)} already done", flush=True)
     if not todo:
         return
     t0 = time.monotonic()
     tree = scratch_tree(work)
-    base = Baselines(tree)
+    base = Baselines(tree, queue)
     log = out_dir / ("mutants.jsonl" if n == 1 else f"mutants.shard{k}.jsonl")
-    for i, m in enumerate(todo):
+    by_id = {m.id: m for m in todo}
+    for i in range(len(todo)):
         if time.monotonic() - t0 > budget_s:
-            print(f"mutation: --budget-min spent; {len(todo) - i} mutants left for the next run", flush=True)
+            print("mutation: --budget-min spent; the mutants left are for the next run", flush=True)
             break
+        if queue is None:
+            m = todo[i]
+        else:
+            got = queue.take(list(by_id))
+            if got is None:
+                break
+            m = by_id[got]
         rec = run_mutant(m, groups, tree, base, factor, direct_only)
         if rec is None:
             continue  # the group is not scored while its unmutated tests fail
         with open(log, "a") as f:
             f.write(json.dumps(rec) + "\n")
         where = f"{m.module}:{m.line} {m.operator}"
-        print(f"mutation: [{i + 1}/{len(todo)}] {m.id} {where}: {rec['outcome']} ({rec['seconds']:.0f} s)", flush=True)
+        print(f"mutation: [{k}/{n}: {i + 1}] {m.id} {where}: {rec['outcome']} ({rec['seconds']:.0f} s)", flush=True)
 
 
 def summarise(mutants: Sequence[Mutant], out_dir: Path, equivalent: Dict[str, str], groups) -> Dict[str, dict]:
@@ -635,9 +717,17 @@ def shard_argv(argv: Sequence[str], k: int, jobs: int, work: Optional[Path]) -> 
 
 
 def run_shards(argv: Sequence[str], jobs: int, work: Optional[Path]) -> None:
-    """This command once per shard (:func:`shard_argv`), all at once; waits for all."""
-    procs = [subprocess.Popen([sys.executable, __file__, *shard_argv(argv, k, jobs, work)]) for k in range(1, jobs + 1)]
-    codes = [p.wait() for p in procs]
+    """This command once per shard (:func:`shard_argv`), all at once, sharing a fresh :class:`Queue`; waits for
+    all."""
+    queue = Path(tempfile.mkdtemp(prefix="mutation-queue."))
+    procs = [
+        subprocess.Popen([sys.executable, __file__, *shard_argv(argv, k, jobs, work), "--queue", str(queue)])
+        for k in range(1, jobs + 1)
+    ]
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        shutil.rmtree(queue, ignore_errors=True)
     if any(codes):
         raise SystemExit(f"mutation: a shard failed (exit codes {codes})")
 
@@ -650,6 +740,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=73)
     ap.add_argument("--shard", default="1/1", help="K/N: run every N-th sampled mutant from the K-th")
     ap.add_argument("--jobs", type=int, default=1, help="shards run at once (a core each), then summarised together")
+    ap.add_argument("--queue", type=Path, help=argparse.SUPPRESS)  # a --jobs run's shared state (Queue)
     ap.add_argument("--timeout-factor", type=float, default=3.0, help="x the unmutated run's time")
     ap.add_argument("--budget-min", type=float, default=1e9, help="start no mutant after this many minutes")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "mutation")
@@ -708,7 +799,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.report:
             work.mkdir(parents=True, exist_ok=True)
             budget = 60 * args.budget_min
-            execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work, budget, args.direct_only)
+            queue = Queue(args.queue) if args.queue else None
+            execute(groups, mutants, out_dir, (k, n), args.timeout_factor, work, budget, args.direct_only, queue)
         equivalent = read_equivalent()
         summary = summarise(mutants, out_dir, equivalent, groups)
         if args.markdown:

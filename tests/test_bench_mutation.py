@@ -5,6 +5,7 @@ that hangs is timed out; a survivor listed as equivalent in the triage table lea
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -146,3 +147,26 @@ def test_jobs_become_shards_with_their_own_scratch_dirs():
     assert mutation.shard_argv(["--jobs=3", "--work=/x"], 1, 3, None) == ["--shard", "1/3"]
     with pytest.raises(SystemExit):  # --jobs runs the shards itself
         mutation.main(["--jobs", "2", "--shard", "1/2"])
+
+
+def test_shards_of_a_queue_take_each_mutant_once_and_share_baselines(tmp_path):
+    import threading
+
+    a, b = mutation.Queue(tmp_path / "q"), mutation.Queue(tmp_path / "q")  # two shards' views of one queue
+    ids = ["m1", "m2", "m3"]
+    assert [a.take(ids), b.take(ids), a.take(ids), b.take(ids)] == ["m1", "m2", "m3", None]
+    runs, got = [], {}
+
+    def slow_run():
+        runs.append(1)
+        time.sleep(1.0)
+        return 42.0
+
+    first = threading.Thread(target=lambda: got.setdefault("a", a.baseline("test_x.py", slow_run)))
+    first.start()
+    time.sleep(0.3)  # b asks while a is running it: b waits for a's figure instead of running it again
+    got["b"] = b.baseline("test_x.py", slow_run)
+    first.join()
+    assert got == {"a": 42.0, "b": 42.0} and len(runs) == 1
+    assert b.baseline("test_y.py", lambda: None) is None  # a failed unmutated run is remembered as such
+    assert a.baseline("test_y.py", slow_run) is None and len(runs) == 1

@@ -181,3 +181,19 @@ def test_the_summary_counts_the_inputs_transcribed_and_times_them(tm, capsys, tm
         f"asr transcribe: 3 of 4 inputs transcribed ({audio:.1f} s of audio in 2.50 s, RTF {2.5 / audio:.3f}, "
         f"nj=1; model loaded in 0.25 s)"
     )
+
+
+def test_a_long_file_gets_a_progress_bar_in_seconds_of_its_audio(tmp_path):
+    from asrlib.app.cli_asr import LONG_FILE_SECONDS, file_progress
+
+    sr = 8000
+    long_wav, short_wav = tmp_path / "long.wav", tmp_path / "short.wav"
+    sf.write(long_wav, np.zeros(int((LONG_FILE_SECONDS + 0.26) * sr), np.int16), sr)
+    sf.write(short_wav, np.zeros(int((LONG_FILE_SECONDS - 1) * sr), np.int16), sr)
+    bar = file_progress("long", str(long_wav))
+    try:
+        assert bar.total == pytest.approx(LONG_FILE_SECONDS + 0.3) and bar.unit == "s"  # to a tenth of a second
+    finally:
+        bar.close()
+    assert file_progress("short", str(short_wav)) is None
+    assert file_progress("missing", str(tmp_path / "nothing.wav")) is None  # transcribe_file says why

@@ -136,6 +136,22 @@ def test_lc_bundle_streams_as_the_whole_utterance(lc_bundle):
     assert correct >= 3  # trained: the bundle really recognises
 
 
+def test_sherpa_onnx_feeds_the_chunk_model_exactly_its_window(tmp_path):
+    """sherpa-onnx's WeNet CTC contract feeds ``(chunk_size - 1) · subsampling + right_context + 1`` fbank frames
+    per call: with the metadata the export writes, that is the LC window of N + M output frames, no more (a longer
+    one only delays every chunk) and no less."""
+    import onnxruntime as ort
+
+    from asrlib.export.lc_onnx import LcExport, export_lc
+
+    model = _lc_model()
+    online = export_lc(LcExport(model, np.zeros(10), np.ones(10)), tmp_path / "online.onnx", "sherpa_online")
+    meta = ort.InferenceSession(str(online)).get_modelmeta().custom_metadata_map
+    n, s = int(meta["chunk_frames"]), int(meta["subsampling_factor"])
+    assert (n, s) == (N, 4)
+    assert (n - 1) * s + int(meta["right_context"]) + 1 == (N + M) * 4
+
+
 def test_sherpa_onnx_streams_the_lc_bundle(lc_bundle, tmp_path):
     """sherpa-onnx's streaming recogniser (OnlineRecognizer, the chunk model in its WeNet CTC contract, the bundle's
     TLG): the model equals the chunk model window for window (fp32, checked by the export), and its words are the

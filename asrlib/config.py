@@ -311,6 +311,9 @@ class DecodeConfig:
     # stage 5 also runs the greedy no-LM baseline (decode_<set>_greedy). Its lexicon match composes the greedy
     # phones with every pronunciation: about 3 s an utterance with speechocean762's 20,000 words, against 6 ms for TLG
     greedy: bool = True
+    # with train.init: ce, stage 5 also decodes with the monophone GMM-HMM (decode_<set>_mono): about 4 s an
+    # utterance with speechocean762's 20,000-word HCLG on one core (its 2,500 test utterances: hours)
+    mono: bool = True
     # long recordings (asr transcribe / Recognizer): cut at pauses, each segment decoded from a zero network state.
     # segment: auto (endpoint for a unidirectional model, blank for a bidirectional one or one with utterance CMN) |
     # endpoint (the streaming recogniser's endpointer, asrlib/decode/endpoint.py: a segment's end found by its own
@@ -593,12 +596,12 @@ def set_lang_dir(lang_dir: str | Path, decode: DecodeConfig, eval_set: str) -> P
 def set_decode_methods(cfg: RecipeConfig, eval_set: str) -> List[str]:
     """The searches stage 5 runs on ``eval_set`` (decode_<set>_<method>): ``greedy`` and ``tlg`` of the CTC model;
     ``isolated`` too when the set's grammar is one word (every candidate word's total CTC probability:
-    asrlib.decode.isolated); ``mono``, the monophone GMM-HMM, with ``train.init: ce``; no ``greedy`` with
-    ``decode.greedy: false``."""
+    asrlib.decode.isolated); ``mono``, the monophone GMM-HMM, with ``train.init: ce`` unless ``decode.mono: false``;
+    no ``greedy`` with ``decode.greedy: false``."""
     methods = (["greedy"] if cfg.decode.greedy else []) + ["tlg"]
     if known_length(set_lang_config(cfg, eval_set).grammar) == 1:
         methods.append("isolated")
-    return methods + (["mono"] if cfg.train.init == "ce" else [])
+    return methods + (["mono"] if cfg.train.init == "ce" and cfg.decode.mono else [])
 
 
 def set_lang_config(cfg: RecipeConfig, eval_set: Optional[str]) -> LangConfig:

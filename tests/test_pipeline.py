@@ -69,6 +69,18 @@ def test_a_bidirectional_model_has_no_export_step_but_a_message():
     assert last.stage == 7 and not last.module and "bidirectional" in last.message
 
 
+def test_decode_mono_false_leaves_out_the_gmm_search_of_a_ce_recipe():
+    def outs(overrides):
+        cfg = load_config(ROOT / "recipes/digits/config_ce.yaml", overrides)
+        return {str(o) for s in plan(cfg, Layout(config="c.yaml")) if s.stage in (5, 6) for o in s.outputs}
+
+    both, no_mono = outs([]), outs(["decode.mono=false"])
+    assert any("decode_test_mono" in o for o in both) and any("decode_test_tlg" in o for o in both)
+    assert not any("mono" in o for o in no_mono)
+    assert {o for o in both if "mono" not in o} == no_mono
+    assert not any("mono" in o for o in outs(["train.init=random"]))  # no GMM, no GMM search either way
+
+
 def test_decode_greedy_false_leaves_out_the_greedy_search_and_its_scoring():
     def outs(overrides):
         cfg = load_config(ROOT / "recipes/digits/config.yaml", overrides)

@@ -227,7 +227,9 @@ def mutation(d: dict) -> str:
     for name, g in groups.items():
         decided = g["killed"] + g["timed_out"] + g["survived"]
         parts.append(f"{name} {g['killed'] + g['timed_out']}/{decided} ({g['pending']} pending)")
-    return "mutants killed of those decided, as run (before triage: docs/testing.md): " + ", ".join(parts)
+    wall = d.get("as_run", d).get("wall_s")
+    head = f"{sum(g['sampled'] for g in groups.values())} mutants in {wall / 60:.0f} min; " if wall else ""
+    return head + "killed of those decided, as run (before triage: docs/testing.md): " + ", ".join(parts)
 
 
 def peer_pocketsphinx(d: dict) -> str:

@@ -56,6 +56,9 @@ def test_fsdd_recipe_one_fold(tmp_path):
     report = json.loads((exp / "RESULTS_fsdd_tlg.json").read_text())
     assert report["loso"]["jackson"] == pytest.approx(100 - wer["wer"])
     assert wer["num_words"] == 80
+    # the tiny model is near chance (one of ten words: 90 %): measured TLG 82.5 (seeds 3, 4: 76.3, 70.0); a search
+    # that has lost the model does no better than chance
+    assert wer["wer"] <= 90.0, wer
     # decode.set_grammars {test: one_word} (the recipe's setting): the test set is searched through
     # data/<fold>/lang_one_word, so every TLG hypothesis is exactly one word (no insertions or deletions)
     assert yaml.safe_load((ROOT / "recipes/fsdd/config.yaml").read_text())["decode"]["set_grammars"] == {
@@ -72,9 +75,11 @@ def test_fsdd_recipe_one_fold(tmp_path):
     iso = exp / "loso_jackson/decode_test_isolated"
     iso_hyps = (iso / "hyp.txt").read_text().splitlines()
     assert len(iso_hyps) == 80 and all(len(h.split()) == 2 for h in iso_hyps)
+    iso_wer = json.loads((iso / "wer.json").read_text())["wer"]
     assert json.loads((exp / "RESULTS_fsdd_isolated.json").read_text())["loso"]["jackson"] == pytest.approx(
-        100 - json.loads((iso / "wer.json").read_text())["wer"]
+        100 - iso_wer
     )
+    assert iso_wer <= 85.0  # measured 75.0 (seeds 3, 4: 76.3, 70.0), chance 90
     comb = tmp_path / "exp_comb"
     r = run_recipe(
         "fsdd",

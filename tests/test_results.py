@@ -204,6 +204,10 @@ def test_one_command_for_every_row_is_listed_once(tmp_path):
     (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows}))
     md = render(recipe)
     assert f"- A: `{cmd}` (S = 7, 42)" in md and f"- B: `{cmd} C` (S = 7, 42)" in md
+    rows += [{**r, "label": "Z"} for r in rows[:2]]  # A and Z share a command, B has its own: said once, after B
+    (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows}))
+    md = render(recipe)
+    assert md.count(f"`{cmd}`") == 1 and f"- B: `{cmd} C` (S = 7, 42)\n- every other row: `{cmd}` (S = 7, 42)" in md
 
 
 @pytest.mark.parametrize(

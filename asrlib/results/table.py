@@ -130,6 +130,20 @@ def command(row: Dict[str, Any], seeds: Sequence[Any]) -> str:
     return f"./run.sh --config {row['config']}{sets}{seed}"
 
 
+def command_lines(commands: Sequence[Tuple[str, str]]) -> List[str]:
+    """``- label: command`` per configuration; a command that made several configurations is said once, as
+    ``- every row: ...`` or, after the others, ``- every other row: ...``."""
+    uses: Dict[str, int] = {}
+    for _, c in commands:
+        uses[c] = uses.get(c, 0) + 1
+    shared = max(uses, key=lambda c: uses[c]) if uses else ""
+    if len(commands) < 2 or uses.get(shared, 0) < 2:
+        return [f"- {label}: {c}" for label, c in commands]
+    if uses[shared] == len(commands):
+        return [f"- every row: {shared}"]
+    return [f"- {label}: {c}" for label, c in commands if c != shared] + [f"- every other row: {shared}"]
+
+
 def render_table(table: Dict[str, Any], where: str) -> List[str]:
     wer_cols, cer_cols = _columns(table, "wer"), _columns(table, "cer")
     timed = any(r.get("train_time_s") is not None for r in table["rows"])
@@ -165,10 +179,7 @@ def render_table(table: Dict[str, Any], where: str) -> List[str]:
     out.append("")
     if table.get("note"):
         out.append(table["note"].strip())  # the commands' list follows it (a list may start under a paragraph)
-    if len(commands) > 1 and len({c for _, c in commands}) == 1:  # one command made every row: say it once
-        out.append(f"- every row: {commands[0][1]}")
-    else:
-        out += [f"- {label}: {c}" for label, c in commands]
+    out += command_lines(commands)
     if legacy:
         sources = ", ".join(f"`{s}`" for s in dict.fromkeys(legacy))
         out.append(f"- † quoted from {sources} (no exp dir left)")

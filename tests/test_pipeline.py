@@ -69,10 +69,15 @@ def test_a_bidirectional_model_has_no_export_step_but_a_message():
     assert last.stage == 7 and not last.module and "bidirectional" in last.message
 
 
+def _decode_outputs(config: str, overrides) -> set:
+    """The outputs of stages 5 and 6 (decoding, scoring) that ``config`` with ``overrides`` plans."""
+    cfg = load_config(ROOT / "recipes/digits" / config, overrides)
+    return {str(o) for s in plan(cfg, Layout(config="c.yaml")) if s.stage in (5, 6) for o in s.outputs}
+
+
 def test_decode_mono_false_leaves_out_the_gmm_search_of_a_ce_recipe():
     def outs(overrides):
-        cfg = load_config(ROOT / "recipes/digits/config_ce.yaml", overrides)
-        return {str(o) for s in plan(cfg, Layout(config="c.yaml")) if s.stage in (5, 6) for o in s.outputs}
+        return _decode_outputs("config_ce.yaml", overrides)
 
     both, no_mono = outs([]), outs(["decode.mono=false"])
     assert any("decode_test_mono" in o for o in both) and any("decode_test_tlg" in o for o in both)
@@ -83,8 +88,7 @@ def test_decode_mono_false_leaves_out_the_gmm_search_of_a_ce_recipe():
 
 def test_decode_greedy_false_leaves_out_the_greedy_search_and_its_scoring():
     def outs(overrides):
-        cfg = load_config(ROOT / "recipes/digits/config.yaml", overrides)
-        return {str(o) for s in plan(cfg, Layout(config="c.yaml")) if s.stage in (5, 6) for o in s.outputs}
+        return _decode_outputs("config.yaml", overrides)
 
     both, tlg_only = outs([]), outs(["decode.greedy=false"])
     assert any("decode_test_greedy" in o for o in both) and any("decode_test_tlg" in o for o in both)

@@ -59,3 +59,18 @@ def _joins_then_fails(rank, world, init_file, attempt):
 def test_a_learner_failing_after_the_rendezvous_is_not_started_again():
     with pytest.raises(RuntimeError, match="rank 0 gives up"):
         run_learners(_rank0_fails, 2, timeout=300, join=_joins_then_fails)
+
+
+def _rank1_fails_then_rank0(rank, world):
+    import time
+
+    if rank == 1:
+        raise ValueError("rank 1 gives up first")
+    time.sleep(1.0)
+    raise ConnectionError("rank 0: peer gone")  # what a peer of a failed learner sees, later
+
+
+def test_the_first_learner_to_fail_is_reported_not_the_lowest_rank():
+    with pytest.raises(RuntimeError, match="learner 1 failed") as e:
+        run_learners(_rank1_fails_then_rank0, 2, timeout=120)
+    assert "rank 1 gives up first" in str(e.value) and "peer gone" not in str(e.value)

@@ -61,12 +61,16 @@ class LcBlstmLayer(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, proj_size: int, chunk: int, right: int):
         super().__init__()
-        if chunk < 1 or right < 0:
-            raise ValueError(f"LC-BLSTM needs chunk_frames >= 1 and right_context >= 0, not {chunk}, {right}")
-        self.chunk, self.right = chunk, right
+        self.set_chunking(chunk, right)
         self.fwd = nn.LSTM(input_size, hidden_size, batch_first=True, proj_size=proj_size)
         self.bwd = nn.LSTM(input_size, hidden_size, batch_first=True, proj_size=proj_size)
         self.output_size = 2 * (proj_size or hidden_size)
+
+    def set_chunking(self, chunk: int, right: int) -> None:
+        """Chunks of ``chunk`` frames, each window with ``right`` frames of right context (no weight depends on it)."""
+        if chunk < 1 or right < 0:
+            raise ValueError(f"LC-BLSTM needs chunk_frames >= 1 and right_context >= 0, not {chunk}, {right}")
+        self.chunk, self.right = chunk, right
 
     def forward(self, x: torch.Tensor, wlen: torch.Tensor, state: Optional[State] = None) -> Tuple[torch.Tensor, State]:
         """x: (B, K, W, D) windows; wlen: (B, K) valid frames per window; state: the forward direction's (h, c)

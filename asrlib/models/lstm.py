@@ -15,7 +15,6 @@ LSTM layers, then a linear layer to the CTC tokens (index 0 = blank), returning 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from typing import List, Optional, Tuple
 
@@ -219,13 +218,9 @@ class StackedLstmAcousticModel(nn.Module):
         other latencies (bench/streaming_accuracy.py --latency-sweep)."""
         if not self.latency_controlled:
             raise ValueError("set_chunking needs an LC-BLSTM (model.chunk_frames > 0)")
-        if chunk_frames < 1 or right_context < 0:
-            raise ValueError(
-                f"LC-BLSTM needs chunk_frames >= 1 and right_context >= 0, not {chunk_frames}, {right_context}"
-            )
+        for layer in self.layers:  # each checks the values first
+            layer.set_chunking(chunk_frames, right_context)
         self.cfg = dataclasses.replace(self.cfg, chunk_frames=chunk_frames, right_context=right_context)
-        for layer in self.layers:
-            layer.chunk, layer.right = chunk_frames, right_context
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         return torch.div(lengths, self.stack, rounding_mode="floor")

@@ -187,6 +187,8 @@ def latency_sweep(exps, data: Path, sets, settings, decode_cfg, limit: int) -> L
 
     decoder = make_decoder("tlg", data / "lang", decode_cfg)
     refs = {s: dict(read_table(data / s / "text")) for s in sets}
+    keys = {s: [k for k, _ in read_table(data / "fbank" / s / "feats.scp") if k in refs[s]] for s in sets}
+    keys = {s: ks[:limit] if limit > 0 else ks for s, ks in keys.items()}
     rows = {nm: {"chunk_frames": nm[0], "right_context": nm[1], "wer": {s: [] for s in sets}} for nm in settings}
     for e in exps:
         saved = load_model(e / "final.pt")
@@ -198,10 +200,8 @@ def latency_sweep(exps, data: Path, sets, settings, decode_cfg, limit: int) -> L
             row["latency_ms"] = latency_parts_ms(saved.model.cfg)["total"]
             row.setdefault("trained", []).append(nm == trained)
             for s in sets:
-                keys = [k for k, _ in read_table(data / "fbank" / s / "feats.scp") if k in refs[s]]
-                keys = keys[:limit] if limit > 0 else keys
-                hyps = {k: " ".join(decoder.decode(saved.log_probs(readers[s][k]))) for k in keys}
-                row["wer"][s].append(round(score({k: refs[s][k] for k in keys}, hyps).wer, 2))
+                hyps = {k: " ".join(decoder.decode(saved.log_probs(readers[s][k]))) for k in keys[s]}
+                row["wer"][s].append(round(score({k: refs[s][k] for k in keys[s]}, hyps).wer, 2))
             print(f"{e}: N={nm[0]} M={nm[1]} {row['latency_ms']} ms: {row['wer']}", file=sys.stderr)
     out = []
     for row in rows.values():

@@ -127,11 +127,10 @@ def _run_once(fn, world, args, timeout, env, threads, join, attempt) -> List[Any
             if p.is_alive():
                 p.kill()
                 p.join()
-        files = {r: Path(tmp, f"error.{r}.txt") for r in range(world) if Path(tmp, f"error.{r}.txt").is_file()}
-        errors = {r: f.read_text() for r, f in files.items()}
+        errors = {r: Path(tmp, f"error.{r}.txt") for r in range(world) if Path(tmp, f"error.{r}.txt").is_file()}
         if errors:  # the first learner to fail is the cause; the others' errors follow from it (a peer gone)
-            r = min(files, key=lambda k: (files[k].stat().st_mtime_ns, k))
-            tb = errors[r]
+            r = min(errors, key=lambda k: (errors[k].stat().st_mtime_ns, k))
+            tb = errors[r].read_text()
             if not any(Path(tmp, f"joined.{k}").exists() for k in range(world)):
                 raise _RendezvousFailed(f"learner {r} failed:\n{tb}")
             stopped = f" (the others were stopped {FAILED_PEERS_GRACE_S:.0f} s after it)" if cut_short else ""

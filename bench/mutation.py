@@ -24,11 +24,11 @@ The score of a group is (killed + timed out) / (sampled - equivalent).
 
 Every result is appended to ``<out-dir>/mutants[.shardK].jsonl`` as it comes (with the hash of the module it
 mutated), so a killed run goes on where it stopped and a rerun redoes only mutants whose module changed. ``--jobs 2``
-runs two shards at once (one per core: ``--shard 1/2`` and ``--shard 2/2`` in their own scratch trees) and then
-summarises both, with the wall time of the whole; ``--report`` merges what is there. The last line
-printed is one JSON object: per group sampled / killed / survived / timed_out / equivalent / pending / score, and
-the wall time. ``--quick`` (under a minute) mutates ``asrlib/score.py`` at three sites against tests/test_score.py
-in a temporary directory, as a check that the machinery works.
+runs two shards at once (one per core, each in its own scratch tree, taking mutants from one shared queue and sharing
+the unmutated runs' times) and then summarises both, with the wall time of the whole; ``--report`` merges what is
+there. The last line printed is one JSON object: per group sampled / killed / survived / timed_out / equivalent /
+pending / score, and the wall time. ``--quick`` (under a minute) mutates ``asrlib/score.py`` at three sites against
+tests/test_score.py in a temporary directory, as a check that the machinery works.
 """
 
 from __future__ import annotations

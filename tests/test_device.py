@@ -403,16 +403,31 @@ NCCL_WORLD = {  # every algorithm as it runs on GPU learners: NCCL for the colle
 }
 
 
+def _regroup_on_stand_in_nccl(rank, world, store):
+    """Replace the harness's Gloo world by one whose default group plays NCCL. The store's name is rank 0's pid, so
+    a run the harness starts again (a failed rendezvous) does not meet the file its killed first try left."""
+    import os
+
+    import torch.distributed as dist
+
+    from device_guard import register_stand_in_nccl
+
+    tag = torch.tensor([os.getpid() if rank == 0 else 0])
+    dist.broadcast(tag, src=0)
+    dist.destroy_process_group()
+    dist.init_process_group(
+        register_stand_in_nccl(), init_method=f"file://{store}.{int(tag)}", rank=rank, world_size=world
+    )
+
+
 def _on_stand_in_nccl(rank, world, store, scenarios):
     """A learner of a world whose default group plays NCCL (device tensors only, tests/device_guard.py), as
     ``init_process_group`` sets it up for learners on CUDA: collective buffers on the learner's device."""
-    import torch.distributed as dist
 
     import asrlib.parallel.env as env
-    from device_guard import DEVICE, register_stand_in_nccl
+    from device_guard import DEVICE
 
-    dist.destroy_process_group()  # the harness's Gloo world
-    dist.init_process_group(register_stand_in_nccl(), init_method=f"file://{store}", rank=rank, world_size=world)
+    _regroup_on_stand_in_nccl(rank, world, store)
     real = env.init_process_group
     env.init_process_group = lambda cfg, device=None: dataclasses.replace(
         real(cfg, device), backend="nccl", device=DEVICE
@@ -436,10 +451,7 @@ def test_the_stand_in_nccl_refuses_host_tensors(tmp_path):
 def _host_tensor_to_nccl(rank, world, store):
     import torch.distributed as dist
 
-    from device_guard import register_stand_in_nccl
-
-    dist.destroy_process_group()
-    dist.init_process_group(register_stand_in_nccl(), init_method=f"file://{store}", rank=rank, world_size=world)
+    _regroup_on_stand_in_nccl(rank, world, store)
     with stand_in_device() as dev:
         on_device = torch.ones(3, device=dev)
         dist.all_reduce(on_device)

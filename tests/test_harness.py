@@ -1,6 +1,6 @@
 """The local learners' harness (asrlib/parallel/harness.py), which the distributed tests stand on: a learner that
-fails stops the run at once with its traceback (its peers, stuck in a collective, are killed), and a rendezvous that
-fails before any learner has joined is started again."""
+fails stops the run at once with its traceback (its peers, stuck in a collective, are killed), and a run whose first
+failure was a learner's rendezvous is started again."""
 
 from __future__ import annotations
 
@@ -48,6 +48,25 @@ def _rank(rank, world):
 
 def test_a_failed_rendezvous_is_tried_again():
     assert run_learners(_rank, 2, timeout=300, join=_flaky_join) == [0, 1]
+
+
+def _one_sided_join(rank, world, init_file, attempt):
+    if attempt == 0:  # Gloo's mesh can fail on one side while the peer's init_process_group returns
+        if rank == 0:
+            raise RuntimeError("stand-in: connectFullMesh failed, connection closed by peer")
+        return  # rank 1 "got through": it runs fn, then fails in the barrier, after rank 0
+    join_gloo(rank, world, init_file, attempt)
+
+
+def _rank_after_a_while(rank, world):
+    import time
+
+    time.sleep(2.0)
+    return rank
+
+
+def test_a_rendezvous_failed_on_one_side_only_is_tried_again():
+    assert run_learners(_rank_after_a_while, 2, timeout=300, join=_one_sided_join) == [0, 1]
 
 
 def _joins_then_fails(rank, world, init_file, attempt):

@@ -130,6 +130,9 @@ class ModelConfig:
     # frames, each chunk's backward direction restarted; 0 = a plain BLSTM
     chunk_frames: int = 0
     right_context: int = 0  # LC-BLSTM: output frames after each chunk that its backward direction hears
+    # > 0 with a unidirectional model: a look-ahead convolution (DeepSpeech 2's row convolution) over this many
+    # future output frames of the last LSTM layer; torch only (no streaming export)
+    lookahead: int = 0
 
 
 @dataclass

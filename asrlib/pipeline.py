@@ -430,6 +430,12 @@ def export_mobile(x: Ctx) -> List[Step]:
             "(set model.bidirectional: false to get a mobile bundle)"
         )
         return [Step("export_mobile", 7, "", message=why)]
+    if x.cfg.model.lookahead > 0:
+        why = (
+            f"stage 7 (mobile export) skipped: {x.c} has a look-ahead convolution (model.lookahead), which the "
+            "streaming export does not support yet (an LC-BLSTM or a model without look-ahead exports)"
+        )
+        return [Step("export_mobile", 7, "", message=why)]
     args = [*x.conf, "--model", f"{x.e}/final.pt", *x.feats_args, "--out-dir", f"{x.e}/mobile"]
     args += ["--train-set", "train", "--dev-set", "dev"]
     inputs = [f"{x.e}/.train.done", f"{x.d}/fbank/dev/.done", f"{x.lang}/.done"]

@@ -180,12 +180,12 @@ class _LcStream:
 
 
 class _WholeRecordingStream:
-    """For a bidirectional LSTM (which cannot carry state forwards only) and for a model trained with
-    ``features.cmvn: utterance`` (whose input is the recording minus its mean, known at the end): the features are
-    collected and, at the end, reduced by their mean (utterance CMN) and run in windows of ``window`` output frames
-    with ``context`` frames of extra audio on each side (whose outputs are dropped). A recording of at most
-    ``window + 2 * context`` output frames runs in one pass (exact, as steps.compute_logprobs); a longer one is
-    approximate at the window edges, by an amount that shrinks with ``context``."""
+    """For a bidirectional LSTM (which cannot carry state forwards only), a model with a look-ahead convolution and a
+    model trained with ``features.cmvn: utterance`` (whose input is the recording minus its mean, known at the end):
+    the features are collected and, at the end, reduced by their mean (utterance CMN) and run in windows of
+    ``window`` output frames with ``context`` frames of extra audio on each side (whose outputs are dropped). A
+    recording of at most ``window + 2 * context`` output frames runs in one pass (exact, as steps.compute_logprobs);
+    a longer one is approximate at the window edges, by an amount that shrinks with ``context``."""
 
     def __init__(self, saved, window: int = 1000, context: int = 100) -> None:
         self.saved, self.window, self.context = saved, window, context
@@ -238,7 +238,8 @@ class TorchBackend:
         m = self.saved.model
         self.num_mel_bins, self.subsampling, self.vocab_size = m.feat_dim, m.stack, m.vocab_size
         self.bidirectional = bool(m.cfg.bidirectional)
-        self.causal = not (self.bidirectional or self.saved.cmn == "utterance")
+        # a look-ahead convolution needs frames after the current one: run as a whole recording, as a BLSTM
+        self.causal = not (self.bidirectional or self.saved.cmn == "utterance" or m.cfg.lookahead > 0)
         self.endpoint_calls = OFFLINE_CALLS  # oneDNN's LSTM: a call costs as much as ~52 output frames
 
     def stream(self) -> AcousticStream:
@@ -315,7 +316,8 @@ def resolve_segment_method(method: str, backend: AcousticBackend, where: str) ->
     if method == "endpoint" and not backend.causal:
         raise AsrError(
             f"{where}: decode.segment endpoint needs a model whose output for a frame depends only on the audio up "
-            f"to it; this one is bidirectional or normalises by the utterance's mean: use --segment blank (or auto)"
+            f"to it; this one is bidirectional, looks ahead or normalises by the utterance's mean: use --segment "
+            f"blank (or auto)"
         )
     return method
 

@@ -161,6 +161,11 @@ class ScanAcousticModel(nn.Module):
         :mod:`asrlib.export.prune`) and its CMVN (``online_prior``: the prior weight of its online CMN, None
         without); ``frame_local``: every matrix product inside the loop (for ``recurrence`` ``ops``);
         ``recurrence``: see the module docstring."""
+        if getattr(model, "lookahead", None) is not None:
+            raise AsrError(
+                "a model with a look-ahead convolution (model.lookahead) cannot be exported for streaming use "
+                "yet: it runs in torch only (asr transcribe on the model dir, steps.compute_logprobs)"
+            )
         layers = [layer_weights(layer) for layer in model.layers]
         out = model.output
         return cls(

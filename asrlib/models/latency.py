@@ -6,6 +6,8 @@ slot, ``snip_edges=false``) needs audio up to ``i × shift + (shift + window) / 
 time minus the start of its slot, and the model's is the largest over j:
 
 - unidirectional: F(j) = (j + 1) S − 1: latency = S × shift + (window − shift) / 2 (waiting for a full stack);
+  with a look-ahead of K output frames (``model.lookahead``), F(j) = (j + 1 + K) S − 1: K S × shift more (reported
+  as ``right_context``);
 - LC-BLSTM (:mod:`asrlib.models.lc_blstm`): F(j) = ((c + 1) N + M) S − 1 for chunk c = j // N, largest at a
   chunk's first frame: latency = N S × shift (chunk) + M S × shift (right context) + (window − shift) / 2;
 - a plain BLSTM hears the whole utterance: no bound (None).
@@ -33,7 +35,7 @@ def latency_parts_ms(
         return None
     frame = cfg.stack * shift_ms
     chunk = (cfg.chunk_frames if cfg.chunk_frames > 0 else 1) * frame
-    right = cfg.right_context * frame
+    right = (cfg.right_context + cfg.lookahead) * frame  # the LC-BLSTM's, or the unidirectional look-ahead's
     window = (window_ms - shift_ms) / 2
     return {
         "chunk": chunk,

@@ -9,7 +9,8 @@ Two implementations of one layer:
   (:func:`step_cell`: one fused kernel for the gate arithmetic instead of about ten), eager on the CPU.
 
 The acoustic model stacks ``stack`` consecutive 10 ms frames (so the network runs at 30 ms for stack=3), then
-LSTM layers, then a linear layer to the CTC tokens (index 0 = blank), returning log-probabilities.
+LSTM layers, optionally a look-ahead convolution (:class:`LookAhead`, ``model.lookahead``), then a linear layer to the
+CTC tokens (index 0 = blank), returning log-probabilities.
 """
 
 from __future__ import annotations
@@ -185,6 +186,28 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, rev.unsqueeze(-1).expand_as(x))
 
 
+class LookAhead(nn.Module):
+    """A look-ahead ("row") convolution, as DeepSpeech 2's: y_t = sum_{k=0..K} w_k * x_{t+k}, one weight per channel
+    and offset, frames past each utterance's end read as zeros. It gives a unidirectional network K output frames of
+    the future at the cost of K frames of latency; it starts as the identity (w_0 = 1, the others 0)."""
+
+    def __init__(self, dim: int, frames: int):
+        super().__init__()
+        if frames < 1:
+            raise ValueError(f"a look-ahead needs at least one frame, not {frames}")
+        self.frames = frames
+        self.weight = nn.Parameter(torch.zeros(frames + 1, dim))
+        with torch.no_grad():
+            self.weight[0] = 1.0
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(N, T, D), zero past ``lengths`` or not → (N, T, D)."""
+        t = x.shape[1]
+        valid = torch.arange(t, device=x.device).unsqueeze(0) < lengths.to(x.device).unsqueeze(1)
+        xp = nn.functional.pad(x * valid.unsqueeze(-1).to(x.dtype), (0, 0, 0, self.frames))
+        return sum(xp[:, k : k + t] * self.weight[k] for k in range(self.frames + 1))
+
+
 class StackedLstmAcousticModel(nn.Module):
     """Frame stacking (×stack, also the subsampling), LSTM(P) layers, linear output, log-softmax."""
 
@@ -197,6 +220,8 @@ class StackedLstmAcousticModel(nn.Module):
             raise ValueError("model.chunk_frames > 0 (LC-BLSTM) needs bidirectional: true and peephole: false")
         if cfg.right_context < 0 or (cfg.right_context > 0 and not self.latency_controlled):
             raise ValueError("model.right_context needs model.chunk_frames > 0 (and cannot be negative)")
+        if cfg.lookahead < 0 or (cfg.lookahead > 0 and cfg.bidirectional):
+            raise ValueError("model.lookahead needs model.bidirectional: false (and cannot be negative)")
         layers = []
         in_dim = feat_dim * cfg.stack
         for _ in range(cfg.num_layers):
@@ -210,6 +235,7 @@ class StackedLstmAcousticModel(nn.Module):
             in_dim = layer.output_size
         self.layers = nn.ModuleList(layers)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.lookahead = LookAhead(in_dim, cfg.lookahead) if cfg.lookahead > 0 else None
         self.output = nn.Linear(in_dim, vocab_size)
 
     def set_chunking(self, chunk_frames: int, right_context: int) -> None:
@@ -236,6 +262,8 @@ class StackedLstmAcousticModel(nn.Module):
             return self.output(x).float().log_softmax(dim=-1), out_lens
         for layer in self.layers:
             x = self.dropout(layer(x, out_lens))
+        if self.lookahead is not None:
+            x = self.lookahead(x, out_lens)
         return self.output(x).float().log_softmax(dim=-1), out_lens  # fp32 under autocast (a no-op in fp32)
 
 

@@ -126,7 +126,7 @@ def init_from_ce(model: torch.nn.Module, ce_path: PathLike) -> Dict[str, object]
             f"train.init is 'ce' but the cross-entropy model {ce_path} does not exist; run steps.train_ce first"
         )
     ce = load_model(ce_path).model
-    keys = ("num_layers", "hidden_size", "proj_size", "peephole", "bidirectional", "stack", "chunk_frames")
+    keys = ("num_layers", "hidden_size", "proj_size", "peephole", "bidirectional", "stack", "chunk_frames", "lookahead")
     diff = {k: (getattr(ce.cfg, k), getattr(model.cfg, k)) for k in keys if getattr(ce.cfg, k) != getattr(model.cfg, k)}
     if diff or ce.feat_dim != model.feat_dim:
         if ce.feat_dim != model.feat_dim:

@@ -363,6 +363,9 @@ class ExportConfig:
     per_channel: bool = False  # int8 weights quantized per output channel instead of per tensor
     fp16: bool = True  # also write an fp16-weight model (size/accuracy point)
     chunk_ms: int = 320  # streaming chunk length the bundle's README and the benchmark default to
+    # a unidirectional model with a look-ahead (model.lookahead): output frames per call of its chunk model; 1 streams
+    # at the model's own latency, each frame more adds a frame of latency and saves calls
+    chunk_frames: int = 1
     # the bundle's network: pruned (compressed int8) | int8 (the trained model in int8) | auto: pruned unless its dev
     # WER is more than max_wer_loss (absolute %) above int8's
     bundle_model: str = "auto"

@@ -424,16 +424,10 @@ def results(x: Ctx) -> List[Step]:
 
 def export_mobile(x: Ctx) -> List[Step]:
     if x.cfg.model.bidirectional and x.cfg.model.chunk_frames <= 0:  # a BLSTM needs the whole utterance (an
-        # LC-BLSTM streams: asrlib.export.lc_onnx)
+        # LC-BLSTM streams, as a unidirectional one with a look-ahead: asrlib.export.lc_onnx)
         why = (
             f"stage 7 (mobile export) skipped: {x.c} has a bidirectional model, which cannot stream on a device "
             "(set model.bidirectional: false to get a mobile bundle)"
-        )
-        return [Step("export_mobile", 7, "", message=why)]
-    if x.cfg.model.lookahead > 0:
-        why = (
-            f"stage 7 (mobile export) skipped: {x.c} has a look-ahead convolution (model.lookahead), which the "
-            "streaming export does not support yet (an LC-BLSTM or a model without look-ahead exports)"
         )
         return [Step("export_mobile", 7, "", message=why)]
     args = [*x.conf, "--model", f"{x.e}/final.pt", *x.feats_args, "--out-dir", f"{x.e}/mobile"]

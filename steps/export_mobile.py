@@ -204,18 +204,17 @@ def _refuse_local_cmn(why: str) -> None:
 
 
 def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
-    """An LC-BLSTM's bundle (:mod:`asrlib.export.lc_onnx`): the chunk model (streaming) and the whole-utterance
-    model (sherpa-onnx's offline contract) of the trained model and of its pruned copy (magnitude pruning and
-    fine-tuning as for any model; no low rank: it factors unidirectional layers only), fp32 verified against
-    PyTorch, then int8; the bundle's network chosen on dev as ``export.bundle_model`` says (:func:`choose_bundle_model`
-    on the whole-utterance int8 models)."""
+    """The bundle of an LC-BLSTM or of a unidirectional LSTM with a look-ahead (:mod:`asrlib.export.lc_onnx`, whose
+    chunk model has ``export.chunk_frames`` output frames): the chunk model (streaming) and the whole-utterance model
+    (sherpa-onnx's offline contract) of the trained model and of its pruned copy (magnitude pruning and fine-tuning
+    as for any model; no low rank: the chunk export reads plain LSTM layers), fp32 verified against PyTorch, then
+    int8; the bundle's network chosen on dev as ``export.bundle_model`` says (:func:`choose_bundle_model` on the
+    whole-utterance int8 models)."""
     from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc, verify_sherpa_online
     from asrlib.models.latency import latency_parts_ms
 
     if cfg.export.rank_ratio > 0:
-        log.info(
-            "LC-BLSTM: no low-rank step (export.rank_ratio %s is for unidirectional layers)", cfg.export.rank_ratio
-        )
+        log.info("chunk model: no low-rank step (export.rank_ratio %s is ignored)", cfg.export.rank_ratio)
     ex = dataclasses.replace(cfg.export, rank_ratio=0.0)
     pruned = prune.load_compressed(compress(a, dataclasses.replace(cfg, export=ex), out))
     torch.set_num_threads(1)
@@ -230,7 +229,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         "max_abs_diff_vs_torch": {},
     }
     for name, s in (("baseline", saved), ("pruned", pruned)):
-        core = LcExport(s.model, s.cmvn_mean, s.cmvn_inv_std).fold_search(*search)
+        core = LcExport(s.model, s.cmvn_mean, s.cmvn_inv_std, ex.chunk_frames).fold_search(*search)
         paths = {sig: export_lc(core, out / f"{tag}.fp32.onnx", sig, sample_rate=sr) for sig, tag in _lc_tags(name)}
         report["max_abs_diff_vs_torch"][name] = verify_lc(
             paths["chunk"], paths["whole"], s.model, s.cmvn_mean, s.cmvn_inv_std
@@ -245,7 +244,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
     )
     tag = FILE_TAG[choice]
     chosen = saved if choice == "int8" else pruned  # sherpa-onnx's streaming form of the bundle's network
-    core = LcExport(chosen.model, chosen.cmvn_mean, chosen.cmvn_inv_std).fold_search(*search)
+    core = LcExport(chosen.model, chosen.cmvn_mean, chosen.cmvn_inv_std, ex.chunk_frames).fold_search(*search)
     online = export_lc(core, out / f"{tag}.sherpa_online.fp32.onnx", "sherpa_online", sample_rate=sr)
     report["max_abs_diff_sherpa_online_vs_chunk"] = verify_sherpa_online(online, out / f"{tag}.streaming.fp32.onnx")
     quantize_int8(online, out / f"{tag}.sherpa_online.int8.onnx", per_channel=cfg.export.per_channel)
@@ -264,10 +263,11 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
             "compression": {"rank_ratio": 0.0, "sparsity": report["sparsity"] if choice == "pruned" else 0.0},
             "streaming": {
                 "chunk_ms": cfg.export.chunk_ms,
-                "lc_blstm": {
-                    "chunk_frames": mc.chunk_frames,
-                    "right_context": mc.right_context,
-                    "latency_ms": latency_parts_ms(mc),
+                "lc_blstm": {  # the chunk model's N and M (a look-ahead model: export.chunk_frames and its K)
+                    "chunk_frames": core.n,
+                    "right_context": core.m,
+                    "latency_ms": latency_parts_ms(mc, run_chunk=core.n),
+                    "backward": core.bidirectional,
                 },
             },
         },
@@ -330,7 +330,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     setup_logging(out / "log" / "export_mobile.log")
     torch.manual_seed(0)
-    if baseline.model.cfg.chunk_frames > 0:
+    if baseline.model.cfg.chunk_frames > 0 or baseline.model.cfg.lookahead > 0:
         export_lc_bundle(a, cfg, baseline, out, sr, search)
         mark_done(done, {"bundle": str(out / "bundle")}, fingerprint=fp)
         return 0

@@ -91,3 +91,76 @@ def test_the_streaming_export_refuses_it():
 
     with pytest.raises(AsrError, match="look-ahead"):
         ScanAcousticModel.from_model(_model(), np.zeros(D, np.float32), np.ones(D, np.float32))
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_its_onnx_chunk_whole_and_sherpa_models_give_the_torch_log_probs(tmp_path, chunk):
+    """Exported as a chunk model with M = K and no backward direction (asrlib.export.lc_onnx): streamed in windows
+    (N = 1: the model's own latency; N = 3) and as a whole utterance, it gives the torch model's log-probs; its
+    sherpa-onnx streaming form gives the chunk model's."""
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    from asrlib.export.lc_onnx import LcExport, export_lc, verify_lc, verify_sherpa_online
+
+    model = _model()
+    with pytest.raises(ValueError, match="look-ahead"):
+        LcExport(_model(lookahead=0), np.zeros(D), np.ones(D))
+    rng = np.random.default_rng(1)
+    mean, inv_std = rng.standard_normal(D).astype(np.float32), (1 + rng.random(D)).astype(np.float32)
+    core = LcExport(model, mean, inv_std, chunk_frames=chunk).fold_search(2.0, 1.0)
+    assert (core.n, core.m) == (chunk, K)
+    paths = {sig: export_lc(core, tmp_path / f"{sig}.onnx", sig) for sig in ("chunk", "whole", "sherpa_online")}
+    assert verify_lc(paths["chunk"], paths["whole"], model, mean, inv_std, lengths=(45, 131)) < 1e-4
+    assert verify_sherpa_online(paths["sherpa_online"], paths["chunk"]) < 1e-4
+
+
+def test_stage_7_exports_a_streaming_bundle_that_gives_the_whole_utterances_words(tmp_path_factory):
+    """Through the real steps.export_mobile (tone task, K = 2, chunk model of N = 2 frames): the fp32 chunk and whole
+    models follow torch, the look-ahead filters are not pruned, bundle.json states N, K, no backward direction and
+    the latency at N, and the bundle's streaming recogniser gives the whole-utterance words and log-probs for any
+    audio chunk size."""
+    pytest.importorskip("onnxruntime")
+    import json
+
+    import numpy as np
+    import yaml
+    from test_lc_bundle import _quiet_main
+    from tone_model import SR, tone_model, utterance_audio
+
+    from asrlib.export import prune
+    from asrlib.export.streaming import StreamingRecognizer, recognize_whole
+    from steps import export_mobile, train
+
+    tm = tone_model(tmp_path_factory)
+    root = tmp_path_factory.mktemp("tone_lookahead")
+    cfg = yaml.safe_load((tm.root / "config.yaml").read_text())
+    cfg["model"].update(bidirectional=False, peephole=False, proj_size=0, lookahead=2, hidden_size=24)
+    cfg["export"] = {"rank_ratio": 0.25, "sparsity": 0.3, "finetune_epochs": 1, "fp16": False, "chunk_frames": 2}
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    common = ["--config", str(root / "config.yaml"), "--data-dir", str(tm.data), "--feats-dir", str(tm.fbank)]
+    common += ["--lang-dir", str(tm.lang)]
+    assert _quiet_main(train.main, common + ["--exp-dir", str(root / "exp")]) == 0
+    out = root / "mobile"
+    assert (
+        _quiet_main(export_mobile.main, common + ["--model", str(root / "exp" / "final.pt"), "--out-dir", str(out)])
+        == 0
+    )
+    report = json.loads((out / "export.json").read_text())
+    assert max(report["max_abs_diff_vs_torch"].values()) < 1e-4
+    trained = prune.load_compressed(root / "exp" / "final.pt").model.lookahead.weight
+    pruned = prune.load_compressed(out / "pruned.pt").model.lookahead.weight
+    assert bool((pruned != 0).all()) and not torch.equal(pruned, trained)  # fine-tuned, not pruned
+    lc = json.loads((out / "bundle" / "bundle.json").read_text())["streaming"]["lc_blstm"]
+    stack = cfg["model"]["stack"]
+    assert (lc["chunk_frames"], lc["right_context"], lc["backward"]) == (2, 2, False)
+    assert lc["latency_ms"]["total"] == (2 + 2) * stack * 10 + 7.5
+    rec = StreamingRecognizer(out / "bundle")
+    for utt, x in utterance_audio(tm, "test")[:3]:
+        whole_words, whole_lp = recognize_whole(out / "bundle", x, SR)
+        for chunk in (160 * 7, len(x)):
+            s = rec.new_stream()
+            for i in range(0, len(x), chunk):
+                s.accept_waveform(SR, x[i : i + chunk])
+            assert s.finish() == whole_words, (utt, chunk)
+            assert np.abs(s.all_logprobs() - whole_lp).max() < 1e-4

@@ -38,10 +38,8 @@ def test_steps_run_in_an_order_that_respects_every_input(config, snakefile):
     wanted = {"prepare_data", "fbank_train", "cmvn", "lang", "train_model", "results"}
     assert wanted <= set(names)
     assert ("train_mono" in names) == (cfg.train.init == "ce")
-    # stage 7 for every model that streams: unidirectional without a look-ahead convolution, or a latency-controlled
-    # BLSTM (model.chunk_frames)
-    m = cfg.model
-    assert ("export_mobile" in names) == ((not m.bidirectional and m.lookahead == 0) or m.chunk_frames > 0)
+    # stage 7 for every model that streams: unidirectional, or a latency-controlled BLSTM (model.chunk_frames)
+    assert ("export_mobile" in names) == (not cfg.model.bidirectional or cfg.model.chunk_frames > 0)
     jobs = [n for n in names if n.startswith("fbank_train_job")]  # the Snakefile: one step per feature job
     assert len(jobs) == (cfg.features.nj if snakefile else 0)
 
@@ -69,12 +67,6 @@ def test_a_bidirectional_model_has_no_export_step_but_a_message():
     cfg = load_config(ROOT / "recipes/digits/config.yaml", ["model.bidirectional=true"])
     last = plan(cfg, Layout(config="c.yaml"))[-1]
     assert last.stage == 7 and not last.module and "bidirectional" in last.message
-
-
-def test_a_look_ahead_model_has_no_export_step_but_a_message():
-    cfg = load_config(ROOT / "recipes/digits/config.yaml", ["model.lookahead=2"])
-    last = plan(cfg, Layout(config="c.yaml"))[-1]
-    assert last.stage == 7 and not last.module and "look-ahead" in last.message
 
 
 def _decode_outputs(config: str, overrides) -> set:

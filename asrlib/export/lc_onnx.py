@@ -9,6 +9,13 @@ and, as in :mod:`asrlib.export.onnx_model`, the recipe's search (:meth:`LcExport
 graph search has no acoustic scale or blank penalty; the metadata says so and the runtime takes it out again).
 ``proj_size`` must be 0 (ONNX's LSTM node has no projection).
 
+A unidirectional LSTM with a look-ahead convolution (``model.lookahead`` = K, :class:`asrlib.models.lstm.LookAhead`)
+exports as the same chunk model with M = K and no backward direction: the window's last-layer outputs feed the
+look-ahead convolution of its N chunk frames. Its forward direction over the right context starts from the chunk's
+end state, as the model's own, so the chunks give the whole utterance's log-probs; N (``chunk_frames`` of
+:class:`LcExport`) is a choice of the export: N = 1 streams at the model's latency, a larger N costs N - 1 frames
+more and fewer calls.
+
 * **chunk** (``model.streaming.int8.onnx`` of an LC bundle): inputs ``x`` (1, (N + M) S, F) raw fbank of the window
   (zeros past the input's end), ``valid`` (1,) int64 the window's stacked frames that are real (N + M except at the
   end of the input), ``h`` and ``c`` (L, 1, H) each layer's forward state after the previous chunk (zeros at the
@@ -66,22 +73,36 @@ def _gather_time(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 class LcExport(nn.Module):
     """The exportable LC-BLSTM (module docstring): :meth:`window` is one chunk; :meth:`forward` the whole utterance."""
 
-    def __init__(self, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray):
+    def __init__(self, model: nn.Module, cmvn_mean: np.ndarray, cmvn_inv_std: np.ndarray, chunk_frames: int = 1):
+        """``chunk_frames``: N for a unidirectional model with a look-ahead (an LC-BLSTM has its own)."""
         super().__init__()
         cfg = model.cfg
-        if cfg.chunk_frames <= 0:
-            raise ValueError("an LC-BLSTM (model.chunk_frames > 0) is needed")
+        self.bidirectional = cfg.chunk_frames > 0
+        if not self.bidirectional and (cfg.lookahead <= 0 or cfg.bidirectional or cfg.peephole):
+            raise ValueError(
+                "an LC-BLSTM (model.chunk_frames > 0) or a unidirectional LSTM without peepholes with a look-ahead "
+                "(model.lookahead > 0) is needed"
+            )
         if cfg.proj_size > 0:
             raise ValueError("the LC-BLSTM ONNX export needs model.proj_size: 0 (ONNX's LSTM node has no projection)")
-        self.n, self.m, self.s = cfg.chunk_frames, cfg.right_context, model.stack
+        if self.bidirectional:
+            self.n, self.m = cfg.chunk_frames, cfg.right_context
+        elif chunk_frames < 1:
+            raise ValueError(f"chunk_frames must be at least 1, not {chunk_frames}")
+        else:
+            self.n, self.m = chunk_frames, cfg.lookahead
+        self.s = model.stack
         self.feat_dim, self.vocab_size = model.feat_dim, model.vocab_size
         self.num_layers, self.H = len(model.layers), cfg.hidden_size
         self.register_buffer("mean", torch.as_tensor(np.asarray(cmvn_mean, np.float32)).reshape(-1))
         self.register_buffer("inv_std", torch.as_tensor(np.asarray(cmvn_inv_std, np.float32)).reshape(-1))
         for k, layer in enumerate(model.layers):
-            for d, lstm in (("f", layer.fwd), ("b", layer.bwd)):
+            dirs = (("f", layer.fwd), ("b", layer.bwd)) if self.bidirectional else (("f", layer.lstm),)
+            for d, lstm in dirs:
                 for name, t in zip("WRB", _onnx_layout(lstm)):
                     self.register_buffer(f"{name}{d}{k}", t)
+        la = getattr(model, "lookahead", None)
+        self.register_buffer("w_ahead", la.weight.detach().float().clone() if la is not None else None)
         self.register_buffer("w_out", model.output.weight.detach().float().clone())
         self.register_buffer("b_out", model.output.bias.detach().float().clone())
         self.search_scale, self.search_penalty = 1.0, 0.0
@@ -129,12 +150,15 @@ class LcExport(nn.Module):
                 yr, _, _ = lstm_node(zt[n:], wf, rf, bf, None, h2, c2, ex)
                 parts.append(yr[:, 0])
             y_fwd = torch.cat(parts, dim=0).transpose(0, 1)  # (B, W, H)
-            wb, rb, bb = (getattr(self, f"{x}b{k}") for x in "WRB")
-            yb, _, _ = lstm_node(_gather_time(z, rev).transpose(0, 1), wb, rb, bb, None, zero, zero, ex)
-            y_bwd = _gather_time(yb[:, 0].transpose(0, 1), rev)
-            z = torch.cat([y_fwd, y_bwd], dim=-1) * mask
+            if self.bidirectional:
+                wb, rb, bb = (getattr(self, f"{x}b{k}") for x in "WRB")
+                yb, _, _ = lstm_node(_gather_time(z, rev).transpose(0, 1), wb, rb, bb, None, zero, zero, ex)
+                y_fwd = torch.cat([y_fwd, _gather_time(yb[:, 0].transpose(0, 1), rev)], dim=-1)
+            z = y_fwd * mask
             new_h.append(h2)
             new_c.append(c2)
+        if self.w_ahead is not None:  # the look-ahead convolution: chunk frame t hears window frames t..t+M
+            z = sum(z[:, j : j + n] * self.w_ahead[j] for j in range(self.m + 1))
         return F.linear(z[:, :n], self.w_out, self.b_out).log_softmax(dim=-1), new_h, new_c
 
     def chunk(self, x: torch.Tensor, valid: torch.Tensor, h: torch.Tensor, c: torch.Tensor):

@@ -127,8 +127,9 @@ def low_rank_factorize(
 
 
 def prunable_weights(model: nn.Module) -> Dict[str, nn.Parameter]:
-    """The weight matrices subject to pruning: every ≥ 2-dim parameter (biases and peepholes are 1-dim)."""
-    return {n: p for n, p in model.named_parameters() if p.dim() >= 2}
+    """The weight matrices subject to pruning: every ≥ 2-dim parameter (biases and peepholes are 1-dim) but the
+    look-ahead convolution's per-channel filters (K + 1 weights a channel, not a matrix)."""
+    return {n: p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("lookahead.")}
 
 
 @torch.no_grad()

@@ -27,14 +27,15 @@ FRAME_LENGTH_MS = 25.0
 
 
 def latency_parts_ms(
-    cfg: ModelConfig, shift_ms: float = FRAME_SHIFT_MS, window_ms: float = FRAME_LENGTH_MS
+    cfg: ModelConfig, shift_ms: float = FRAME_SHIFT_MS, window_ms: float = FRAME_LENGTH_MS, run_chunk: int = 1
 ) -> Optional[Dict[str, float]]:
     """The latency's parts in ms (``chunk``, ``right_context``, ``output_delay``, ``feature_window``, ``total``),
-    or None for a plain BLSTM (whole-utterance look-ahead)."""
+    or None for a plain BLSTM (whole-utterance look-ahead). ``run_chunk``: the output frames a unidirectional model
+    is run with per call (``export.chunk_frames`` of a look-ahead model's bundle), 1 for its own latency."""
     if cfg.bidirectional and cfg.chunk_frames <= 0:
         return None
     frame = cfg.stack * shift_ms
-    chunk = (cfg.chunk_frames if cfg.chunk_frames > 0 else 1) * frame
+    chunk = (cfg.chunk_frames if cfg.chunk_frames > 0 else run_chunk) * frame
     right = (cfg.right_context + cfg.lookahead) * frame  # the LC-BLSTM's, or the unidirectional look-ahead's
     window = (window_ms - shift_ms) / 2
     return {

@@ -164,3 +164,49 @@ def test_stage_7_exports_a_streaming_bundle_that_gives_the_whole_utterances_word
                 s.accept_waveform(SR, x[i : i + chunk])
             assert s.finish() == whole_words, (utt, chunk)
             assert np.abs(s.all_logprobs() - whole_lp).max() < 1e-4
+
+
+def test_a_click_streamed_through_its_chunk_model_comes_out_the_computed_latency_late(tmp_path):
+    """Quiet noise with one click, fed in 1 ms pieces through the online fbank and the exported chunk model (N = 1:
+    the model's own latency): the click's output frame moves, nothing emitted before the click does, and each frame
+    comes out (1 + K) S x 10 ms + 7.5 ms after the start of its slot."""
+    pytest.importorskip("onnxruntime")
+    knf = pytest.importorskip("kaldi_native_fbank")
+    import numpy as np
+
+    from asrlib.export.lc_onnx import LcExport, LcOnnxStream, export_lc
+    from asrlib.export.streaming import fbank_options
+
+    sr, bins = 16000, 23
+    torch.manual_seed(0)
+    cfg = ModelConfig(num_layers=2, hidden_size=12, proj_size=0, peephole=False, stack=S, lookahead=K)
+    model = build_model(bins, 7, cfg).eval()
+    with torch.no_grad():
+        model.lookahead.weight.normal_()
+    path = export_lc(LcExport(model, np.zeros(bins), np.ones(bins), chunk_frames=1), tmp_path / "c.onnx", "chunk")
+    latency = algorithmic_latency_ms(cfg)
+    assert latency == (1 + K) * S * 10 + 7.5
+
+    def stream(samples):
+        fb, s, used, outs, times = knf.OnlineFbank(fbank_options(sr, bins)), LcOnnxStream(path), 0, [], []
+        for i in range(0, len(samples), sr // 1000):
+            fb.accept_waveform(float(sr), samples[i : i + sr // 1000])
+            if fb.num_frames_ready > used:
+                y = s.accept(np.stack([fb.get_frame(k) for k in range(used, fb.num_frames_ready)]))
+                used = fb.num_frames_ready
+                outs.append(y)
+                times += [1000.0 * min(i + sr // 1000, len(samples)) / sr] * len(y)
+        return np.concatenate(outs), np.array(times)
+
+    quiet = (np.random.default_rng(0).standard_normal(int(1.2 * sr)) * 1e-3).astype(np.float32)
+    j = 9
+    t_click = j * S * 10 + 1.0  # ms, 1 ms into output frame j's slot
+    click = quiet.copy()
+    click[int(t_click * sr / 1000)] = 0.5
+    y0, times = stream(quiet)
+    y1, times1 = stream(click)
+    assert np.array_equal(times, times1)
+    moved = np.abs(y1 - y0).max(-1) > 1e-4
+    assert moved[j] and not moved[times <= t_click].any()
+    delay = times - np.arange(len(times)) * S * 10  # each frame's emission after its slot's start
+    assert np.allclose(delay, latency, atol=1.0)

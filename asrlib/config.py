@@ -131,7 +131,7 @@ class ModelConfig:
     chunk_frames: int = 0
     right_context: int = 0  # LC-BLSTM: output frames after each chunk that its backward direction hears
     # > 0 with a unidirectional model: a look-ahead convolution (DeepSpeech 2's row convolution) over this many
-    # future output frames of the last LSTM layer; torch only (no streaming export)
+    # future output frames of the last LSTM layer (stage 7 exports it as a chunk model, as an LC-BLSTM's)
     lookahead: int = 0
 
 

@@ -292,6 +292,7 @@ RESULTS: List[Result] = [
         "python bench/streaming_accuracy.py --exp EXP... --data DATA --bundles BUNDLE... --wer-sets dev test "
         "(bundles: stage 7 as configured)",
     ),
+    Result("streaming_accuracy_an4_lookahead.json", "streaming_accuracy.py", streaming_accuracy),
     Result(
         "streaming_latency_an4.json",
         "streaming_accuracy.py",

@@ -163,8 +163,8 @@ class ScanAcousticModel(nn.Module):
         ``recurrence``: see the module docstring."""
         if getattr(model, "lookahead", None) is not None:
             raise AsrError(
-                "a model with a look-ahead convolution (model.lookahead) cannot be exported for streaming use "
-                "yet: it runs in torch only (asr transcribe on the model dir, steps.compute_logprobs)"
+                "a model with a look-ahead convolution (model.lookahead) exports as a chunk model "
+                "(asrlib.export.lc_onnx, as stage 7 does), not as this frame-by-frame one"
             )
         layers = [layer_weights(layer) for layer in model.layers]
         out = model.output

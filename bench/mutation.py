@@ -448,6 +448,8 @@ def _sha(path: Path) -> str:
 
 
 def read_records(out_dir: Path) -> Dict[str, dict]:
+    """Mutant id -> its newest record over every ``mutants*.jsonl`` (the largest ``at``; a run with one shard and
+    one with several write different files, so the file order alone would let an old shard file win)."""
     recs: Dict[str, dict] = {}
     for f in sorted(out_dir.glob("mutants*.jsonl")):
         for line in f.read_text().splitlines():
@@ -455,7 +457,9 @@ def read_records(out_dir: Path) -> Dict[str, dict]:
                 r = json.loads(line)
             except ValueError:
                 continue  # a line cut by a kill
-            recs[r["id"]] = r
+            old = recs.get(r["id"])
+            if old is None or r.get("at", 0.0) >= old.get("at", 0.0):
+                recs[r["id"]] = r
     return recs
 
 
@@ -662,6 +666,7 @@ def execute(
         rec = run_mutant(m, groups, tree, base, factor, direct_only)
         if rec is None:
             continue  # the group is not scored while its unmutated tests fail
+        rec["at"] = round(time.time(), 1)  # which of several records of a mutant is the newest (read_records)
         with open(log, "a") as f:
             f.write(json.dumps(rec) + "\n")
         where = f"{m.module}:{m.line} {m.operator}"

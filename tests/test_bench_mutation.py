@@ -170,3 +170,15 @@ def test_shards_of_a_queue_take_each_mutant_once_and_share_baselines(tmp_path):
     assert got == {"a": 42.0, "b": 42.0} and len(runs) == 1
     assert b.baseline("test_y.py", lambda: None) is None  # a failed unmutated run is remembered as such
     assert a.baseline("test_y.py", slow_run) is None and len(runs) == 1
+
+
+def test_the_newest_record_of_a_mutant_wins_across_files(tmp_path):
+    """A one-shard run writes mutants.jsonl, a --jobs run mutants.shardK.jsonl: a mutant rerun by the first after
+    the second is read as rerun, though the shard file's name sorts after."""
+    old = {"id": "m1", "outcome": "survived", "at": 100.0}
+    (tmp_path / "mutants.shard1.jsonl").write_text(
+        json.dumps(old) + "\n" + json.dumps({"id": "m2", "outcome": "killed"})
+    )
+    (tmp_path / "mutants.jsonl").write_text(json.dumps({"id": "m1", "outcome": "killed", "at": 200.0}) + "\n")
+    recs = mutation.read_records(tmp_path)
+    assert recs["m1"]["outcome"] == "killed" and recs["m2"]["outcome"] == "killed"

@@ -217,6 +217,10 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         log.info("chunk model: no low-rank step (export.rank_ratio %s is ignored)", cfg.export.rank_ratio)
     ex = dataclasses.replace(cfg.export, rank_ratio=0.0)
     pruned = prune.load_compressed(compress(a, dataclasses.replace(cfg, export=ex), out))
+
+    def exportable(s) -> LcExport:  # a saved model as the chunk export sees it, the recipe's search folded in
+        return LcExport(s.model, s.cmvn_mean, s.cmvn_inv_std, ex.chunk_frames).fold_search(*search)
+
     torch.set_num_threads(1)
     report: dict = {
         "params": {
@@ -229,7 +233,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
         "max_abs_diff_vs_torch": {},
     }
     for name, s in (("baseline", saved), ("pruned", pruned)):
-        core = LcExport(s.model, s.cmvn_mean, s.cmvn_inv_std, ex.chunk_frames).fold_search(*search)
+        core = exportable(s)
         paths = {sig: export_lc(core, out / f"{tag}.fp32.onnx", sig, sample_rate=sr) for sig, tag in _lc_tags(name)}
         report["max_abs_diff_vs_torch"][name] = verify_lc(
             paths["chunk"], paths["whole"], s.model, s.cmvn_mean, s.cmvn_inv_std
@@ -244,7 +248,7 @@ def export_lc_bundle(a, cfg, saved, out: Path, sr: int, search) -> None:
     )
     tag = FILE_TAG[choice]
     chosen = saved if choice == "int8" else pruned  # sherpa-onnx's streaming form of the bundle's network
-    core = LcExport(chosen.model, chosen.cmvn_mean, chosen.cmvn_inv_std, ex.chunk_frames).fold_search(*search)
+    core = exportable(chosen)
     online = export_lc(core, out / f"{tag}.sherpa_online.fp32.onnx", "sherpa_online", sample_rate=sr)
     report["max_abs_diff_sherpa_online_vs_chunk"] = verify_sherpa_online(online, out / f"{tag}.streaming.fp32.onnx")
     quantize_int8(online, out / f"{tag}.sherpa_online.int8.onnx", per_channel=cfg.export.per_channel)

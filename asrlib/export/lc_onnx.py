@@ -46,6 +46,7 @@ from torch.nn import functional as F
 from asrlib.decode.search_scores import undo_search
 from asrlib.errors import AsrError, PathLike
 from asrlib.export.onnx_recurrence import lstm_node
+from asrlib.models.lstm import look_ahead_sum
 
 MODEL_TYPE = "asrlib_lc_blstm_ctc"
 INT16_LOG_POWER = 2.0 * float(np.log(32768.0))  # fbank of samples in int16 range minus fbank of samples in [-1, 1]
@@ -158,7 +159,7 @@ class LcExport(nn.Module):
             new_h.append(h2)
             new_c.append(c2)
         if self.w_ahead is not None:  # the look-ahead convolution: chunk frame t hears window frames t..t+M
-            z = sum(z[:, j : j + n] * self.w_ahead[j] for j in range(self.m + 1))
+            z = look_ahead_sum(z, self.w_ahead, n)
         return F.linear(z[:, :n], self.w_out, self.b_out).log_softmax(dim=-1), new_h, new_c
 
     def chunk(self, x: torch.Tensor, valid: torch.Tensor, h: torch.Tensor, c: torch.Tensor):

@@ -186,6 +186,12 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, rev.unsqueeze(-1).expand_as(x))
 
 
+def look_ahead_sum(x: torch.Tensor, weight: torch.Tensor, n: int) -> torch.Tensor:
+    """sum_{k=0..K} weight[k] * x[:, k : k + n]: x (B, >= n + K, D), weight (K + 1, D) → (B, n, D). The look-ahead
+    convolution of :class:`LookAhead` and of the exported chunk model (:mod:`asrlib.export.lc_onnx`)."""
+    return sum(x[:, k : k + n] * weight[k] for k in range(weight.shape[0]))
+
+
 class LookAhead(nn.Module):
     """A look-ahead ("row") convolution, as DeepSpeech 2's: y_t = sum_{k=0..K} w_k * x_{t+k}, one weight per channel
     and offset, frames past each utterance's end read as zeros. It gives a unidirectional network K output frames of
@@ -205,7 +211,7 @@ class LookAhead(nn.Module):
         t = x.shape[1]
         valid = torch.arange(t, device=x.device).unsqueeze(0) < lengths.to(x.device).unsqueeze(1)
         xp = nn.functional.pad(x * valid.unsqueeze(-1).to(x.dtype), (0, 0, 0, self.frames))
-        return sum(xp[:, k : k + t] * self.weight[k] for k in range(self.frames + 1))
+        return look_ahead_sum(xp, self.weight, t)
 
 
 class StackedLstmAcousticModel(nn.Module):

@@ -189,6 +189,18 @@ class DistConfig:
 
 
 @dataclass
+class DistillConfig:
+    """``train.distill``: teacher-student training (asrlib/train/distill.py, docs/streaming.md): the CTC stage also
+    fits the frame posteriors of a trained model (e.g. the offline BLSTM) that sees the same batch."""
+
+    # the teacher's final.pt (a path; relative: to the directory the step runs in, the recipe's for run.sh); "" = off.
+    # Same units, feature dim and frame stacking as the student; its own CMVN is applied to the batch
+    teacher: str = ""
+    weight: float = 0.5  # w in (1 - w) * CTC + w * KL(teacher || student), both per output frame
+    temperature: float = 1.0  # T: both posteriors softened as softmax(log p / T); the KL term scaled by T^2
+
+
+@dataclass
 class LoaderConfig:
     """``train.loader``: how batches reach the trainer (asrlib/train/loader.py): lhotse's DynamicBucketingSampler
     over the lazy cut manifest, then a torch DataLoader whose workers read the features and pad the batch."""
@@ -258,6 +270,7 @@ class TrainConfig:
     kill_after_steps: int = 0
     dist: DistConfig = field(default_factory=DistConfig)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     # lazy speed perturbation of the training cuts, e.g. [0.9, 1.0, 1.1]: each cut also played at every factor != 1,
     # features computed on the fly in the loader workers, nothing written (data.speed_perturb instead writes
     # perturbed audio and features at stage 1, which GMM alignment needs)

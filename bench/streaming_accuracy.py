@@ -23,7 +23,10 @@ LC-BLSTM of ``--exp`` decoded with chunks of N output frames and M frames of rig
 (:meth:`asrlib.models.lstm.StackedLstmAcousticModel.set_chunking`: the trained weights at another latency), TLG
 %WER per set and its mean over the runs against the algorithmic latency; ``--offline-table`` /
 ``--offline-label`` (a recipe's results/*.json and a row label) add the offline model's mean as the reference
-line, and ``--plot`` draws WER against latency (PNG). ``--quick``: two settings, 8 dev utterances, the first run.
+line, and ``--plot`` draws WER against latency (PNG). ``--bundle-sweep``: at each setting, each run's stage-7
+bundle too (``steps.export_mobile`` on the model set to N, M; int8, no pruning), scored on each set as ``--bundles``
+does (our streaming recogniser, sherpa-onnx offline and streaming), drawn as a second line per set.
+``--quick``: two settings, 8 dev utterances, the first run.
 """
 
 from __future__ import annotations
@@ -179,9 +182,35 @@ def offline_reference(table: Path, label: str, seeds: Optional[List[int]] = None
     }
 
 
-def latency_sweep(exps, data: Path, sets, settings, decode_cfg, limit: int) -> List[dict]:
+def bundle_at(
+    model_pt: Path, nm: Tuple[int, int], config: Path, data: Path, feats: Path, lang: Path, out: Path
+) -> Path:
+    """The stage-7 bundle (``steps.export_mobile``: chunk, whole-utterance and sherpa-onnx streaming networks, int8,
+    no pruning) of the LC-BLSTM ``model_pt`` run with chunks of N output frames and M frames of right context, in
+    ``out``; ``data``/``feats``/``lang``: the recipe's data dirs."""
+    from asrlib.io.torchfile import load_torch, save_torch
+    from steps import export_mobile
+
+    st = load_torch(model_pt)
+    st["model_config"].update(chunk_frames=nm[0], right_context=nm[1])
+    out.mkdir(parents=True, exist_ok=True)
+    save_torch(out / "final.pt", st)
+    fixed = ("sparsity=0", "finetune_epochs=0", "rank_ratio=0", "bundle_model=int8")
+    args = ["--config", str(config), "--model", str(out / "final.pt"), "--data-dir", str(data)]
+    args += ["--feats-dir", str(feats), "--lang-dir", str(lang), "--out-dir", str(out / "mobile")]
+    if export_mobile.main(args + [x for k in fixed for x in ("--set", f"export.{k}")]) != 0:
+        raise SystemExit(f"steps.export_mobile failed for {model_pt} at N={nm[0]} M={nm[1]}")
+    return out / "mobile" / "bundle"
+
+
+def latency_sweep(
+    exps, data: Path, sets, settings, decode_cfg, limit: int, bundles: Optional[dict] = None
+) -> List[dict]:
     """One row per (N, M): its latency, each run's TLG %WER per set and their mean; ``trained`` marks the setting the
-    runs were trained with (whose WER must be what the recipe's decode stage recorded)."""
+    runs were trained with (whose WER must be what the recipe's decode stage recorded). ``bundles``
+    (``{"config": recipe config, "chunk_ms": audio per call}``): each run's bundle at each setting too
+    (:func:`bundle_at`), its %WER per set in ``row["bundle"][set][key]`` (:func:`bundle_wer`'s keys, one value per
+    run)."""
     from asrlib.score import score
     from steps.decode import make_decoder
 
@@ -203,10 +232,22 @@ def latency_sweep(exps, data: Path, sets, settings, decode_cfg, limit: int) -> L
                 hyps = {k: " ".join(decoder.decode(saved.log_probs(readers[s][k]))) for k in keys[s]}
                 row["wer"][s].append(round(score({k: refs[s][k] for k in keys[s]}, hyps).wer, 2))
             print(f"{e}: N={nm[0]} M={nm[1]} {row['latency_ms']} ms: {row['wer']}", file=sys.stderr)
+            if bundles is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    b = bundle_at(e / "final.pt", nm, bundles["config"], data, data / "fbank", data / "lang", Path(tmp))
+                    for s in sets:
+                        got = bundle_wer(b, data, s, limit, bundles["chunk_ms"])
+                        for key, v in got.items():
+                            row.setdefault("bundle", {}).setdefault(s, {}).setdefault(key, []).append(v)
+                print(f"{e}: N={nm[0]} M={nm[1]} bundle: {row['bundle']}", file=sys.stderr)
     out = []
     for row in rows.values():
         row["trained"] = all(row["trained"])
         row["mean"] = {s: round(statistics.mean(v), 2) for s, v in row["wer"].items()}
+        for s, got in row.get("bundle", {}).items():
+            row.setdefault("bundle_mean", {})[s] = {
+                k: round(statistics.mean(v), 4 if "rtf" in k else 2) for k, v in got.items() if k != "utts"
+            }
         out.append(row)
     return sorted(out, key=lambda r: r["latency_ms"])
 
@@ -226,6 +267,10 @@ def plot_sweep(rows: List[dict], offline: Dict[str, float], runs: int, path: Pat
         hi = [max(r["wer"][s]) - r["mean"][s] for r in rows]
         c = f"C{i}"
         ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color=c, label=f"{s}: LC-BLSTM, mean of {runs}")
+        if all(s in r.get("bundle_mean", {}) for r in rows):  # the int8 bundles through sherpa-onnx streaming
+            key = "wer_sherpa_online" if "wer_sherpa_online" in rows[0]["bundle_mean"][s] else "wer_stream"
+            yb = [r["bundle_mean"][s][key] for r in rows]
+            ax.plot(x, yb, marker="s", linestyle=":", color=c, label=f"{s}: its int8 bundle, sherpa-onnx streaming")
         for r in rows:
             if r["trained"]:
                 ax.plot(r["latency_ms"], r["mean"][s], marker="*", markersize=14, color=c, linestyle="none")
@@ -260,6 +305,9 @@ def main(argv=None) -> int:
     p.add_argument("--offline-label", help="the label of those rows")
     p.add_argument("--offline-seeds", nargs="+", type=int, help="only those rows of these seeds")
     p.add_argument("--plot", type=Path, help="WER-against-latency PNG of the sweep")
+    p.add_argument(
+        "--bundle-sweep", action="store_true", help="the sweep also exports each setting's bundle and scores it"
+    )
     a = p.parse_args(argv)
     if a.bundles and len(a.bundles) != len(a.exp):
         p.error("--bundles needs one bundle per --exp")
@@ -331,11 +379,16 @@ def sweep_main(a) -> int:
     if a.quick:
         settings, exps, sets = settings[:2], exps[:1], ["dev"]
     offline = offline_reference(a.offline_table, a.offline_label, a.offline_seeds) if a.offline_table else {}
-    rows = latency_sweep(exps, a.data, sets, settings, load_config(a.config).decode, 8 if a.quick else 0)
+    bundles = {"config": a.config, "chunk_ms": a.chunk_ms} if a.bundle_sweep else None
+    rows = latency_sweep(exps, a.data, sets, settings, load_config(a.config).decode, 8 if a.quick else 0, bundles)
     for r in rows:
         print(
             f"N={r['chunk_frames']} M={r['right_context']} {r['latency_ms']:7.1f} ms  "
             + "  ".join(f"{s} {r['mean'][s]:6.2f}" for s in sets)
+            + "".join(
+                f"  bundle {s}: streaming {b['wer_stream']:6.2f} sherpa-streaming {b.get('wer_sherpa_online', '-')}"
+                for s, b in r.get("bundle_mean", {}).items()
+            )
             + ("  (as trained)" if r["trained"] else ""),
             file=sys.stderr,
         )

@@ -4,7 +4,9 @@
         --lang-dir data/lang --exp-dir exp/lstm_ctc
 
 With ``train.init: ce`` the LSTM layers start from a cross-entropy model (``--init-model``, steps.train_ce's
-final.pt; same ``model`` settings) and only the output layer over tokens + blank is new.
+final.pt; same ``model`` settings) and only the output layer over tokens + blank is new. With
+``train.distill.teacher`` (a trained model's final.pt) the loss adds the KL divergence from the teacher's frame
+posteriors (asrlib/train/distill.py).
 
 Several learners (train.dist.algo != local): ``python -m steps.train_dist --num-learners N -- <these arguments>``;
 rank 0 writes the checkpoints, final.pt and the done marker, every learner its own log and log/dist.rank<R>.json.
@@ -32,6 +34,7 @@ from asrlib.parallel import make_algo
 from asrlib.results.records import RunRecord
 from asrlib.train.ce import init_from_ce
 from asrlib.train.checkpoint import seed_everything
+from asrlib.train.distill import make_criterion
 from asrlib.train.loader import CtcTargets, CutData
 from asrlib.train.recipe_sets import open_recipe_set
 from asrlib.train.trainer import Trainer, is_trained, train_fingerprint
@@ -88,7 +91,11 @@ def main(argv=None):
     log.info("model: %d parameters, algorithmic latency %s ms", count_parameters(model), latency)
     device = resolve_device(cfg.train.device)  # once, here: the algorithm (NCCL for CUDA learners) and the trainer
     algo = make_algo(cfg.train.dist, device)
-    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo, device=device)
+    cmvn_stats = train_ds.normalise.cmvn
+    criterion = make_criterion(
+        cfg.train.distill, cfg.features.cmvn, train_ds.feature_dim(), vocab, stack, cmvn_stats.mean, cmvn_stats.inv_std
+    )
+    trainer = Trainer(cfg, model, train_ds, dev_ds, a.exp_dir, algo=algo, criterion=criterion, device=device)
     summary = trainer.fit()
     if hasattr(algo, "summary"):  # distributed: per-learner communication volume, time and waiting
         write_json(a.exp_dir / "log" / f"dist.rank{algo.rank}.json", algo.summary())

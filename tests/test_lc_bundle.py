@@ -226,3 +226,38 @@ def test_transcribe_an_lc_bundle(lc_bundle, tmp_path):
     }
     for utt, x in utterance_audio(tm, "test"):
         assert got[utt] == " ".join(rec.recognize(x, SR)), utt
+
+
+def test_a_bundle_exported_at_another_latency_streams_at_it(lc_bundle, tmp_path):
+    """bench/streaming_accuracy.py --bundle-sweep: the trained LC-BLSTM (N = 3, M = 2) exported through stage 7 at
+    N = 2, M = 1. bundle.json states the setting and its latency, and the bundle's streaming recogniser follows the
+    torch model run at that setting rather than as trained."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from streaming_accuracy import bundle_at
+
+    from asrlib.export.streaming import compute_fbank
+    from asrlib.models.saved import load_model
+
+    tm, out = lc_bundle
+    root = out.parent
+    b = bundle_at(root / "exp" / "final.pt", (2, 1), root / "config.yaml", tm.data, tm.fbank, tm.lang, tmp_path)
+    lc = json.loads((b / "bundle.json").read_text())["streaming"]["lc_blstm"]
+    saved = load_model(root / "exp" / "final.pt")
+    assert (saved.model.cfg.chunk_frames, saved.model.cfg.right_context) == (3, 2)
+    assert (lc["chunk_frames"], lc["right_context"]) == (2, 1)
+    assert lc["latency_ms"]["total"] == (2 + 1) * saved.model.stack * 10 + 7.5
+    rec = StreamingRecognizer(b)
+    x = utterance_audio(tm, "dev")[0][1]
+    s = rec.new_stream()
+    for i in range(0, len(x), SR // 10):
+        s.accept_waveform(SR, x[i : i + SR // 10])
+    s.finish()
+    got = s.all_logprobs()
+    fbank = compute_fbank(x, SR, rec.bundle.feat_dim)
+    as_trained = saved.log_probs(fbank)
+    saved.model.set_chunking(2, 1)
+    at_21 = saved.log_probs(fbank)
+    assert np.abs(got - at_21).mean() < 0.5 * np.abs(got - as_trained).mean()

@@ -268,6 +268,16 @@ def streaming_latency(d: dict) -> str:
     return f"{len(d['runs'])} runs, dev / test TLG: " + ", ".join(cells) + tail
 
 
+def streaming_latency_bundle(d: dict) -> str:
+    """A latency sweep with each setting's bundle: test TLG %WER in torch and through sherpa-onnx streaming."""
+    cells = [
+        f"{r['latency_ms']:g} ms {r['mean']['test']:.2f} / {r['bundle_mean']['test']['wer_sherpa_online']:.2f}"
+        + (" (trained)" if r["trained"] else "")
+        for r in d["settings"]
+    ]
+    return f"{len(d['runs'])} run, test TLG torch / int8 bundle via sherpa-onnx streaming: " + ", ".join(cells)
+
+
 @dataclass(frozen=True)
 class Result:
     file: str  # under bench/results
@@ -301,6 +311,7 @@ RESULTS: List[Result] = [
         "--latency-sweep 1:0 2:0 2:1 4:0 4:1 4:2 4:3 4:5 8:3 8:8 --offline-table recipes/an4/results/01_models.json "
         "--offline-label LABEL --offline-seeds 42 7 13 --plot docs/img/streaming_latency_an4.png",
     ),
+    Result("streaming_latency_an4_bundle.json", "streaming_accuracy.py", streaming_latency_bundle),
     Result("peer_pocketsphinx_speechocean762.json", "peer_pocketsphinx.py", peer_pocketsphinx),
     Result(
         "slurm_e2e.json",

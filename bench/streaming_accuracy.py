@@ -212,7 +212,7 @@ def latency_sweep(
     (:func:`bundle_at`), its %WER per set in ``row["bundle"][set][key]`` (:func:`bundle_wer`'s keys, one value per
     run)."""
     from asrlib.score import score
-    from steps.decode import make_decoder
+    from asrlib.decode.search import make_decoder
 
     decoder = make_decoder("tlg", data / "lang", decode_cfg)
     refs = {s: dict(read_table(data / s / "text")) for s in sets}

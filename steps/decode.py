@@ -35,21 +35,6 @@ from asrlib.results.records import RunRecord
 log = logging.getLogger("decode")
 
 
-def make_decoder(method: str, lang_dir: Path, cfg):
-    from asrlib.decode.search import GreedyWordDecoder, TlgDecoder
-
-    if method == "greedy":
-        return GreedyWordDecoder(lang_dir)
-    return TlgDecoder(
-        lang_dir,
-        beam=cfg.beam,
-        max_active=cfg.max_active,
-        acoustic_scale=cfg.acoustic_scale,
-        blank_penalty=cfg.blank_penalty,
-        retry_beam=cfg.retry_beam,
-    )
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
@@ -86,6 +71,8 @@ def main(argv=None):
     record = RunRecord("decode", "steps.decode", argv, recipe_cfg, a.config)  # OUT_DIR/run.json
     if a.method == "isolated":
         return decode_isolated(a, fp, record)
+    from asrlib.decode.search import make_decoder
+
     decoder = make_decoder(a.method, a.lang_dir, cfg)
     reader = MatrixReader(a.logprobs[0])
     hyps, no_final, frames, t0 = [], [], 0, time.perf_counter()

@@ -75,7 +75,7 @@ def main(argv=None):
     missing = [u for u in logprobs if u not in refs]
     if missing:
         raise AsrError(f"{a.ref} has no reference for {len(missing)} utterances of {a.logprobs} (e.g. {missing[0]})")
-    from steps.decode import make_decoder
+    from asrlib.decode.search import make_decoder
 
     def decoder_at(s: float, b: float):
         return make_decoder("tlg", a.lang_dir, dataclasses.replace(cfg, acoustic_scale=s, blank_penalty=b))

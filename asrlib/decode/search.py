@@ -172,3 +172,17 @@ class TlgDecoder:
 
     def decode_batch(self, batch: Iterable[np.ndarray]) -> List[List[str]]:
         return [self.decode(lp) for lp in batch]
+
+
+def make_decoder(method: str, lang_dir: Path, cfg):
+    """The word search ``method`` (greedy | tlg) over ``lang_dir`` with the settings of a ``decode`` config section."""
+    if method == "greedy":
+        return GreedyWordDecoder(lang_dir)
+    return TlgDecoder(
+        lang_dir,
+        beam=cfg.beam,
+        max_active=cfg.max_active,
+        acoustic_scale=cfg.acoustic_scale,
+        blank_penalty=cfg.blank_penalty,
+        retry_beam=cfg.retry_beam,
+    )

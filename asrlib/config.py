@@ -27,6 +27,10 @@ class DataConfig:
     seed: int = 0  # seeds corpus preparation (the synthetic corpora's texts, voices, noise)
     noise_fraction: float = 0.3  # synthetic corpora: share of utterances with added noise at 10-30 dB SNR
     train_flite_share: float = 0.25  # digits: share of the training set spoken by flite voices (dev/test: 0.25)
+    # digits: the pitch/formant shifts (cents, sox pitch; 0 = as it is) each training flite voice is spoken through
+    train_flite_shifts: List[int] = field(default_factory=lambda: [0, -250, 250, 500])
+    # digits: a training flite utterance's mean F0 as multiples of its voice's usual one (dev/test: 0.85-1.2)
+    train_flite_f0: List[float] = field(default_factory=lambda: [0.85, 1.2])
     sample_rate: int = 16000  # Hz: audio of another rate is refused by validation or resampled where a stage says so
     min_duration: float = 0.3  # shorter audio is excluded (listed in excluded.txt)
     max_duration: float = 30.0  # longer audio is excluded (memory budget)

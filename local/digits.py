@@ -76,9 +76,27 @@ ESPEAK_VARIANTS = {
 # flite voices per split (kal and kal16 are the same talker, so both stay in train) and their typical F0 (Hz).
 FLITE_VOICES = {"train": ("kal", "kal16", "awb"), "dev": ("slt",), "test": ("rms",)}
 FLITE_F0 = {"kal": 90.0, "kal16": 90.0, "awb": 130.0, "rms": 100.0, "slt": 170.0}
+FLITE_F0_RANGE = (0.85, 1.2)  # an utterance's mean F0: the voice's FLITE_F0 x uniform(range) (data.train_flite_f0)
 # flite has only two distinct talkers for training, so each training flite voice is also spoken through a sox `pitch`
 # shift (pitch and formants together, like a shorter or longer vocal tract): extra pseudo-talkers, train split only.
-FLITE_TRAIN_SHIFTS = {"": 0, "down250": -250, "up250": 250, "up500": 500}  # variant name -> cents
+FLITE_TRAIN_SHIFTS = (0, -250, 250, 500)  # cents (data.train_flite_shifts); 0 = the voice as it is
+
+
+def shift_variant(cents: int) -> str:
+    """The speaker variant of a flite voice shifted by ``cents``: "" (none), "up500", "down250"."""
+    return "" if cents == 0 else f"up{cents}" if cents > 0 else f"down{-cents}"
+
+
+def variant_cents(variant: str) -> int:
+    """The inverse of :func:`shift_variant`."""
+    if not variant:
+        return 0
+    return int(variant[2:]) if variant.startswith("up") else -int(variant[4:])
+
+
+def check_shifts(shifts: Sequence[int]) -> None:
+    if not shifts or len(set(shifts)) != len(shifts) or any(not isinstance(c, int) or abs(c) > 1200 for c in shifts):
+        raise AsrError(f"data.train_flite_shifts must be distinct whole cents within ±1200, got {list(shifts)}")
 
 
 # ------------------------------------------------------------------------------------------------ speakers
@@ -86,7 +104,7 @@ FLITE_TRAIN_SHIFTS = {"": 0, "down250": -250, "up250": 250, "up500": 500}  # var
 class Speaker:
     engine: str  # "espeak" | "flite"
     voice: str  # espeak-ng accent or flite voice
-    variant: str  # espeak-ng variant; for flite "" or a FLITE_TRAIN_SHIFTS pitch/formant shift
+    variant: str  # espeak-ng variant; for flite "" or a pitch/formant shift (shift_variant)
 
     @property
     def id(self) -> str:
@@ -129,15 +147,16 @@ def available_voices() -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...
     return (tuple(a for a in ESPEAK_ACCENTS if a in accents), tuple(sorted(variants)), flite)
 
 
-def split_speakers() -> Dict[str, List[Speaker]]:
-    """The speakers of each split (disjoint), limited to the voices installed here."""
+def split_speakers(train_flite_shifts: Sequence[int] = FLITE_TRAIN_SHIFTS) -> Dict[str, List[Speaker]]:
+    """The speakers of each split (disjoint), limited to the voices installed here; each training flite voice is
+    also spoken through each of ``train_flite_shifts`` (cents)."""
     accents, variants, flite = available_voices()
     if not accents:
         raise AsrError("espeak-ng has none of the English voices " + ", ".join(ESPEAK_ACCENTS))
     out: Dict[str, List[Speaker]] = {}
     for split in SPLITS:
         spk = [Speaker("espeak", a, v) for a in accents for v in ESPEAK_VARIANTS[split] if v in variants]
-        shifts = FLITE_TRAIN_SHIFTS if split == "train" else {"": 0}
+        shifts = [shift_variant(c) for c in (train_flite_shifts if split == "train" else (0,))]
         spk += [Speaker("flite", v, sh) for v in FLITE_VOICES[split] if v in flite for sh in shifts]
         if not spk:
             raise AsrError(
@@ -179,6 +198,7 @@ def plan_split(
     wav_dir: Path,
     sample_rate: int,
     flite_share: float = FLITE_SHARE,
+    flite_f0: Sequence[float] = FLITE_F0_RANGE,
 ) -> List[UttPlan]:
     """Choose text, speaker, prosody and noise of each of the ``n`` utterances of ``split`` (``flite_share`` of
     them spoken by flite voices)."""
@@ -203,7 +223,7 @@ def plan_split(
             rate, pitch, gap = float(rng.integers(125, 201)), float(rng.integers(25, 76)), int(rng.integers(0, 3))
         else:
             rate = round(float(rng.uniform(0.85, 1.25)), 3)
-            pitch, gap = round(FLITE_F0.get(spk.voice, 110.0) * float(rng.uniform(0.85, 1.2)), 1), 0
+            pitch, gap = round(FLITE_F0.get(spk.voice, 110.0) * float(rng.uniform(*flite_f0)), 1), 0
         noise = str(rng.choice(NOISE_KINDS)) if i in noisy else ""
         snr = round(float(rng.uniform(10.0, 30.0)), 2)
         utt = f"{spk.id}-{i:05d}"
@@ -263,9 +283,9 @@ def _tts(plan: UttPlan, tmp_wav: str) -> None:
                 tmp_wav,
             ]
         )
-        if FLITE_TRAIN_SHIFTS.get(spk.variant):
+        if variant_cents(spk.variant):
             shifted = tmp_wav + ".shift.wav"
-            _run(["sox", "-D", "-V1", tmp_wav, shifted, "pitch", str(FLITE_TRAIN_SHIFTS[spk.variant])])
+            _run(["sox", "-D", "-V1", tmp_wav, shifted, "pitch", str(variant_cents(spk.variant))])
             os.replace(shifted, tmp_wav)
 
 
@@ -469,12 +489,16 @@ def prepare_digits(
     sample_rate: int = 16000,
     counts: Optional[dict] = None,
     train_flite_share: float = FLITE_SHARE,
+    train_flite_shifts: Sequence[int] = FLITE_TRAIN_SHIFTS,
+    train_flite_f0: Sequence[float] = FLITE_F0_RANGE,
 ) -> Dict[str, "lhotse.CutSet"]:
     """Synthesise (or resume / reuse) the digits corpus in ``out_dir``; returns the CutSet of each split.
 
     ``counts`` (e.g. ``{"train": 12, "dev": 4, "test": 4}``, or :func:`split_counts`) overrides the default sizes
     3000/300/300 x ``size``. ``train_flite_share``: the share of the training set spoken by flite voices (dev and
-    test keep ``FLITE_SHARE``, so their utterances do not change).
+    test keep ``FLITE_SHARE``, so their utterances do not change). ``train_flite_shifts``: the pitch/formant shifts
+    (cents) each training flite voice is spoken through; ``train_flite_f0``: the range of a training flite
+    utterance's mean F0 as multiples of its voice's FLITE_F0 (dev and test do not change).
     """
     out_dir = Path(out_dir).resolve()
     if counts is None:
@@ -486,6 +510,9 @@ def prepare_digits(
         raise AsrError(f"--noise-fraction must be within [0, 1], got {noise_fraction}")
     if not 0.0 < train_flite_share < 1.0:
         raise AsrError(f"--train-flite-share must be within (0, 1), got {train_flite_share}")
+    check_shifts(train_flite_shifts)
+    if len(train_flite_f0) != 2 or not 0.25 <= train_flite_f0[0] <= train_flite_f0[1] <= 4.0:
+        raise AsrError(f"data.train_flite_f0 must be [low, high] within [0.25, 4], got {list(train_flite_f0)}")
     if nj < 1 or sample_rate < 8000:
         raise AsrError(f"need nj >= 1 and sample_rate >= 8000 (got nj={nj}, sample_rate={sample_rate})")
     params = {
@@ -496,6 +523,8 @@ def prepare_digits(
         "sample_rate": sample_rate,
         # only when it differs from the default, so corpora made before the setting existed stay valid
         **({"train_flite_share": train_flite_share} if train_flite_share != FLITE_SHARE else {}),
+        **({"train_flite_shifts": list(train_flite_shifts)} if tuple(train_flite_shifts) != FLITE_TRAIN_SHIFTS else {}),
+        **({"train_flite_f0": list(train_flite_f0)} if tuple(train_flite_f0) != FLITE_F0_RANGE else {}),
     }
     splits = [s for s in SPLITS if s in counts]
     if is_done(out_dir / ".digits.done") and all(is_done(out_dir / f".digits.{s}.done") for s in splits):
@@ -507,7 +536,7 @@ def prepare_digits(
     out_dir.mkdir(parents=True, exist_ok=True)
     _check_params(out_dir, params)
 
-    speakers = split_speakers()
+    speakers = split_speakers(train_flite_shifts)
     plans = {
         s: plan_split(
             s,
@@ -518,6 +547,7 @@ def prepare_digits(
             out_dir / "wav" / s,
             sample_rate,
             train_flite_share if s == "train" else FLITE_SHARE,
+            train_flite_f0 if s == "train" else FLITE_F0_RANGE,
         )
         for s in splits
     }
@@ -560,6 +590,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seed", type=int, help="default 0")
     p.add_argument("--noise-fraction", type=float, help="fraction of utterances with added noise (default 0.3)")
     p.add_argument("--train-flite-share", type=float, help="share of training utterances spoken by flite (0.25)")
+    p.add_argument("--train-flite-shifts", type=int, nargs="+", help="cents (default 0 -250 250 500)")
+    p.add_argument("--train-flite-f0", type=float, nargs=2, help="F0 range x the voice's (default 0.85 1.2)")
     p.add_argument("--nj", type=int, default=2, help="parallel synthesis processes")
     p.add_argument("--sample-rate", type=int, help="default 16000")
     p.add_argument(
@@ -585,6 +617,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sample_rate=pick(args.sample_rate, data.sample_rate),
         counts=counts,
         train_flite_share=pick(args.train_flite_share, data.train_flite_share),
+        train_flite_shifts=pick(args.train_flite_shifts, data.train_flite_shifts),
+        train_flite_f0=pick(args.train_flite_f0, data.train_flite_f0),
     )
     return 0
 

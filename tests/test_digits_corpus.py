@@ -167,3 +167,40 @@ def test_cli_takes_data_overrides_of_the_config(tmp_path):
     assert len((out / "dev" / "text").read_text().splitlines()) == 3  # 300 x 0.01
     with pytest.raises(AsrError, match="--set needs --config"):
         main(["--set", "data.size=0.01", "--out-dir", str(tmp_path / "x")])  # --set without --config
+
+
+def _flite_rows(out: Path, split: str) -> dict:
+    rows = [r.split() for r in (out / "speakers.txt").read_text().splitlines()[1:]]
+    return {r[1]: r for r in rows if r[0] == split and r[2] == "flite"}
+
+
+def test_train_flite_shifts_and_f0_change_train_alone(tmp_path):
+    """data.train_flite_shifts / train_flite_f0: other pseudo-talkers and pitches for the training flite voices;
+    dev and test stay wav for wav, a folder made with other settings is refused, bad values are named."""
+    counts = {"train": 48, "dev": 4}  # 12 flite utterances: every flite speaker speaks (round robin)
+    base, other = tmp_path / "base", tmp_path / "other"
+    prepare_digits(base, seed=3, noise_fraction=0.0, nj=2, counts=counts)
+    prepare_digits(other, seed=3, noise_fraction=0.0, nj=2, counts=counts, train_flite_shifts=[0, 1000])
+    variants = lambda d: {r[4].strip("-") for r in _flite_rows(d, "train").values()}  # noqa: E731
+    assert variants(base) == {"", "down250", "up250", "up500"}
+    assert variants(other) == {"", "up1000"}
+    dev = lambda d: {k: v for k, v in _wavs(d).items() if k.startswith("wav/dev/")}  # noqa: E731
+    assert dev(other) and dev(other) == dev(base)
+    assert _flite_rows(other, "dev") == _flite_rows(base, "dev")
+    with pytest.raises(AsrError, match="settings|train_flite_shifts"):
+        prepare_digits(other, seed=3, noise_fraction=0.0, nj=2, counts=counts)
+    for bad in ([], [0, 0], [2000]):
+        with pytest.raises(AsrError, match="train_flite_shifts"):
+            prepare_digits(tmp_path / "bad", counts=counts, train_flite_shifts=bad)
+
+    higher = tmp_path / "higher"
+    prepare_digits(higher, seed=3, noise_fraction=0.0, nj=2, counts=counts, train_flite_f0=[1.9, 2.0])
+    assert dev(higher) == dev(base)
+    wav = lambda d, u: sf.read(d / "wav" / "train" / f"{u}.wav")[0]  # noqa: E731
+    flite_utts = [u for u in read_table_dict(base / "train" / "text") if u.startswith("flite")]
+    assert flite_utts and all(len(wav(base, u)) != len(wav(higher, u)) or (wav(base, u) != wav(higher, u)).any()
+                              for u in flite_utts)  # fmt: skip
+    espeak = [u for u in read_table_dict(base / "train" / "text") if u.startswith("espeak")]
+    assert all((wav(base, u) == wav(higher, u)).all() for u in espeak)  # espeak utterances do not change
+    with pytest.raises(AsrError, match="train_flite_f0"):
+        prepare_digits(tmp_path / "bad2", counts=counts, train_flite_f0=[2.0, 1.0])

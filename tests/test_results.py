@@ -208,6 +208,10 @@ def test_one_command_for_every_row_is_listed_once(tmp_path):
     (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows}))
     md = render(recipe)
     assert md.count(f"`{cmd}`") == 1 and f"- B: `{cmd} C` (S = 7, 42)\n- every other row: `{cmd}` (S = 7, 42)" in md
+    template = "./run.sh --config config.yaml --set x.y=V --set train.seed=S"  # the table's own: one line
+    (recipe / "results" / "03_sweep.json").write_text(json.dumps({"title": "Sweep", "rows": rows, "command": template}))
+    md = render(recipe)
+    assert f"- every row: `{template}`\n" in md and "- B:" not in md and cmd not in md
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,8 @@ def render_table(table: Dict[str, Any], where: str) -> List[str]:
     out.append("")
     if table.get("note"):
         out.append(table["note"].strip())  # the commands' list follows it (a list may start under a paragraph)
-    out += command_lines(commands)
+    # a table's own ``command``: one template for every row (the row's setting in its label), instead of a line each
+    out += [f"- every row: `{table['command']}`"] if table.get("command") else command_lines(commands)
     if legacy:
         sources = ", ".join(f"`{s}`" for s in dict.fromkeys(legacy))
         out.append(f"- † quoted from {sources} (no exp dir left)")

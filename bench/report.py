@@ -95,6 +95,19 @@ def comm_efficiency(d: dict) -> str:
     return figure
 
 
+def comm_confirm(d: dict) -> str:
+    """A configuration chosen on dev from earlier runs (``chosen_on_dev``), trained again on seeds none of those used,
+    against sync on the same seeds: its bytes, and dev and test minus sync."""
+    c, s = d["chosen_on_dev"], d["summary"]
+    v, sync = s[c["config"]], s["sync"]
+    return (
+        f"`{c['config']}` ({v['bytes_reduction_vs_sync']}x fewer bytes), chosen on dev from `{c['from']}` before "
+        f"these runs; seeds {', '.join(map(str, v['seeds']))}: dev {_sign(v['dev_wer_minus_sync'])} "
+        f"(SE {v['dev_wer_minus_sync_se']:.2f}), test {_sign(v['wer_minus_sync'])} (SE {v['wer_minus_sync_se']:.2f}) "
+        f"against sync (dev {sync['dev_wer_mean']:.2f} / test {sync['wer_mean']:.2f} %)"
+    )
+
+
 def gpu_smoke(d: dict) -> str:
     if "final_dev_ctc_loss" in d:
         return "final dev CTC loss, mean of seeds " + ", ".join(f"{p} {m:.4f}" for p, m in d["mean"].items())
@@ -339,6 +352,8 @@ RESULTS: List[Result] = [
         "PYTHONPATH=. python bench/comm_efficiency.py --setup recipe --recipe-dir recipes/digits --seeds S... "
         "--configs C...",
     ),
+    Result("comm_efficiency_digits_fresh.json", "comm_efficiency.py", comm_confirm),
+    Result("comm_efficiency_an4_fresh.json", "comm_efficiency.py", comm_confirm),
     Result(
         "comm_efficiency_an4.json",
         "comm_efficiency.py",

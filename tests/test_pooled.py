@@ -69,6 +69,8 @@ TINY = {
     "features": {"nj": 1},
     "lang": {"vocab_size": 2000},
     "model": {"num_layers": 1, "hidden_size": 32, "dropout": 0.0},
+    "gmm": {"num_utts": 100, "total_gauss": 100},
+    "ce": {"epochs": 1},
     "train": {"epochs": 1, "batch_seconds": 20, "warmup_steps": 5, "checkpoint_every": 1000, "spec_augment": False},
     "decode": {"beam": 8.0, "max_active": 300},
 }
@@ -82,6 +84,9 @@ def test_pooled_recipe_end_to_end(tmp_path):
     data, exp = tmp_path / "data", tmp_path / "exp"
     r = run_recipe("an4_speechocean762", "--config", conf, "--data", data, "--exp", exp, "--stop-stage", 6, "--nj", 1)
     assert r.returncode == 0, r.stderr[-3000:]
+    run = json.loads((exp / "run.json").read_text())  # CTC started from the CE model (train.init: ce)
+    cmd = run["command"]
+    assert cmd[cmd.index("--init-model") + 1] == str(tmp_path / "exp_ce" / "final.pt")
     for s in ("test_an4", "test_speechocean762"):
         w = json.loads((exp / f"decode_{s}_tlg" / "wer.json").read_text())
         assert w["num_words"] == sum(len(t.split()) for t in _table(data / s / "text").values())

@@ -284,8 +284,9 @@ class TrainConfig:
 
 # train settings that change how a run goes, not what it computes: left out of the training stage's fingerprint and
 # of the resume check, so changing them neither retrains nor refuses to resume
-TRAIN_RUN_ONLY = ("kill_after_steps", "loader", "device", "precision")  # how batches are read and where the
-# network runs, not what it learns: a checkpoint written on a GPU resumes on the CPU and the other way round
+TRAIN_RUN_ONLY = ("kill_after_steps", "loader", "device", "precision", "num_threads")  # how batches are read and
+# where the network runs, not what it learns: a checkpoint written on a GPU resumes on the CPU and the other way
+# round, one written with 1 thread resumes with 2; a finished model is not retrained for another thread count
 RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints of older versions: ignored when resuming
 
 

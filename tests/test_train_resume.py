@@ -193,3 +193,24 @@ def test_a_marker_from_before_a_new_setting_stays_complete_at_its_default(tmp_pa
     for change in ("train.noise_prob=0.5", "train.dist.overlap=true", "train.epochs=3"):
         changed = load_config(root / "recipes/digits/config.yaml", [change])
         assert not is_done(marker, fingerprint=train_fingerprint(changed), defaults=defaults), change
+
+
+def test_a_finished_model_is_not_retrained_for_another_thread_count(tmp_path):
+    """train.num_threads is how a run goes, not what it learns: a .train.done written with 1 thread (whose
+    fingerprint still holds num_threads, as markers of older versions do) is complete when rerun with 2; any setting
+    that changes the model still retrains."""
+    from asrlib.config import load_config
+    from asrlib.io.stage import mark_done
+    from asrlib.train.trainer import is_trained, train_fingerprint
+
+    root = Path(__file__).resolve().parents[1]
+    one = load_config(root / "recipes/digits/config.yaml", ["train.num_threads=1"])
+    two = load_config(root / "recipes/digits/config.yaml", ["train.num_threads=2"])
+    assert train_fingerprint(one) == train_fingerprint(two)
+    old = train_fingerprint(one)
+    old["train"]["num_threads"] = 1  # a marker written before num_threads left the fingerprint
+    marker = tmp_path / ".train.done"
+    mark_done(marker, {}, fingerprint=old)
+    assert is_trained(marker, train_fingerprint(two))
+    more = load_config(root / "recipes/digits/config.yaml", ["train.num_threads=2", "train.epochs=3"])
+    assert not is_trained(marker, train_fingerprint(more))

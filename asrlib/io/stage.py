@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Sequence
 
 from asrlib.errors import AsrError, PathLike
 from asrlib.io.atomic import _UMASK, write_json
@@ -156,13 +156,19 @@ def _with_defaults(old, defaults):
     return {**defaults, **{k: _with_defaults(v, defaults.get(k)) for k, v in old.items()}}
 
 
-def is_done(marker: PathLike, fingerprint: dict | None = None, defaults: dict | None = None) -> bool:
+def is_done(
+    marker: PathLike,
+    fingerprint: dict | None = None,
+    defaults: dict | None = None,
+    forget: Dict[str, Sequence[str]] | None = None,
+) -> bool:
     """True when the stage's marker exists and (if given) was written with the same settings ``fingerprint``.
 
     A marker written with other settings (e.g. the grammar changed in the config) makes the stage run again.
     ``defaults``: the fingerprint of the default settings; a setting the marker or ``fingerprint`` lacks (added to
     the config since the marker was written, or left out at its default) counts as its default, so a new option left
-    at its default does not redo finished work.
+    at its default does not redo finished work. ``forget``: section -> settings a marker may hold that no longer count
+    (e.g. a thread count, once left out of the fingerprint): dropped from the marker's fingerprint before comparing.
     """
     marker = Path(marker)
     if not marker.is_file():
@@ -174,6 +180,10 @@ def is_done(marker: PathLike, fingerprint: dict | None = None, defaults: dict | 
     except (json.JSONDecodeError, AttributeError):
         old = None
     new = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+    if isinstance(old, dict):
+        for section, keys in (forget or {}).items():
+            if isinstance(old.get(section), dict):
+                old[section] = {k: v for k, v in old[section].items() if k not in keys}
     if defaults is not None and old is not None:  # both sides: a setting either one leaves out is its default
         defaults = json.loads(json.dumps(defaults, sort_keys=True, default=str))
         old, new = _with_defaults(old, defaults), _with_defaults(new, defaults)

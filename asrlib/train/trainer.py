@@ -96,7 +96,9 @@ def is_trained(marker: Path, fingerprint: dict) -> bool:
     """Whether a training stage's ``.done`` marker was written with the settings ``fingerprint`` (a
     :func:`train_fingerprint`, perhaps with more keys); a setting either side lacks (added to the config since the
     marker was written) counts as its default, so an upgrade neither refuses nor retrains a finished model."""
-    return is_done(marker, fingerprint=fingerprint, defaults=train_fingerprint(RecipeConfig()))
+    return is_done(
+        marker, fingerprint=fingerprint, defaults=train_fingerprint(RecipeConfig()), forget={"train": TRAIN_RUN_ONLY}
+    )
 
 
 def clip_gradients(model: torch.nn.Module, max_norm: float) -> float:

@@ -11,7 +11,8 @@ stage  steps (``python -m ...``; every step skips work it finds finished)
 =====  ==============================================================================================================
 1      ``local.<data.corpus>`` (corpus-specific data preparation), ``steps.validate_data_dir`` per set
 2      ``steps.compute_fbank`` per set, ``steps.compute_cmvn`` (global; per speaker with ``features.cmvn: speaker``)
-3      ``steps.prepare_lang`` (``data/lang``, and the lang dir of each eval set with its own grammar or words)
+3      ``steps.prepare_lang`` (``data/lang``, and the lang dir of each eval set with its own grammar or words; with
+       BPE or char units and a GMM system, ``data/lang_phone`` for the GMM)
 4      with ``train.init: ce``: ``steps.train_mono``, ``steps.align``, ``steps.train_ce``; then ``steps.train``
        (``steps.train_dist`` under torchrun for several learners)
 5      ``steps.compute_logprobs`` per eval set, ``steps.decode`` per search (``steps.decode_gmm`` for ``mono``)
@@ -174,6 +175,9 @@ class Ctx:
         self.lm_text = [str(p) for p in lm_texts(cfg.lang, self.d)]
         self.lang = f"{self.d}/lang"
         self.feats_args = ["--data-dir", self.d, "--feats-dir", f"{self.d}/fbank", "--lang-dir", self.lang]
+        # the GMM-HMM models phones whatever units the network outputs: with BPE or char units it has a lang of its own
+        self.gmm_lang = self.lang if cfg.lang.units == "phone" else f"{self.d}/lang_phone"
+        self.gmm_args = [*self.feats_args[:-1], self.gmm_lang]
 
     def feats(self, s: str) -> List[str]:
         """What a reader of ``<data>/fbank/<s>/feats.scp`` needs."""
@@ -269,6 +273,11 @@ def lang_dirs(x: Ctx) -> List[Step]:
             [f"{x.lang}/.done"],
         )
     ]
+    if x.gmm_lang != x.lang and x.cfg.train.init == "ce":
+        phone = [*x.conf, "--set", "lang.units=phone", *text, "--lang-dir", x.gmm_lang]
+        steps.append(
+            Step("lang_phone", 3, "steps.prepare_lang", phone, [f"{x.d}/train/.validated"], [f"{x.gmm_lang}/.done"])
+        )
     set_langs: Dict[str, str] = {}
     for s in sorted(set(x.cfg.decode.set_grammars) | set(x.cfg.decode.set_words)):
         set_langs.setdefault(str(set_lang_dir(x.lang, x.cfg.decode, s)), s)
@@ -301,15 +310,15 @@ def ce_init(x: Ctx) -> List[Step]:
             "train_mono",
             4,
             "steps.train_mono",
-            [*x.conf, *x.feats_args, "--exp-dir", x.mono, *sets],
-            [f"{x.d}/fbank/train/cmvn.scp", f"{x.lang}/.done"],
+            [*x.conf, *x.gmm_args, "--exp-dir", x.mono, *sets],
+            [f"{x.d}/fbank/train/cmvn.scp", f"{x.gmm_lang}/.done"],
             [f"{x.mono}/.done"],
         ),
         Step(
             "align",
             4,
             "steps.align",
-            [*x.conf, "--model", f"{x.mono}/final.mdl", *x.feats_args, "--out-dir", x.ali, "--sets", "train", "dev"],
+            [*x.conf, "--model", f"{x.mono}/final.mdl", *x.gmm_args, "--out-dir", x.ali, "--sets", "train", "dev"],
             [f"{x.mono}/.done", *x.feats("dev")],
             ali_done,
         ),
@@ -386,6 +395,12 @@ def search(x: Ctx, s: str, m: str) -> Step:
     done = [f"{out}/.decode.done"]
     if m == "mono":  # the GMM-HMM through its HCLG (Kaldi's mkgraph.sh + decode.sh)
         graph = f"{x.mono}/graph{set_lang[len(x.lang) :]}"
+        if set_lang != x.lang and x.gmm_lang != x.lang:
+            raise AsrError(
+                f"{x.c}: the GMM search of set {s} needs a phone lang dir with its own grammar, which lang.units "
+                f"{x.cfg.lang.units} does not build; set decode.mono: false"
+            )
+        set_lang = x.gmm_lang if set_lang == x.lang else set_lang
         args = [*x.conf, "--model", f"{x.mono}/final.mdl", "--lang-dir", set_lang]
         args += ["--feats", f"{x.d}/fbank/{s}/feats.scp", "--graph-dir", graph, "--out-dir", out]
         return Step(

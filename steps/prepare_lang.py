@@ -66,7 +66,18 @@ def make_lexicon(cfg: LangConfig, text: Path, lang_dir: Path, extra: Iterable[st
         model = None
         if cfg.units == "bpe":
             sentences = [rest for _, rest in read_table(text)]
-            model = train_sentencepiece(sentences, lang_dir / "bpe.model", cfg.bpe_vocab_size, cfg.bpe_model_type)
+            letters = {c for t in sentences for c in t.upper()}
+            rare = sorted(w for w in words if set(w.upper()) - letters)  # e.g. an open vocabulary's J or Q words
+            if rare:
+                logging.getLogger("prepare_lang").info(
+                    "sentencepiece: %d vocabulary word(s) hold letters the transcripts lack, so they join its "
+                    "training text once each: %s",
+                    len(rare),
+                    " ".join(rare[:20]),
+                )
+            model = train_sentencepiece(
+                sentences + rare, lang_dir / "bpe.model", cfg.bpe_vocab_size, cfg.bpe_model_type
+            )
         return unit_lexicon(cfg.units, words, model), {w: cfg.units for w in words}
     if not cfg.lexicon and not cfg.g2p:
         lexicon = build_lexicon(words)  # CMUdict alone, as before lang.lexicon existed

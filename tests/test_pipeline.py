@@ -15,6 +15,7 @@ from pipeline_snapshot import LAYOUTS, SNAPSHOT, canonical, planned
 
 from asrlib.cli import env_with_root
 from asrlib.config import load_config
+from asrlib.errors import AsrError
 from asrlib.pipeline import Layout, plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,16 @@ CONFIGS = sorted(ROOT.glob("recipes/*/config*.yaml"))
 @pytest.mark.parametrize("snakefile", [False, True], ids=["run.sh", "snakefile"])
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_steps_run_in_an_order_that_respects_every_input(config, snakefile):
-    cfg = load_config(config)
+    _check_dag(config, load_config(config), snakefile)
+
+
+@pytest.mark.parametrize("units", ["bpe", "char"])
+def test_a_ce_recipe_with_other_units_plans_a_dag_too(units):
+    config = ROOT / "recipes/speechocean762/config.yaml"
+    _check_dag(config, load_config(config, [f"lang.units={units}"]), snakefile=False)
+
+
+def _check_dag(config, cfg, snakefile):
     steps = [s for s in plan(cfg, Layout(config=str(config), slurm=snakefile)) if s.module]
     names = [s.name for s in steps]
     assert len(names) == len(set(names))
@@ -42,6 +52,44 @@ def test_steps_run_in_an_order_that_respects_every_input(config, snakefile):
     assert ("export_mobile" in names) == (not cfg.model.bidirectional or cfg.model.chunk_frames > 0)
     jobs = [n for n in names if n.startswith("fbank_train_job")]  # the Snakefile: one step per feature job
     assert len(jobs) == (cfg.features.nj if snakefile else 0)
+
+
+def _args(step, flag):
+    return step.args[step.args.index(flag) + 1]
+
+
+def test_with_bpe_units_the_gmm_aligns_on_a_phone_lang_dir_and_the_network_learns_bpe():
+    """A GMM-HMM models phones: BPE or char units with train.init ce build data/lang_phone for it (the same phones as
+    a phone recipe, so its monophones are shared), while the CTC network and its searches use data/lang."""
+    config = ROOT / "recipes/speechocean762/config.yaml"
+    overrides = ("lang.units=bpe", "lang.bpe_vocab_size=200", "decode.mono=true")
+    lay = Layout(config="c.yaml", data="d", exp="e/x", overrides=overrides)
+    steps = {s.name: s for s in plan(load_config(config, list(lay.overrides)), lay)}
+    phone = steps["lang_phone"]
+    assert _args(phone, "--lang-dir") == "d/lang_phone" and phone.outputs == ["d/lang_phone/.done"]
+    sets = [phone.args[i + 1] for i, a in enumerate(phone.args) if a == "--set"]
+    assert sets == [*lay.overrides, "lang.units=phone"]  # the last one wins
+    for name in ("train_mono", "align", "decode_test_mono"):
+        assert _args(steps[name], "--lang-dir") == "d/lang_phone"
+    for name in ("train_mono", "decode_test_mono"):
+        assert "d/lang_phone/.done" in steps[name].inputs
+    for name in ("train_model", "decode_test_tlg", "decode_dev_tlg"):
+        assert _args(steps[name], "--lang-dir") == "d/lang"
+    assert "--set" in steps["train_model"].args and "lang.units=phone" not in steps["train_model"].args
+
+    # phones, or no GMM: no second lang dir
+    for overrides in ([], ["lang.units=bpe", "train.init=random"]):
+        names = {s.name: s for s in plan(load_config(config, overrides), Layout(config="c.yaml", data="d"))}
+        assert "lang_phone" not in names
+        if "train_mono" in names:
+            assert _args(names["train_mono"], "--lang-dir") == "d/lang"
+
+
+def test_the_gmm_search_of_a_set_with_its_own_grammar_and_bpe_units_is_refused_by_name(tmp_path):
+    cfg = load_config(ROOT / "recipes/speechocean762/config.yaml", ["lang.units=char", "decode.mono=true"])
+    cfg.decode.set_grammars = {"test": "digit_loop"}
+    with pytest.raises(AsrError, match="GMM search of set test.*decode.mono: false"):
+        plan(cfg, Layout(config="c.yaml"))
 
 
 SNAP = json.loads(SNAPSHOT.read_text())

@@ -183,3 +183,31 @@ def test_validation_keeps_words_outside_cmudict():
 
     assert [vocab("speechocean762/config.yaml", s) for s in ("train", "dev", "test")] == ["none"] * 3
     assert [vocab("digits/config.yaml", s) for s in ("train", "test")] == ["cmudict", "none"]
+
+
+@needs_mini
+def test_bpe_units_train_from_a_ce_model_whose_gmm_aligned_phones(tmp_path):
+    """config.yaml (GMM -> CE -> CTC) with BPE units: the monophones and their alignments use data/lang_phone (CMUdict
+    phones), the CTC network outputs the sentencepiece pieces of data/lang, starting from the CE model's layers."""
+    from asrlib.models.saved import load_model
+
+    tiny = {**TINY, "gmm": {"num_utts": 0, "total_gauss": 100, "num_iters": 4}, "ce": {"epochs": 1}}
+    tiny["lang"] = {**TINY["lang"], "units": "bpe", "bpe_vocab_size": 40}
+    conf = tiny_config(ROOT / "recipes/speechocean762/config.yaml", tmp_path / "tiny.yaml", tiny)
+    data, exp = tmp_path / "data", tmp_path / "exp" / "bpe"
+    r = run_recipe("speechocean762", "--config", conf, "--data", data, "--exp", exp, "--stop-stage", 4, "--nj", 1)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    def tokens(lang):
+        return [ln.split()[0] for ln in (data / lang / "tokens.txt").read_text().splitlines()]
+
+    phones = {ln.split()[0] for ln in (exp.parent / "mono" / "phones.txt").read_text().splitlines()}
+    assert {"AH", "TH", "SIL"} <= phones and phones - {"<eps>", "SIL"} <= set(tokens("lang_phone"))
+    assert tokens("lang")[0] == "<blk>" and any(t.startswith("▁") for t in tokens("lang"))  # pieces, not phones
+    # the excerpt's 20 training sentences lack letters of the open vocabulary (J, Q...): its words with them joined
+    # the sentencepiece text, so every word of the 2,000 has pieces
+    assert "hold letters the transcripts lack" in r.stderr
+    lexicon = (data / "lang" / "lexicon.txt").read_text()
+    assert "\nJUST " in lexicon and "<unk>" not in lexicon
+    assert load_model(exp / "final.pt").model.vocab_size == len(tokens("lang"))
+    assert "initialised" in (exp / "log" / "train.log").read_text()  # from the CE model, not from random weights

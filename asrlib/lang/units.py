@@ -126,7 +126,7 @@ def bpe_lexicon(model, words: Iterable[str]) -> Dict[str, List[List[str]]]:
     if bad:
         raise AsrError(
             f"{len(bad)} word(s) hold letters the sentencepiece model has no piece for: {' '.join(bad[:30])}; train "
-            f"it on text that has them (lang.bpe_text) or a larger character_coverage"
+            f"it on text that has every letter of the vocabulary (steps.prepare_lang adds such words to it)"
         )
     return lex
 

@@ -174,10 +174,13 @@ class Ctx:
         self.spk_cmn = cfg.features.cmvn == "speaker"
         self.lm_text = [str(p) for p in lm_texts(cfg.lang, self.d)]
         self.lang = f"{self.d}/lang"
-        self.feats_args = ["--data-dir", self.d, "--feats-dir", f"{self.d}/fbank", "--lang-dir", self.lang]
         # the GMM-HMM models phones whatever units the network outputs: with BPE or char units it has a lang of its own
         self.gmm_lang = self.lang if cfg.lang.units == "phone" else f"{self.d}/lang_phone"
-        self.gmm_args = [*self.feats_args[:-1], self.gmm_lang]
+        self.feats_args, self.gmm_args = self.dir_args(self.lang), self.dir_args(self.gmm_lang)
+
+    def dir_args(self, lang: str) -> List[str]:
+        """The data, feature and lang dir arguments of a step that reads the training data through ``lang``."""
+        return ["--data-dir", self.d, "--feats-dir", f"{self.d}/fbank", "--lang-dir", lang]
 
     def feats(self, s: str) -> List[str]:
         """What a reader of ``<data>/fbank/<s>/feats.scp`` needs."""

@@ -287,7 +287,7 @@ class TrainConfig:
 TRAIN_RUN_ONLY = ("kill_after_steps", "loader", "device", "precision", "num_threads")  # how batches are read and
 # where the network runs, not what it learns: a checkpoint written on a GPU resumes on the CPU and the other way
 # round, one written with 1 thread resumes with 2; a finished model is not retrained for another thread count
-RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints of older versions: ignored when resuming
+RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints and .done markers of older versions: ignored
 
 
 @dataclass

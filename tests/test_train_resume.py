@@ -214,3 +214,22 @@ def test_a_finished_model_is_not_retrained_for_another_thread_count(tmp_path):
     assert is_trained(marker, train_fingerprint(two))
     more = load_config(root / "recipes/digits/config.yaml", ["train.num_threads=2", "train.epochs=3"])
     assert not is_trained(marker, train_fingerprint(more))
+
+
+def test_a_finished_model_whose_marker_holds_a_retired_setting_is_not_retrained(tmp_path):
+    """A train setting this version no longer has (RETIRED_TRAIN_KEYS, e.g. train.feature_cache_mb) is dropped
+    from an old marker's fingerprint as it is from an old checkpoint's: the upgrade neither refuses nor retrains."""
+    from asrlib.config import RETIRED_TRAIN_KEYS, load_config
+    from asrlib.io.stage import mark_done
+    from asrlib.train.trainer import is_trained, train_fingerprint
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "recipes/digits/config.yaml")
+    old = train_fingerprint(cfg)
+    for key in RETIRED_TRAIN_KEYS:
+        old["train"][key] = 256  # a marker written while the setting existed
+    marker = tmp_path / ".train.done"
+    mark_done(marker, {}, fingerprint=old)
+    assert is_trained(marker, train_fingerprint(cfg))
+    old["train"]["epochs"] += 1  # a setting that still counts: retrained
+    mark_done(marker, {}, fingerprint=old)
+    assert not is_trained(marker, train_fingerprint(cfg))

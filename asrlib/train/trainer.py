@@ -97,7 +97,10 @@ def is_trained(marker: Path, fingerprint: dict) -> bool:
     :func:`train_fingerprint`, perhaps with more keys); a setting either side lacks (added to the config since the
     marker was written) counts as its default, so an upgrade neither refuses nor retrains a finished model."""
     return is_done(
-        marker, fingerprint=fingerprint, defaults=train_fingerprint(RecipeConfig()), forget={"train": TRAIN_RUN_ONLY}
+        marker,
+        fingerprint=fingerprint,
+        defaults=train_fingerprint(RecipeConfig()),
+        forget={"train": TRAIN_RUN_ONLY + RETIRED_TRAIN_KEYS},
     )
 
 

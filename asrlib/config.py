@@ -288,6 +288,8 @@ TRAIN_RUN_ONLY = ("kill_after_steps", "loader", "device", "precision", "num_thre
 # where the network runs, not what it learns: a checkpoint written on a GPU resumes on the CPU and the other way
 # round, one written with 1 thread resumes with 2; a finished model is not retrained for another thread count
 RETIRED_TRAIN_KEYS = ("feature_cache_mb",)  # in checkpoints and .done markers of older versions: ignored
+# what neither the resume check nor a finished model's .done marker compares: one name, so the two cannot drift apart
+TRAIN_IGNORED_WHEN_COMPARING = TRAIN_RUN_ONLY + RETIRED_TRAIN_KEYS
 
 
 @dataclass

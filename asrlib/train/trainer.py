@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from asrlib.config import RETIRED_TRAIN_KEYS, TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
+from asrlib.config import TRAIN_IGNORED_WHEN_COMPARING, TRAIN_RUN_ONLY, RecipeConfig, TrainConfig, config_to_dict
 from asrlib.features.cmvn import cmvn_fingerprint
 from asrlib.errors import AsrError
 from asrlib.io.atomic import atomic_open
@@ -100,7 +100,7 @@ def is_trained(marker: Path, fingerprint: dict) -> bool:
         marker,
         fingerprint=fingerprint,
         defaults=train_fingerprint(RecipeConfig()),
-        forget={"train": TRAIN_RUN_ONLY + RETIRED_TRAIN_KEYS},
+        forget={"train": TRAIN_IGNORED_WHEN_COMPARING},
     )
 
 
@@ -279,7 +279,7 @@ class Trainer:
             new = dataclasses.asdict(getattr(self.cfg, section))
             # settings added to the config since the checkpoint was written count as their defaults
             old = {**dataclasses.asdict(type(getattr(self.cfg, section))()), **st["config"][section]}
-            for key in TRAIN_RUN_ONLY + RETIRED_TRAIN_KEYS:
+            for key in TRAIN_IGNORED_WHEN_COMPARING:
                 old.pop(key, None), new.pop(key, None)
             if old != new:
                 diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
